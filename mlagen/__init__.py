@@ -1,0 +1,53 @@
+"""mlagen: a code-generation compiler for MLA decode kernels.
+
+The public API (the CLI and the tests call the same functions):
+
+    load_schedule(path) -> Schedule       parse and check a schedule file
+    generate(schedule, out_dir)           render its kernel sources
+    build(schedule) -> Artifact           compile (cached, locked) its kernel library
+    run(schedule, inputs) -> MlaOutputs   run it on an MlaInputs (mlagen.problem)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import (BuildError, EmulatorError, InputError, MlagenError, ResourceError,
+                     ScheduleError, TargetError)
+from .schedule import Schedule, can_implement, check
+from .schedule import load as load_schedule
+from .version import __version__
+
+__all__ = ["__version__", "Schedule", "load_schedule", "check", "can_implement", "render",
+           "generate", "build", "runner", "run", "MlagenError", "ScheduleError",
+           "ResourceError", "TargetError", "BuildError", "InputError", "EmulatorError"]
+
+
+def render(schedule: Schedule):
+    from .codegen import render as _render
+
+    return _render(schedule)
+
+
+def generate(schedule: Schedule, out_dir: str | Path) -> list[Path]:
+    """Render the schedule's sources into out_dir (as `mlagen generate` does)."""
+    from .codegen import write
+
+    return write(render(schedule), out_dir)
+
+
+def build(schedule: Schedule, progress: bool = False):
+    from .build import build as _build
+
+    return _build(render(schedule), progress=progress)
+
+
+def runner(schedule: Schedule):
+    """A callable MlaInputs -> MlaOutputs running the schedule's kernel (built on demand)."""
+    from .backends import backend_for
+
+    return backend_for(schedule).runner(schedule)
+
+
+def run(schedule: Schedule, inputs):
+    return runner(schedule)(inputs)

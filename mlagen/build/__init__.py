@@ -1,0 +1,13 @@
+"""Cached, locked builds of a SourceSet into a shared library.
+
+    key      = readable variant name + hash(rendered sources, templates, flags, compiler,
+               torch version, mlagen version)                          (cache.py)
+    lock     = one OS-level lock per key; a killed builder's lock dies with it (filelock)
+    staging  = build in <cache>/staging/<key>.<pid>, publish by atomic rename to
+               <cache>/builds/<key>; a build killed part-way leaves only staging litter
+"""
+
+from .cache import Artifact, CacheEntry, cache_key, clear, entries
+from .compile import build, compile_only
+
+__all__ = ["Artifact", "CacheEntry", "cache_key", "build", "compile_only", "entries", "clear"]

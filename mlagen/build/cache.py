@@ -1,0 +1,108 @@
+"""Cache keys, cache directories and their listing."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..codegen import SourceSet, template_digest
+from ..paths import cache_dir
+from ..version import __version__
+
+LIB_NAME = "kernel.so"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    key: str
+    path: Path          # the shared library
+    directory: Path
+    built: bool         # True when this call compiled it, False when it came from the cache
+    seconds: float      # build (or lookup) time
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str
+    directory: Path
+    size: int
+    created: float
+    meta: dict
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(compiler: str) -> str:
+    try:
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                             timeout=30)
+        return out.stdout.strip() or out.stderr.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return f"{compiler}: not found"
+
+
+@functools.lru_cache(maxsize=None)
+def torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def cache_key(sources: SourceSet, extra_flags: tuple[str, ...] = ()) -> str:
+    h = hashlib.sha256()
+    for part in (sources.digest(), template_digest(sources.target),
+                 " ".join(sources.flags + extra_flags), compiler_version(sources.compiler),
+                 torch_version(), __version__):
+        h.update(part.encode() + b"\0")
+    return f"{sources.variant}-{h.hexdigest()[:16]}"
+
+
+def builds_dir() -> Path:
+    return cache_dir() / "builds"
+
+
+def staging_dir() -> Path:
+    return cache_dir() / "staging"
+
+
+def locks_dir() -> Path:
+    return cache_dir() / "locks"
+
+
+def _size(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def entries() -> list[CacheEntry]:
+    out = []
+    root = builds_dir()
+    if not root.is_dir():
+        return out
+    for d in sorted(root.iterdir()):
+        meta_file = d / "meta.json"
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError):
+            meta = {}
+        out.append(CacheEntry(d.name, d, _size(d), meta.get("created", d.stat().st_mtime), meta))
+    return out
+
+
+def clear(older_than_s: float | None = None) -> int:
+    """Remove published builds (and staging litter); returns how many builds went."""
+    n = 0
+    now = time.time()
+    for e in entries():
+        if older_than_s is None or now - e.created > older_than_s:
+            shutil.rmtree(e.directory, ignore_errors=True)
+            n += 1
+    if older_than_s is None:
+        shutil.rmtree(staging_dir(), ignore_errors=True)
+    return n

@@ -1,0 +1,166 @@
+"""Compiler invocation through ninja, inside a per-key lock, published atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+from filelock import FileLock
+
+from ..codegen import SourceSet, write
+from ..errors import BuildError
+from .cache import (LIB_NAME, Artifact, builds_dir, cache_key, compiler_version, locks_dir,
+                    staging_dir, torch_version)
+
+_ERROR_LINE = re.compile(r"(error|Error|fatal error)\b.*")
+
+HINTS = [
+    (re.compile(r"No such file or directory|cannot open source file"),
+     "a header is missing: check the include folders and that the templates are installed"),
+    (re.compile(r"out of memory|Killed|virtual memory exhausted"),
+     "the compiler ran out of memory: build fewer variants at once (MLAGEN_BUILD_JOBS=1)"),
+    (re.compile(r"Unsupported gpu architecture|sm_90a"),
+     "the CUDA toolkit is too old for sm_90a: CUDA 12.3 or newer is needed"),
+    (re.compile(r"command not found|not found"),
+     "the compiler is not on PATH (set CXX or CUDA_HOME)"),
+]
+
+
+def _compiler_path(compiler: str) -> str:
+    if compiler == "nvcc":
+        home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+        if home and (Path(home) / "bin" / "nvcc").exists():
+            return str(Path(home) / "bin" / "nvcc")
+        return shutil.which("nvcc") or "nvcc"
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
+
+
+def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, list[str]]:
+    """The ninja file and the human-readable compile commands of a SourceSet."""
+    cc = _compiler_path(sources.compiler)
+    incs = " ".join(f"-I{shlex.quote(d)}" for d in (str(out_dir),) + sources.include_dirs)
+    flags = " ".join(sources.flags)
+    pic = "-Xcompiler -fPIC" if sources.compiler == "nvcc" else "-fPIC"
+    dep = "-MD -MF $out.d" if sources.compiler != "nvcc" else ""
+    lines = [
+        f"cc = {cc}",
+        f"rule compile\n  command = $cc {flags} {pic} {incs} {dep} -c $in -o $out\n"
+        + ("  depfile = $out.d\n  deps = gcc\n" if dep else "")
+        + "  description = compile $in",
+        f"rule link\n  command = $cc {flags} {pic} -shared $in -o $out\n  description = link $out",
+    ]
+    objs, shown = [], []
+    for src in sources.sources:
+        obj = Path(src).with_suffix(".o").name
+        objs.append(obj)
+        lines.append(f"build {obj}: compile {src}")
+        shown.append(f"{cc} {flags} {pic} {incs} -c {src} -o {obj}")
+    if shared:
+        lines.append(f"build {LIB_NAME}: link {' '.join(objs)}")
+        lines.append(f"default {LIB_NAME}")
+        shown.append(f"{cc} {flags} {pic} -shared {' '.join(objs)} -o {LIB_NAME}")
+    else:
+        lines.append(f"default {' '.join(objs)}")
+    return "\n".join(lines) + "\n", shown
+
+
+def _first_error(log: str) -> str:
+    for line in log.splitlines():
+        if " error" in line or "error:" in line or line.startswith("error"):
+            return line.strip()
+    for line in log.splitlines():
+        if _ERROR_LINE.search(line):
+            return line.strip()
+    return (log.strip().splitlines() or ["(no output)"])[-1]
+
+
+def _hint(log: str) -> str | None:
+    for pattern, hint in HINTS:
+        if pattern.search(log):
+            return hint
+    return None
+
+
+def _run_ninja(sources: SourceSet, work: Path, shared: bool) -> None:
+    write(sources, work)
+    ninja_file, shown = _commands(sources, work, shared)
+    (work / "build.ninja").write_text(ninja_file)
+    jobs = os.environ.get("MLAGEN_BUILD_JOBS")
+    cmd = ["ninja", "-C", str(work)] + (["-j", jobs] if jobs else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    (work / "build.log").write_text("\n".join(shown) + "\n\n" + log)
+    if proc.returncode != 0:
+        # Keep the failed tree for the user to inspect; its log is where the error says.
+        failed = work.parent / (work.name + ".failed")
+        shutil.rmtree(failed, ignore_errors=True)
+        os.replace(work, failed)
+        raise BuildError(sources.variant, shown[0] if shown else " ".join(cmd),
+                         _first_error(log), str(failed / "build.log"), _hint(log))
+
+
+@contextlib.contextmanager
+def _progress(message: str, enabled: bool) -> Iterator[None]:
+    if not enabled:
+        yield
+        return
+    if sys.stderr.isatty():
+        from rich.console import Console
+
+        with Console(stderr=True).status(message):
+            yield
+    else:
+        print(message, file=sys.stderr, flush=True)
+        yield
+
+
+def build(sources: SourceSet, progress: bool = False) -> Artifact:
+    """The shared library of a SourceSet, compiled once per key across processes."""
+    t0 = time.perf_counter()
+    key = cache_key(sources)
+    final = builds_dir() / key
+    lib = final / LIB_NAME
+    if lib.exists():   # the common, warm path: no lock needed, publication is atomic
+        return Artifact(key, lib, final, False, time.perf_counter() - t0)
+    locks_dir().mkdir(parents=True, exist_ok=True)
+    with FileLock(str(locks_dir() / f"{key}.lock")):
+        if lib.exists():   # another process built it while we waited
+            return Artifact(key, lib, final, False, time.perf_counter() - t0)
+        staging_dir().mkdir(parents=True, exist_ok=True)
+        work = staging_dir() / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        work.mkdir(parents=True)
+        with _progress(f"mlagen: building {sources.variant} ...", progress):
+            _run_ninja(sources, work, shared=True)
+        (work / "meta.json").write_text(json.dumps({
+            "variant": sources.variant, "target": sources.target, "created": time.time(),
+            "compiler": compiler_version(sources.compiler).splitlines()[0],
+            "torch": torch_version(), "flags": list(sources.flags), "meta": sources.meta,
+        }, indent=1, default=str))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(work, final)   # atomic publish: readers see nothing or everything
+    return Artifact(key, lib, final, True, time.perf_counter() - t0)
+
+
+def compile_only(sources: SourceSet, out_dir: str | Path | None = None) -> list[Path]:
+    """Compile every source to an object file (no link, no cache): CI's check that a
+    template compiles where the target's hardware is absent (nvcc on a CPU machine)."""
+    own = out_dir is None
+    work = Path(tempfile.mkdtemp(prefix="mlagen-cc-")) if own else Path(out_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        _run_ninja(sources, work, shared=False)
+        return [work / Path(s).with_suffix(".o").name for s in sources.sources]
+    finally:
+        if own:
+            shutil.rmtree(work, ignore_errors=True)   # a failed tree stays for its log

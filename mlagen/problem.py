@@ -1,0 +1,162 @@
+"""MLA decode problems: shapes, and random workloads with paged caches.
+
+Conventions (FlashMLA's, see docs/conventions.md):
+    q            [b, s_q, h_q, d]            d = kv_lora_rank + rope_dim (576)
+    k_cache      [num_blocks, page, h_kv, d] V is its first dv = kv_lora_rank columns
+    block_table  int32 [b, max_blocks]       page indices of each sequence, in order
+    cache_seqlens int32 [b]
+    out          [b, s_q, h_q, dv] (q's dtype);  lse fp32 [b, h_q, s_q], natural log
+Fused (the SC11 seed's operator) adds the up-projection inputs; see FusedWeights.
+
+Cache slots that a kernel must never read (unused pages, the tail of each last page) are
+filled with NaN so that any over-read shows in the output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Optional, Sequence
+
+import torch
+
+from .schedule.records import Problem
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class FusedWeights:
+    """Up-projection weights of one card's heads (absorb mode).
+
+    w_uq  [q_lora_rank, h, nope + rope]   q = q_lora @ w_uq  (per head: nope | rope parts)
+    w_uk  [h, nope, kv_lora_rank]         q_lat[h] = q_nope[h] @ w_uk[h]
+    w_uv  [h, kv_lora_rank, v_head_dim]   out[h]   = o_lat[h] @ w_uv[h]
+    """
+
+    w_uq: torch.Tensor
+    w_uk: torch.Tensor
+    w_uv: torch.Tensor
+    rope_theta: float = 10000.0
+
+
+@dataclass
+class MlaInputs:
+    q: Optional[torch.Tensor]            # [b, s_q, h, d]; None for the fused operator
+    k_cache: torch.Tensor                # [num_blocks, page, 1, d]
+    block_table: torch.Tensor            # int32 [b, max_blocks]
+    cache_seqlens: torch.Tensor          # int32 [b]
+    softmax_scale: float
+    causal: bool = True
+    q_lora: Optional[torch.Tensor] = None        # fused: [b, s_q, q_lora_rank]
+    weights: Optional[FusedWeights] = None       # fused
+    meta: dict = field(default_factory=dict)     # how it was drawn (for repro files)
+
+    @property
+    def batch(self) -> int:
+        return self.block_table.shape[0]
+
+    @property
+    def s_q(self) -> int:
+        return (self.q if self.q is not None else self.q_lora).shape[1]
+
+    @property
+    def heads(self) -> int:
+        return self.q.shape[2] if self.q is not None else self.weights.w_uk.shape[0]
+
+    @property
+    def page_size(self) -> int:
+        return self.k_cache.shape[1]
+
+    def to(self, device) -> "MlaInputs":
+        mv = lambda t: None if t is None else t.to(device)   # noqa: E731
+        w = self.weights
+        if w is not None:
+            w = replace(w, w_uq=mv(w.w_uq), w_uk=mv(w.w_uk), w_uv=mv(w.w_uv))
+        return replace(self, q=mv(self.q), k_cache=mv(self.k_cache),
+                       block_table=mv(self.block_table), cache_seqlens=mv(self.cache_seqlens),
+                       q_lora=mv(self.q_lora), weights=w)
+
+
+@dataclass
+class MlaOutputs:
+    out: torch.Tensor                    # [b, s_q, h, dv] or fused [b, s_q, h, v_head_dim]
+    lse: torch.Tensor                    # fp32 [b, h, s_q]
+    extra: dict = field(default_factory=dict)    # e.g. the SC11 trace and timeline
+
+
+def positions(cache_seqlens: torch.Tensor, s_q: int) -> torch.Tensor:
+    """Absolute position of each query token: the last s_q tokens of the sequence.
+    [b, s_q] int64; negative when a sequence is shorter than s_q (such rows see nothing)."""
+    return cache_seqlens.long()[:, None] - s_q + torch.arange(s_q, device=cache_seqlens.device)
+
+
+def make_paged_cache(seqlens: Sequence[int], page_size: int, d: int, dtype: torch.dtype,
+                     generator: torch.Generator, shuffle: bool = True, nan_fill: bool = True,
+                     extra_blocks: int = 2, max_blocks: Optional[int] = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A paged cache holding len(seqlens) sequences and its block table.
+
+    Pages are assigned in a random order (shuffle); unused pages, the table's unused entries'
+    targets and the tail of each last page hold NaN (nan_fill).
+    """
+    b = len(seqlens)
+    need = [max(1, math.ceil(s / page_size)) for s in seqlens]
+    max_blocks = max(max_blocks or 0, max(need) if need else 1)
+    num_blocks = sum(need) + extra_blocks
+    cache = torch.randn(num_blocks, page_size, 1, d, generator=generator).to(dtype)
+    order = torch.randperm(num_blocks, generator=generator) if shuffle \
+        else torch.arange(num_blocks)
+    table = torch.empty(b, max_blocks, dtype=torch.int32)
+    spare = order[sum(need):]          # pages that belong to no sequence
+    pos = 0
+    for i, s in enumerate(seqlens):
+        pages = order[pos:pos + need[i]]
+        pos += need[i]
+        table[i, :need[i]] = pages.to(torch.int32)
+        # unused table entries point at spare (NaN) pages, as a real allocator's stale ones
+        fill = spare[torch.randint(len(spare), (max_blocks - need[i],), generator=generator)] \
+            if len(spare) else pages[:1].repeat(max_blocks - need[i])
+        table[i, need[i]:] = fill.to(torch.int32)
+        if nan_fill:
+            used = s - (need[i] - 1) * page_size       # tokens used in the last page
+            cache[pages[-1], used:] = float("nan")
+    if nan_fill and len(spare):
+        cache[spare] = float("nan")
+    return cache, table
+
+
+def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: int = 1,
+                heads: Optional[int] = None, seed: int = 0, shuffle: bool = True,
+                nan_fill: bool = True, device: str | torch.device = "cpu",
+                q_noncontiguous: bool = False) -> MlaInputs:
+    """A random workload for a problem (heads defaults to problem.heads)."""
+    assert len(seqlens) == batch
+    g = torch.Generator().manual_seed(seed)
+    dtype = TORCH_DTYPES[problem.dtype]
+    h = heads or problem.heads
+    d = problem.d
+    cache, table = make_paged_cache(seqlens, problem.page_size, d, dtype, g, shuffle, nan_fill)
+    seq = torch.tensor(list(seqlens), dtype=torch.int32)
+    meta = dict(batch=batch, seqlens=list(seqlens), s_q=s_q, heads=h, seed=seed,
+                page_size=problem.page_size, dtype=problem.dtype)
+    if problem.fused:
+        nope, rope = problem.qk_nope_head_dim, problem.rope_dim
+        r = problem.q_lora_rank
+        w = FusedWeights(
+            w_uq=(torch.randn(r, h, nope + rope, generator=g) * r ** -0.5).to(dtype),
+            w_uk=(torch.randn(h, nope, problem.kv_lora_rank, generator=g) * nope ** -0.5
+                  ).to(dtype),
+            w_uv=(torch.randn(h, problem.kv_lora_rank, problem.v_head_dim, generator=g)
+                  * problem.kv_lora_rank ** -0.5).to(dtype))
+        q_lora = torch.randn(batch, s_q, r, generator=g).to(dtype)
+        inp = MlaInputs(None, cache, table, seq, problem.default_scale(), problem.causal,
+                        q_lora=q_lora, weights=w, meta=meta)
+    else:
+        if q_noncontiguous:   # a strided view: every other head of a twice-as-wide tensor
+            q = torch.randn(batch, s_q, 2 * h, d, generator=g).to(dtype)[:, :, ::2]
+        else:
+            q = torch.randn(batch, s_q, h, d, generator=g).to(dtype)
+        inp = MlaInputs(q, cache, table, seq, problem.default_scale(), problem.causal,
+                        meta=meta)
+    return inp.to(device)
