@@ -152,7 +152,9 @@ class Schedule:
                  f"h{self.heads_per_device}", f"pg{p.page_size}", f"bkv{m.block_kv}",
                  f"buf{m.buffers}"]
         if self.target.name == "sc11":
-            parts += [f"c{m.cores}", m.scheme.replace("_", "")]
+            # the multi-core scheme is a run-time argument (``auto`` picks per workload),
+            # so one build serves every scheme
+            parts += [f"c{m.cores}", f"t{m.seq_tile}"]
         else:
             parts += [m.mainloop.replace("_", ""), f"r{m.rows_per_tile}", f"w{m.warps}"]
         if self.fault != "none":
