@@ -1,0 +1,176 @@
+"""FlashMLA-compatible calls on the Hopper kernels (re-exported as mlagen.get_mla_metadata and
+mlagen.flash_mla_with_kvcache).
+
+    tile_scheduler_metadata, num_splits = get_mla_metadata(cache_seqlens, s_q * h_q // h_kv, h_kv)
+    out, lse = flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, 512,
+                                      tile_scheduler_metadata, num_splits, causal=True)
+
+Conventions are FlashMLA's: q [b, s_q, h_q, 576], k_cache [num_blocks, page, 1, 576] (V is
+its first 512 columns), out [b, s_q, h_q, 512] in q's dtype, lse fp32 [b, h_q, s_q] (natural
+log); a query with no visible key gives out = 0 and lse = +inf; causal is bottom-right
+aligned.  Beyond FlashMLA: page sizes 1..256, any h_q in 1..128, s_q 1..8, bf16 and fp16,
+and an optional ``schedule=`` (a hopper Schedule) that replaces the default per shape.
+
+Every input is checked before launch; a bad one raises mlagen.errors.InputError.  Set
+MLAGEN_HOPPER_CHECK_INDICES=0 to skip the block-table range check (one host sync per call;
+it is skipped anyway during CUDA-graph capture): the kernel still never reads outside the
+cache, and a sequence with a bad page gets NaN.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+from mlagen.errors import InputError
+from mlagen.schedule.records import Schedule
+
+from . import defaults, ops, scheduler
+
+D, DV = 576, 512
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+ops.CHECK_INDICES = os.environ.get("MLAGEN_HOPPER_CHECK_INDICES", "1") != "0"
+
+
+def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> Schedule:
+    if schedule is None:
+        return defaults.default_schedule(rows_total, dtype)
+    if schedule.target.name != "hopper":
+        raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.name!r}, "
+                         "not hopper")
+    if schedule.problem.dtype != dtype:
+        schedule = schedule.replace(dtype=dtype)
+    return defaults.canonical(schedule)
+
+
+@torch.compiler.disable
+def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> str:
+    """Build (cached) and load the variant; outside torch.compile's graph (a build and a
+    dlopen are side effects it must not trace)."""
+    return ops.library(_schedule_for(rows_total, dtype, schedule))
+
+
+@torch.compiler.disable
+def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
+                   schedule: Optional[Schedule]) -> tuple[int, int, str]:
+    s = _schedule_for(rows_total, "bf16", schedule)
+    n = _fixed_splits(s)
+    b = cache_seqlens.shape[0]
+    parts = b * n if n else scheduler.num_parts(ops.sm_count(cache_seqlens.device), rows_total,
+                                                 s.mapping.rows_per_tile)
+    return parts, n, ops.library(s)
+
+
+def _fixed_splits(s: Schedule) -> int:
+    return 0 if s.mapping.split_kv == "auto" else int(s.mapping.split_kv)
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise InputError(msg)
+
+
+def _int_vector(name: str, t: torch.Tensor, n: Optional[int] = None) -> None:
+    _need(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor")
+    _need(t.dtype == torch.int32, f"{name} must be int32, got {t.dtype}")
+    _need(t.dim() == 1, f"{name} must be 1-D, got shape {tuple(t.shape)}")
+    if n is not None:
+        _need(t.shape[0] == n, f"{name} must have {n} entries, got {t.shape[0]}")
+    _need(t.is_contiguous(), f"{name} must be contiguous")
+
+
+def _on_cuda(tensors: dict[str, torch.Tensor]) -> torch.device:
+    dev = None
+    for name, t in tensors.items():
+        _need(t.is_cuda, f"{name} must be on a CUDA device, got {t.device}")
+        if dev is None:
+            dev = t.device
+        _need(t.device == dev, f"{name} is on {t.device} but the other inputs on {dev}")
+    return dev
+
+
+def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num_heads_k: int,
+                     schedule: Optional[Schedule] = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split of a decode step, computed on the GPU: (tile_scheduler_metadata int32
+    [num_sm_parts, 8], num_splits int32 [b + 1]).  Once per step, shared by all layers."""
+    _int_vector("cache_seqlens", cache_seqlens)
+    _need(cache_seqlens.shape[0] >= 1, "cache_seqlens must hold at least one sequence")
+    _need(cache_seqlens.shape[0] <= 8192, "at most 8192 sequences per call")
+    _need(num_heads_k == 1, f"num_heads_k = {num_heads_k}: MLA has one latent KV head")
+    _need(1 <= num_heads_per_head_k <= 1024,
+          f"num_heads_per_head_k = s_q * h_q // h_kv = {num_heads_per_head_k} must be in "
+          "1..1024 (h_q <= 128, s_q <= 8)")
+    _on_cuda({"cache_seqlens": cache_seqlens})
+    parts, n, key = _metadata_plan(cache_seqlens, num_heads_per_head_k, schedule)
+    return ops.get_mla_metadata_op(cache_seqlens, parts, n, key)
+
+
+def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                 num_splits, softmax_scale) -> None:
+    """Raise InputError for anything the kernels cannot take (dtype, shape, device, stride).
+    Shape and dtype checks come first, so they run on CPU tensors too."""
+    _need(isinstance(q, torch.Tensor) and isinstance(k_cache, torch.Tensor),
+          "q and k_cache must be torch.Tensors")
+    _need(q.dtype in _DTYPES, f"q must be bfloat16 or float16, got {q.dtype}")
+    _need(k_cache.dtype == q.dtype, f"k_cache is {k_cache.dtype} but q is {q.dtype}")
+    _need(q.dim() == 4, f"q must be [b, s_q, h_q, {D}], got shape {tuple(q.shape)}")
+    b, s_q, h_q, d = q.shape
+    _need(d == D, f"q's last dimension must be {D} (kv_lora_rank 512 + rope 64), got {d}")
+    _need(b >= 1, "q must hold at least one sequence")
+    _need(1 <= s_q <= 8, f"s_q = {s_q} must be in 1..8")
+    _need(k_cache.dim() == 4,
+          f"k_cache must be [num_blocks, page_size, h_kv, {D}], got shape {tuple(k_cache.shape)}")
+    nb, page, h_kv, dk = k_cache.shape
+    _need(dk == D, f"k_cache's last dimension must be {D}, got {dk}")
+    _need(h_kv == 1, f"k_cache has h_kv = {h_kv}: MLA has one latent KV head")
+    _need(1 <= h_q <= 128 and h_q % h_kv == 0, f"h_q = {h_q} must be in 1..128")
+    _need(1 <= page <= 256, f"page size {page} must be in 1..256")
+    _need(nb >= 1, "k_cache has no blocks")
+    _need(head_dim_v == DV, f"head_dim_v = {head_dim_v}: the kernels are built for {DV}")
+    _need(q.stride(-1) == 1, "q's last dimension must be contiguous (stride 1)")
+    _need(k_cache.stride(-1) == 1, "k_cache's last dimension must be contiguous (stride 1)")
+    _need(k_cache.stride(1) % 8 == 0 and k_cache.stride(0) % 8 == 0,
+          "k_cache's block and token strides must be multiples of 8 elements (16 bytes)")
+    _need(isinstance(block_table, torch.Tensor) and block_table.dtype == torch.int32,
+          "block_table must be an int32 tensor")
+    _need(block_table.dim() == 2 and block_table.shape[0] == b,
+          f"block_table must be [b = {b}, max_blocks], got shape {tuple(block_table.shape)}")
+    _need(block_table.shape[1] >= 1, "block_table has no columns")
+    _need(block_table.stride(-1) == 1, "block_table's last dimension must be contiguous")
+    _int_vector("cache_seqlens", cache_seqlens, b)
+    _need(isinstance(tile_scheduler_metadata, torch.Tensor)
+          and tile_scheduler_metadata.dtype == torch.int32
+          and tile_scheduler_metadata.dim() == 2
+          and tile_scheduler_metadata.shape[1] == scheduler.META_INTS
+          and tile_scheduler_metadata.shape[0] >= 1
+          and tile_scheduler_metadata.is_contiguous(),
+          "tile_scheduler_metadata must be the contiguous int32 [num_sm_parts, 8] tensor "
+          "from get_mla_metadata")
+    _int_vector("num_splits", num_splits, b + 1)
+    if softmax_scale is not None:
+        _need(float(softmax_scale) > 0 and float(softmax_scale) != float("inf"),
+              f"softmax_scale = {softmax_scale} must be a positive finite number")
+
+
+def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
+                           cache_seqlens: torch.Tensor, head_dim_v: int,
+                           tile_scheduler_metadata: torch.Tensor, num_splits: torch.Tensor,
+                           softmax_scale: Optional[float] = None, causal: bool = False,
+                           schedule: Optional[Schedule] = None
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paged MLA decode: (out [b, s_q, h_q, 512] in q's dtype, lse fp32 [b, h_q, s_q])."""
+    check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                 num_splits, softmax_scale)
+    _on_cuda({"q": q, "k_cache": k_cache, "block_table": block_table,
+              "cache_seqlens": cache_seqlens, "tile_scheduler_metadata": tile_scheduler_metadata,
+              "num_splits": num_splits})
+    if any(st % 8 for st in q.stride()[:3]):
+        q = q.contiguous()           # the kernel loads 16-byte pieces of q's rows
+    scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
+    b, s_q, h_q, _ = q.shape
+    key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule)
+    return ops.mla_decode_op(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                             num_splits, scale, bool(causal), key)
