@@ -24,9 +24,13 @@ with ThreadPoolExecutor(6) as ex:
 print("built in", round(time.time() - t, 1), "s")
 PY
 tail -2 "$OUT/build.log"
-timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m cuda -q -x tests/test_hopper_gpu.py -p no:cacheprovider \
+timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m cuda -q --maxfail=5 tests/test_hopper_gpu.py -p no:cacheprovider \
   > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -15 "$OUT/pytest.log"
+if [ "${TUNE:-0}" = 1 ]; then
+  timeout ${TUNE_TIMEOUT:-240} python3 benchmarks/hopper_tune.py --out "$OUT/tune.json" > "$OUT/tune.log" 2>&1
+  echo "tune rc=$?"; cat "$OUT/tune.log" | tail -8
+fi
 timeout ${SWEEP_TIMEOUT:-240} python3 benchmarks/hopper_sweep.py --out "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
 echo "sweep rc=$?"
 tail -62 "$OUT/sweep.log"

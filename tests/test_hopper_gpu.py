@@ -12,7 +12,7 @@ from mlagen.errors import InputError
 from mlagen.problem import make_inputs
 from mlagen.schedule.records import Problem, Schedule
 
-from hopper_util import check_outputs, reference
+from hopper_util import check_against_reference
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -43,9 +43,8 @@ def run(inp, causal=True, schedule=None):
 def check(inp, causal=True, schedule=None):
     out, lse = run(inp, causal, schedule)
     torch.cuda.synchronize()
-    ref_out, ref_lse = reference(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
-                                 inp.softmax_scale, causal)
-    check_outputs(out, lse, ref_out, ref_lse)
+    check_against_reference(out, lse, inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
+                            inp.softmax_scale, causal)
     return out, lse
 
 
@@ -122,9 +121,8 @@ def test_cuda_graph_replay():
         seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
         g.replay()
         torch.cuda.synchronize()
-        ref_out, ref_lse = reference(inp.q, inp.k_cache, inp.block_table, seqlens,
-                                     inp.softmax_scale, True)
-        check_outputs(out, lse, ref_out, ref_lse)
+        check_against_reference(out, lse, inp.q, inp.k_cache, inp.block_table, seqlens,
+                                inp.softmax_scale, True)
 
 
 def test_torch_compile():
@@ -139,9 +137,8 @@ def test_torch_compile():
 
     compiled = torch.compile(step, fullgraph=False)
     out2, lse = compiled(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens)
-    ref_out, ref_lse = reference(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
-                                 inp.softmax_scale, True)
-    check_outputs((out2 / 2), lse, ref_out, ref_lse)
+    check_against_reference(out2 / 2, lse, inp.q, inp.k_cache, inp.block_table,
+                            inp.cache_seqlens, inp.softmax_scale, True)
 
 
 def test_bad_block_table_is_rejected():

@@ -19,6 +19,7 @@ cache, and a sequence with a bad page gets NaN.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Optional
 
@@ -45,22 +46,29 @@ def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> 
     return defaults.canonical(schedule)
 
 
+@functools.lru_cache(maxsize=256)
+def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> tuple[str, int, int]:
+    """(library key, rows_per_tile, fixed splits) of a shape and an optional schedule: built
+    (cached) and loaded once; memoized because checking a schedule costs about a
+    millisecond, more than a decode step."""
+    s = _schedule_for(rows_total, dtype, schedule)
+    return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s)
+
+
 @torch.compiler.disable
 def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> str:
-    """Build (cached) and load the variant; outside torch.compile's graph (a build and a
-    dlopen are side effects it must not trace)."""
-    return ops.library(_schedule_for(rows_total, dtype, schedule))
+    """Outside torch.compile's graph: a build and a dlopen are side effects it must not trace."""
+    return _resolve(rows_total, dtype, schedule)[0]
 
 
 @torch.compiler.disable
 def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
                    schedule: Optional[Schedule]) -> tuple[int, int, str]:
-    s = _schedule_for(rows_total, "bf16", schedule)
-    n = _fixed_splits(s)
+    key, rows, n = _resolve(rows_total, "bf16", schedule)
     b = cache_seqlens.shape[0]
     parts = b * n if n else scheduler.num_parts(ops.sm_count(cache_seqlens.device), rows_total,
-                                                 s.mapping.rows_per_tile)
-    return parts, n, ops.library(s)
+                                                 rows)
+    return parts, n, key
 
 
 def _fixed_splits(s: Schedule) -> int:

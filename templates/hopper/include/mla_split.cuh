@@ -61,6 +61,7 @@ struct SplitConfig {
   static_assert(kTilesPerWarp <= kNTilesS, "a warp's score tiles share one row tile");
   static_assert(kTPR >= 2 && kTPR <= 32 && kCPT >= 1, "softmax thread mapping");
   static_assert(kONTiles % 2 == 0, "PV loads V for two column tiles at a time");
+  static_assert(kThreads % ROWS == 0 && kThreads % BKV == 0, "load mapping");
 };
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a swizzled 576-wide tile: the
@@ -94,46 +95,48 @@ struct SplitKernel {
     return sm;
   }
 
-  // Q rows [row0, row0 + ROWS) of request `req`; rows past s_q * h_q are zero.
+  // Q rows [row0, row0 + ROWS) of request `req`; rows past s_q * h_q are zero.  Each row is
+  // loaded by THREADS / ROWS threads, so a thread computes its row's address once.
   static __device__ __forceinline__ void load_q(const MlaParams& p, const Smem& sm, int req,
                                                 int row0, int rows_total) {
+    constexpr int kTPRow = C::kThreads / ROWS;
     const T* q = static_cast<const T*>(p.q);
-    for (int c = threadIdx.x; c < ROWS * kChunks; c += C::kThreads) {
-      const int r = c / kChunks, ch = c % kChunks;
-      const int gr = row0 + r;
-      const bool ok = gr < rows_total;
-      const int s = ok ? gr / p.h_q : 0, h = ok ? gr % p.h_q : 0;
-      const T* src = q + req * p.q_stride_b + s * p.q_stride_s + h * p.q_stride_h + ch * 8;
-      cp_async16(sm.q + swz(r, ch), ok ? src : q, ok);
-    }
+    const int r = threadIdx.x / kTPRow, j = threadIdx.x % kTPRow;
+    const int gr = row0 + r;
+    const bool ok = gr < rows_total;
+    const int s = ok ? gr / p.h_q : 0, h = ok ? gr % p.h_q : 0;
+    const T* src = ok ? q + req * p.q_stride_b + s * p.q_stride_s + h * p.q_stride_h : q;
+#pragma unroll
+    for (int ch = j; ch < kChunks; ch += kTPRow)
+      cp_async16(sm.q + swz(r, ch), src + (ok ? ch * 8 : 0), ok);
   }
 
   // Keys [t0, t0 + BKV) of request `req` into stage `stage`; keys at or past `end` are zero.
+  // Each key row is loaded by THREADS / BKV threads (interleaved 16-byte chunks, so a warp
+  // instruction reads whole 64-byte runs), and a thread looks its page up once per block.
   // Returns true if a block-table entry was out of range.
   static __device__ __forceinline__ bool load_k(const MlaParams& p, const Smem& sm, int req,
                                                 int t0, int end, int stage) {
+    constexpr int kTPRow = C::kThreads / BKV;
     const T* k = static_cast<const T*>(p.k);
-    const int* bt = p.block_table + static_cast<int64_t>(req) * p.bt_stride;
-    T* dst = sm.k + stage * BKV * kD;
-    bool bad = false;
-#pragma unroll 4
-    for (int c = threadIdx.x; c < BKV * kChunks; c += C::kThreads) {
-      const int r = c / kChunks, ch = c % kChunks;
-      const int t = t0 + r;
-      bool ok = t < end;
-      const T* src = k;
-      if (ok) {
-        const int pi = t / p.page_size;
-        const int page = pi < p.max_blocks ? bt[pi] : -1;
-        if (page < 0 || page >= p.num_blocks) {
-          bad = true;
-          ok = false;
-        } else {
-          src = k + page * p.k_stride_block + (t - pi * p.page_size) * p.k_stride_token + ch * 8;
-        }
+    const int r = threadIdx.x / kTPRow, j = threadIdx.x % kTPRow;
+    const int t = t0 + r;
+    bool ok = t < end, bad = false;
+    const T* src = k;
+    if (ok) {
+      const int pi = t / p.page_size;
+      const int page = pi < p.max_blocks ? p.block_table[static_cast<int64_t>(req) * p.bt_stride + pi] : -1;
+      if (page < 0 || page >= p.num_blocks) {
+        bad = true;
+        ok = false;
+      } else {
+        src = k + page * p.k_stride_block + (t - pi * p.page_size) * p.k_stride_token;
       }
-      cp_async16(dst + swz(r, ch), src, ok);
     }
+    T* dst = sm.k + stage * BKV * kD;
+#pragma unroll
+    for (int ch = j; ch < kChunks; ch += kTPRow)
+      cp_async16(dst + swz(r, ch), src + (ok ? ch * 8 : 0), ok);
     return bad;
   }
 
@@ -156,40 +159,53 @@ struct SplitKernel {
       ks0 = g * C::kKSteps / C::kKSplit;
       ks1 = (g + 1) * C::kKSteps / C::kKSplit;
     }
-    float acc[C::kTilesPerWarp][4];
+    // two accumulator sets (even and odd k steps) halve the chain of dependent MMAs
+    float acc[2][C::kTilesPerWarp][4];
 #pragma unroll
-    for (int t = 0; t < C::kTilesPerWarp; ++t)
+    for (int u = 0; u < 2; ++u)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[t][e] = 0.f;
+      for (int t = 0; t < C::kTilesPerWarp; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[u][t][e] = 0.f;
     const int arow = mt * 16 + (lane & 15);
-#pragma unroll 4
-    for (int ks = ks0; ks < ks1; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, sm.q + swz(arow, ks * 2 + (lane >> 4)));
-      if constexpr (C::kTilesPerWarp == 1) {
-        uint32_t b[2];
-        const int tok = nt0 * 8 + (lane & 7);
-        ldmatrix_x2(b, kb + swz(tok, ks * 2 + ((lane >> 3) & 1)));
-        mma16816<T>(acc[0], a, b[0], b[1]);
-      } else {
+#pragma unroll 2
+    for (int ks2 = ks0; ks2 < ks1; ks2 += 2) {
 #pragma unroll
-        for (int pr = 0; pr < C::kTilesPerWarp / 2; ++pr) {
-          uint32_t b[4];
-          const int tok = (nt0 + 2 * pr) * 8 + (lane & 7) + ((lane >> 4) << 3);
-          ldmatrix_x4(b, kb + swz(tok, ks * 2 + ((lane >> 3) & 1)));
-          mma16816<T>(acc[2 * pr], a, b[0], b[1]);
-          mma16816<T>(acc[2 * pr + 1], a, b[2], b[3]);
+      for (int u = 0; u < 2; ++u) {
+        const int ks = ks2 + u;
+        if (ks >= ks1) break;
+        uint32_t a[4];
+        ldmatrix_x4(a, sm.q + swz(arow, ks * 2 + (lane >> 4)));
+        if constexpr (C::kTilesPerWarp == 1) {
+          uint32_t b[2];
+          const int tok = nt0 * 8 + (lane & 7);
+          ldmatrix_x2(b, kb + swz(tok, ks * 2 + ((lane >> 3) & 1)));
+          mma16816<T>(acc[u][0], a, b[0], b[1]);
+        } else {
+#pragma unroll
+          for (int pr = 0; pr < C::kTilesPerWarp / 2; ++pr) {
+            uint32_t b[4];
+            const int tok = (nt0 + 2 * pr) * 8 + (lane & 7) + ((lane >> 4) << 3);
+            ldmatrix_x4(b, kb + swz(tok, ks * 2 + ((lane >> 3) & 1)));
+            mma16816<T>(acc[u][2 * pr], a, b[0], b[1]);
+            mma16816<T>(acc[u][2 * pr + 1], a, b[2], b[3]);
+          }
         }
       }
     }
+#pragma unroll
+    for (int t = 0; t < C::kTilesPerWarp; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[0][t][e] += acc[1][t][e];
     float* s = sm.s + g * ROWS * C::kSStride;
     const int r = mt * 16 + lane / 4;
 #pragma unroll
     for (int t = 0; t < C::kTilesPerWarp; ++t) {
       const int col = (nt0 + t) * 8 + (lane % 4) * 2;
-      *reinterpret_cast<float2*>(s + r * C::kSStride + col) = make_float2(acc[t][0], acc[t][1]);
+      *reinterpret_cast<float2*>(s + r * C::kSStride + col) =
+          make_float2(acc[0][t][0], acc[0][t][1]);
       *reinterpret_cast<float2*>(s + (r + 8) * C::kSStride + col) =
-          make_float2(acc[t][2], acc[t][3]);
+          make_float2(acc[0][t][2], acc[0][t][3]);
     }
   }
 
