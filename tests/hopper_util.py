@@ -71,14 +71,24 @@ def assert_close(x, y, name, abs_tol, rel_tol, cos_tol=None):
             assert cos_diff < cos_tol, f"{name}: cos-diff {cos_diff:.3g} >= {cos_tol}"
 
 
+def flashmla_data(q, k_cache):
+    """FlashMLA's test distribution: randn / 10 clamped to [-1, 1] (NaN slots stay NaN)."""
+    return (q / 10).clamp(-1, 1), (k_cache / 10).clamp(-1, 1)
+
+
 def check_against_reference(out, lse, q, k_cache, block_table, cache_seqlens, softmax_scale,
-                            causal):
-    """FlashMLA's tolerances: elementwise against the reference with P in q's dtype, cos-diff
-    against the exact one; lse against the exact one."""
+                            causal, sharp=False):
+    """Against the exact reference.  FlashMLA's data (sharp=False): FlashMLA's tolerances
+    (out abs 8e-4 OR rel 2.01/128, cos-diff < 5e-6; lse abs 1e-6 OR rel 8.01/65536).
+
+    Sharp data (randn, std 1: a few keys dominate each row): P in bf16/fp16 (as the tensor
+    cores take it, in FlashMLA too) carries a relative error up to 2^-9 per probability, so
+    an output element may be off by up to 2^-9 * max|V| before its own rounding; there the
+    element bound is abs 2^-8 * max|V| OR rel 2.01/128, with the same cos-diff and lse checks."""
     ref_out, ref_lse = reference(q, k_cache, block_table, cache_seqlens, softmax_scale, causal)
-    rnd_out, _ = reference(q, k_cache, block_table, cache_seqlens, softmax_scale, causal,
-                           p_dtype=q.dtype)
-    assert_close(out.float(), rnd_out.to(out.dtype).float(), "out", 8e-4, 2.01 / 128, 5e-6)
-    assert_close(out.float(), ref_out.to(out.dtype).float(), "out (exact, cos only)", 1e30,
-                 1e30, 5e-6)
+    abs_tol = 8e-4
+    if sharp:
+        vmax = float(torch.nan_to_num(k_cache[..., :ref_out.shape[-1]].float(), 0.0).abs().max())
+        abs_tol = max(abs_tol, vmax / 256)
+    assert_close(out.float(), ref_out.to(out.dtype).float(), "out", abs_tol, 2.01 / 128, 5e-6)
     assert_close(lse, ref_lse, "lse", 1e-6, 8.01 / 65536)

@@ -12,7 +12,7 @@ from mlagen.errors import InputError
 from mlagen.problem import make_inputs
 from mlagen.schedule.records import Problem, Schedule
 
-from hopper_util import check_against_reference
+from hopper_util import check_against_reference, flashmla_data
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -25,10 +25,15 @@ def api():
     return a
 
 
-def inputs(batch, seqlens, s_q, h_q, page, dtype="bf16", seed=0, q_noncontiguous=False):
+def inputs(batch, seqlens, s_q, h_q, page, dtype="bf16", seed=0, sharp=False):
+    """make_inputs' workload (NaN in unused pages and page tails, shuffled table); unless
+    sharp, scaled to FlashMLA's test distribution."""
     prob = Problem(page_size=page, dtype=dtype, max_s_q=s_q)
-    return make_inputs(prob, batch, seqlens, s_q=s_q, heads=h_q, seed=seed, device="cuda",
-                       q_noncontiguous=q_noncontiguous)
+    inp = make_inputs(prob, batch, seqlens, s_q=s_q, heads=h_q, seed=seed, device="cuda")
+    if not sharp:
+        inp.q, inp.k_cache = flashmla_data(inp.q, inp.k_cache)
+    inp.meta["sharp"] = sharp
+    return inp
 
 
 def run(inp, causal=True, schedule=None):
@@ -44,7 +49,7 @@ def check(inp, causal=True, schedule=None):
     out, lse = run(inp, causal, schedule)
     torch.cuda.synchronize()
     check_against_reference(out, lse, inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
-                            inp.softmax_scale, causal)
+                            inp.softmax_scale, causal, sharp=inp.meta["sharp"])
     return out, lse
 
 
@@ -63,9 +68,10 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("sharp", [False, True], ids=["flashmla_data", "randn"])
 @pytest.mark.parametrize("batch,seqlens,s_q,h_q,page,dtype,causal", CASES)
-def test_cases(batch, seqlens, s_q, h_q, page, dtype, causal):
-    check(inputs(batch, seqlens, s_q, h_q, page, dtype), causal)
+def test_cases(batch, seqlens, s_q, h_q, page, dtype, causal, sharp):
+    check(inputs(batch, seqlens, s_q, h_q, page, dtype, sharp=sharp), causal)
 
 
 SCHEDULES = [None,
@@ -79,15 +85,22 @@ SCHEDULES = [None,
 @given(batch=st.integers(1, 5), data=st.data(),
        s_q=st.sampled_from([1, 2, 3, 8]), h_q=st.sampled_from([1, 3, 16, 63, 64, 128]),
        page=st.sampled_from([1, 16, 32, 64, 128]), dtype=st.sampled_from(["bf16", "fp16"]),
-       causal=st.booleans(), knobs=st.sampled_from(SCHEDULES), seed=st.integers(0, 99))
-def test_hypothesis(batch, data, s_q, h_q, page, dtype, causal, knobs, seed):
+       causal=st.booleans(), knobs=st.sampled_from(SCHEDULES), seed=st.integers(0, 99),
+       sharp=st.booleans())
+def test_hypothesis(batch, data, s_q, h_q, page, dtype, causal, knobs, seed, sharp):
     seqlens = data.draw(st.lists(st.sampled_from(SEQLENS), min_size=batch, max_size=batch))
     sched = None if knobs is None else Schedule.build(target="hopper", dtype=dtype, **knobs)
-    check(inputs(batch, seqlens, s_q, h_q, page, dtype, seed), causal, sched)
+    check(inputs(batch, seqlens, s_q, h_q, page, dtype, seed, sharp=sharp), causal, sched)
 
 
 def test_noncontiguous_q():
-    inp = inputs(3, [100, 1, 2000], 2, 16, 64, q_noncontiguous=True)
+    inp = inputs(3, [100, 1, 2000], 2, 16, 64)
+    wide = torch.zeros(3, 2, 32, 576, dtype=inp.q.dtype, device="cuda")
+    wide[:, :, 1::2] = inp.q
+    inp.q = wide[:, :, 1::2]              # every other head of a wider tensor
+    assert not inp.q.is_contiguous()
+    check(inp)
+    inp.q = inp.q.transpose(1, 2).contiguous().transpose(1, 2)   # s_q stride < h stride
     assert not inp.q.is_contiguous()
     check(inp)
 

@@ -55,20 +55,24 @@ def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> tuple
     return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s)
 
 
-@torch.compiler.disable
 def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> str:
-    """Outside torch.compile's graph: a build and a dlopen are side effects it must not trace."""
     return _resolve(rows_total, dtype, schedule)[0]
 
 
-@torch.compiler.disable
 def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
                    schedule: Optional[Schedule]) -> tuple[int, int, str]:
     key, rows, n = _resolve(rows_total, "bf16", schedule)
     b = cache_seqlens.shape[0]
-    parts = b * n if n else scheduler.num_parts(ops.sm_count(cache_seqlens.device), rows_total,
-                                                 rows)
-    return parts, n, key
+    if n:
+        return b * n, n, key
+    slots = ops.sm_count(cache_seqlens.device) * ops.get(key).ctas_per_sm()
+    return scheduler.num_parts(slots, rows_total, rows), n, key
+
+
+# Under torch.compile: a build, a dlopen and a device query are side effects it must not
+# trace, so they run outside the graph.
+_library_key_compiled = torch.compiler.disable(_library_key)
+_metadata_plan_compiled = torch.compiler.disable(_metadata_plan)
 
 
 def _fixed_splits(s: Schedule) -> int:
@@ -112,8 +116,11 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
           f"num_heads_per_head_k = s_q * h_q // h_kv = {num_heads_per_head_k} must be in "
           "1..1024 (h_q <= 128, s_q <= 8)")
     _on_cuda({"cache_seqlens": cache_seqlens})
+    if torch.compiler.is_compiling():
+        parts, n, key = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule)
+        return ops.get_mla_metadata_op(cache_seqlens, parts, n, key)
     parts, n, key = _metadata_plan(cache_seqlens, num_heads_per_head_k, schedule)
-    return ops.get_mla_metadata_op(cache_seqlens, parts, n, key)
+    return ops.get_mla_metadata_impl(cache_seqlens, parts, n, key)
 
 
 def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
@@ -179,6 +186,10 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
         q = q.contiguous()           # the kernel loads 16-byte pieces of q's rows
     scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
     b, s_q, h_q, _ = q.shape
+    if torch.compiler.is_compiling():
+        key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule)
+        return ops.mla_decode_op(q, k_cache, block_table, cache_seqlens,
+                                 tile_scheduler_metadata, num_splits, scale, bool(causal), key)
     key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule)
-    return ops.mla_decode_op(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
-                             num_splits, scale, bool(causal), key)
+    return ops.mla_decode_impl(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                               num_splits, scale, bool(causal), key)

@@ -45,11 +45,21 @@ class KernelLib:
         lib.mlagen_hopper_decode.restype = I
         lib.mlagen_hopper_decode.argtypes = ([P] * 10 + [LL] * 5 + [I] * 8 + [F, I, P])
         self.lib = lib
+        self._ctas_per_sm: int | None = None
         self.rows_per_tile = lib.mlagen_hopper_rows_per_tile()
         if self.rows_per_tile != schedule.mapping.rows_per_tile:
             raise RuntimeError(f"library {self.artifact.path} was built for "
                                f"{self.rows_per_tile} rows, expected "
                                f"{schedule.mapping.rows_per_tile}")
+
+    def ctas_per_sm(self) -> int:
+        """Split-kernel CTAs that fit on one SM (asked of the CUDA runtime once)."""
+        if self._ctas_per_sm is None:
+            n = self.lib.mlagen_hopper_ctas_per_sm()
+            if n <= 0:
+                self.check(-n or 1, "occupancy query")
+            self._ctas_per_sm = n
+        return self._ctas_per_sm
 
     def check(self, code: int, what: str) -> None:
         if code != 0:
@@ -85,9 +95,8 @@ def _stream(device: torch.device) -> ctypes.c_void_p:
 
 
 # --------------------------------------------------------------------------- metadata ----
-@torch.library.custom_op("mlagen_hopper::get_mla_metadata", mutates_args=())
-def get_mla_metadata_op(cache_seqlens: torch.Tensor, num_parts: int, fixed_splits: int,
-                        kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+def get_mla_metadata_impl(cache_seqlens: torch.Tensor, num_parts: int, fixed_splits: int,
+                          kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
     lib = get(kernel)
     b = cache_seqlens.shape[0]
     dev = cache_seqlens.device
@@ -100,6 +109,12 @@ def get_mla_metadata_op(cache_seqlens: torch.Tensor, num_parts: int, fixed_split
                                               _stream(dev))
     lib.check(code, "scheduler launch")
     return sched, num_splits
+
+
+# The torch ops: what torch.compile traces.  Eager calls go to the *_impl functions directly
+# (api.py), skipping the dispatcher's tens of microseconds per call.
+get_mla_metadata_op = torch.library.custom_op("mlagen_hopper::get_mla_metadata",
+                                              get_mla_metadata_impl, mutates_args=())
 
 
 @get_mla_metadata_op.register_fake
@@ -137,8 +152,7 @@ def _check_indices(k_cache, block_table, cache_seqlens) -> None:
                          f"uses that page")
 
 
-@torch.library.custom_op("mlagen_hopper::mla_decode", mutates_args=())
-def mla_decode_op(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
+def mla_decode_impl(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
                   cache_seqlens: torch.Tensor, sched: torch.Tensor, num_splits: torch.Tensor,
                   softmax_scale: float, causal: bool, kernel: str
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,6 +183,10 @@ def mla_decode_op(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Ten
             softmax_scale * math.log2(math.e), int(causal), _stream(dev))
     lib.check(code, "decode launch")
     return out, lse
+
+
+mla_decode_op = torch.library.custom_op("mlagen_hopper::mla_decode", mla_decode_impl,
+                                        mutates_args=())
 
 
 @mla_decode_op.register_fake

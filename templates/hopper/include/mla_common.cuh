@@ -38,6 +38,7 @@ struct MlaParams {
 
 // Launchers, one translation unit each (split.cu, combine.cu, scheduler.cu).
 cudaError_t launch_split(const MlaParams& p, cudaStream_t stream);
+cudaError_t split_ctas_per_sm(int* n);
 cudaError_t launch_combine(const MlaParams& p, cudaStream_t stream);
 cudaError_t launch_scheduler(const int* seqlens, int batch, int num_parts, int fixed_cost,
                              int fixed_splits, int* sched, int* num_splits, cudaStream_t stream);

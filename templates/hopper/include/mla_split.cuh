@@ -53,6 +53,10 @@ struct SplitConfig {
   static constexpr int kSBytes = kKSplit * ROWS * kSStride * 4;
   static constexpr int kStatBytes = 2 * ROWS * 4;
   static constexpr int kSmem = kQBytes + kKBytes + kPBytes + kSBytes + kStatBytes;
+  // Two CTAs per SM when two fit in its 228 KiB (1 KiB per CTA is reserved) and in its
+  // registers at up to 128 per thread: one CTA's loads then overlap the other's math.
+  static constexpr int kMinBlocks =
+      (2 * (kSmem + 1024) <= 233472 && 2 * kThreads * 128 <= 65536) ? 2 : 1;
 
   static_assert(ROWS == 16 || ROWS == 32 || ROWS == 64, "rows_per_tile must be 16, 32 or 64");
   static_assert(BKV == 16 || BKV == 32 || BKV == 64, "block_kv must be 16, 32 or 64");
@@ -398,22 +402,40 @@ struct SplitKernel {
 };
 
 template <typename T, int ROWS, int BKV, int STAGES, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32, 1) mla_split_kernel(const __grid_constant__ MlaParams p) {
+__global__ void __launch_bounds__(WARPS * 32, (SplitConfig<ROWS, BKV, STAGES, WARPS>::kMinBlocks))
+mla_split_kernel(const __grid_constant__ MlaParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   SplitKernel<T, ROWS, BKV, STAGES, WARPS>::run(p, smem);
+}
+
+// Raise the kernel's dynamic shared memory limit (once per process).
+template <typename T, int ROWS, int BKV, int STAGES, int WARPS>
+cudaError_t prepare_split() {
+  static bool done = false;
+  if (done) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(mla_split_kernel<T, ROWS, BKV, STAGES, WARPS>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       SplitConfig<ROWS, BKV, STAGES, WARPS>::kSmem);
+  done = e == cudaSuccess;
+  return e;
+}
+
+// CTAs of the split kernel that fit on one SM (the scheduler makes that many parts per SM).
+template <typename T, int ROWS, int BKV, int STAGES, int WARPS>
+cudaError_t split_ctas_per_sm_impl(int* n) {
+  using C = SplitConfig<ROWS, BKV, STAGES, WARPS>;
+  cudaError_t e = prepare_split<T, ROWS, BKV, STAGES, WARPS>();
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      n, mla_split_kernel<T, ROWS, BKV, STAGES, WARPS>, C::kThreads, C::kSmem);
 }
 
 template <typename T, int ROWS, int BKV, int STAGES, int WARPS>
 cudaError_t launch_split_impl(const MlaParams& p, cudaStream_t stream) {
   using C = SplitConfig<ROWS, BKV, STAGES, WARPS>;
   auto kernel = mla_split_kernel<T, ROWS, BKV, STAGES, WARPS>;
-  static bool attr_set = false;   // per process; the attribute is per function
-  if (!attr_set) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         C::kSmem);
-    if (e != cudaSuccess) return e;
-    attr_set = true;
-  }
+  cudaError_t e = prepare_split<T, ROWS, BKV, STAGES, WARPS>();
+  if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   dim3 grid(p.num_parts, (rows_total + ROWS - 1) / ROWS);
   kernel<<<grid, C::kThreads, C::kSmem, stream>>>(p);
