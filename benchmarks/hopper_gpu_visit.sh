@@ -28,8 +28,11 @@ timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m cuda -q --maxfail=5 tests/test
   > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -15 "$OUT/pytest.log"
 if [ "${TUNE:-0}" = 1 ]; then
-  timeout ${TUNE_TIMEOUT:-240} python3 benchmarks/hopper_tune.py --out "$OUT/tune.json" > "$OUT/tune.log" 2>&1
+  timeout ${TUNE_TIMEOUT:-240} python3 benchmarks/hopper_tune.py --out "$OUT/tune.json" \
+    --best "$OUT/best_knobs.json" > "$OUT/tune.log" 2>&1
   echo "tune rc=$?"; cat "$OUT/tune.log" | tail -8
+  # the sweep runs with the tuned knobs (defaults.py's TILE_KNOBS hold them once recorded)
+  [ -s "$OUT/best_knobs.json" ] && export MLAGEN_HOPPER_TILE_KNOBS=$(cat "$OUT/best_knobs.json")
 fi
 timeout ${SWEEP_TIMEOUT:-240} python3 benchmarks/hopper_sweep.py --out "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
 echo "sweep rc=$?"

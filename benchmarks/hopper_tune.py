@@ -49,12 +49,15 @@ def main():
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--best", default=None,
+                    help="write the fastest knobs per tile size (the first row timed for that "
+                         "size) as MLAGEN_HOPPER_TILE_KNOBS JSON")
     args = ap.parse_args()
     cands = {r: candidates(r) for r in (16, 32, 64)}
     allc = [s for v in cands.values() for s in v]
     with ThreadPoolExecutor(8) as ex:
         list(ex.map(ops.library, allc))
-    results = []
+    results, best = [], {}
     for b, s_q, sk, h_q in ROWS:
         q, k, bt, seqlens, lens = workload(b, s_q, sk, h_q, False)
         rows = defaults.rows_for(s_q * h_q)
@@ -68,13 +71,18 @@ def main():
             torch.cuda.synchronize()
             ms = triton.testing.do_bench(call, warmup=10, rep=50, return_mode="median")
             m = s.mapping
-            timed.append((ms, f"r{m.rows_per_tile} bkv{m.block_kv} buf{m.buffers} w{m.warps}"))
+            timed.append((ms, f"r{m.rows_per_tile} bkv{m.block_kv} buf{m.buffers} w{m.warps}",
+                          [m.block_kv, m.buffers, m.warps]))
             results.append(dict(b=b, s_q=s_q, sk=sk, h_q=h_q, schedule=timed[-1][1], ms=ms))
-        timed.sort()
+        timed.sort(key=lambda x: x[0])
+        best.setdefault(str(rows), timed[0][2])
         print(f"b={b} s_q={s_q} sk={sk} h_q={h_q}: " +
-              ", ".join(f"{n} {ms:.4f}" for ms, n in timed), flush=True)
+              ", ".join(f"{n} {ms:.4f}" for ms, n, _ in timed), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
+    if args.best:
+        Path(args.best).write_text(json.dumps(best))
+    print("best:", json.dumps(best))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ unused pages and page tails, shuffled block tables, odd lengths, head counts and
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -192,3 +194,13 @@ def test_wrong_device_mix():
     with pytest.raises(InputError, match="CUDA"):
         a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table.cpu(), inp.cache_seqlens,
                                  512, md, ns)
+
+
+def test_runner_through_mlagen_run():
+    import mlagen
+    s = mlagen.load_schedule(Path(mlagen.paths.SCHEDULES_DIR) / "hopper_h200.toml")
+    inp = inputs(2, [70, 900], 1, 128, 64)
+    res = mlagen.run(s, inp)
+    torch.cuda.synchronize()
+    check_against_reference(res.out, res.lse, inp.q, inp.k_cache, inp.block_table,
+                            inp.cache_seqlens, inp.softmax_scale, True)

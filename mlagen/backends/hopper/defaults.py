@@ -5,11 +5,26 @@ shares one build."""
 
 from __future__ import annotations
 
+import json
+import os
+
 from mlagen.schedule.records import Schedule
 
 # rows_per_tile -> (block_kv, buffers, warps): the largest K pipeline that fits beside Q in
 # 227 KiB (see mlagen.schedule.resources.hopper_smem), 8 warps to keep loads in flight.
+# Picked with benchmarks/hopper_tune.py on the lent H200 (benchmarks/results/hopper_h200.md).
 TILE_KNOBS = {16: (64, 2, 8), 32: (64, 2, 8), 64: (32, 3, 8)}
+
+
+def tile_knobs() -> dict[int, tuple[int, int, int]]:
+    """TILE_KNOBS, with MLAGEN_HOPPER_TILE_KNOBS (JSON {"rows": [block_kv, buffers, warps]})
+    replacing entries: how a tuning run's choice is tried without editing this file."""
+    knobs = dict(TILE_KNOBS)
+    env = os.environ.get("MLAGEN_HOPPER_TILE_KNOBS")
+    if env:
+        for rows, v in json.loads(env).items():
+            knobs[int(rows)] = tuple(int(x) for x in v)
+    return knobs
 
 
 def rows_for(rows_total: int) -> int:
@@ -23,7 +38,7 @@ def rows_for(rows_total: int) -> int:
 
 def default_schedule(rows_total: int, dtype: str = "bf16") -> Schedule:
     rows = rows_for(rows_total)
-    block_kv, buffers, warps = TILE_KNOBS[rows]
+    block_kv, buffers, warps = tile_knobs()[rows]
     return canonical(Schedule.build(name=f"hopper_default_r{rows}_{dtype}", target="hopper",
                                     dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
                                     buffers=buffers, warps=warps))

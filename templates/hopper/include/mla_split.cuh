@@ -38,9 +38,16 @@ struct SplitConfig {
   static constexpr int kMTiles = ROWS / 16;
   static constexpr int kNTilesS = BKV / 8;
   static constexpr int kTilesS = kMTiles * kNTilesS;
-  static constexpr int kTilesPerWarp = kTilesS >= WARPS ? kTilesS / WARPS : 1;
-  static constexpr int kKSplit = kTilesS >= WARPS ? 1 : WARPS / kTilesS;
+  // 16-row tiles keep Q in registers: every warp computes all score tiles of the block over
+  // its share of the 576-deep reduction (Q is read from shared memory once per piece, and a
+  // warp's MMAs form NTilesS independent chains).  Larger tiles split the score tiles over
+  // the warps (and the reduction only when there are fewer tiles than warps).
+  static constexpr bool kQInRegs = ROWS == 16;
+  static constexpr int kTilesPerWarp =
+      kQInRegs ? kNTilesS : (kTilesS >= WARPS ? kTilesS / WARPS : 1);
+  static constexpr int kKSplit = kQInRegs ? WARPS : (kTilesS >= WARPS ? 1 : WARPS / kTilesS);
   static constexpr int kKSteps = kD / 16;
+  static constexpr int kKStepsPerWarp = (kKSteps + kKSplit - 1) / kKSplit;
   static constexpr int kOCols = kDV / WARPS;
   static constexpr int kONTiles = kOCols / 8;
   static constexpr int kTPR = kThreads / ROWS;
@@ -63,6 +70,7 @@ struct SplitConfig {
   static_assert(STAGES >= 1 && STAGES <= 3, "buffers must be 1, 2 or 3");
   static_assert(WARPS == 4 || WARPS == 8, "warps must be 4 or 8");
   static_assert(kTilesPerWarp <= kNTilesS, "a warp's score tiles share one row tile");
+  static_assert(!kQInRegs || kNTilesS % 2 == 0, "score tiles are loaded in pairs");
   static_assert(kTPR >= 2 && kTPR <= 32 && kCPT >= 1, "softmax thread mapping");
   static_assert(kONTiles % 2 == 0, "PV loads V for two column tiles at a time");
   static_assert(kThreads % ROWS == 0 && kThreads % BKV == 0, "load mapping");
@@ -142,6 +150,52 @@ struct SplitKernel {
     for (int ch = j; ch < kChunks; ch += kTPRow)
       cp_async16(dst + swz(r, ch), src + (ok ? ch * 8 : 0), ok);
     return bad;
+  }
+
+  // This warp's Q fragments (16-row tiles): k steps [warp * 36 / W, (warp + 1) * 36 / W).
+  static __device__ __forceinline__ void load_q_frags(const Smem& sm,
+                                                      uint32_t (&qa)[C::kKStepsPerWarp][4]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int ks0 = warp * C::kKSteps / C::kKSplit, ks1 = (warp + 1) * C::kKSteps / C::kKSplit;
+#pragma unroll
+    for (int u = 0; u < C::kKStepsPerWarp; ++u)
+      if (ks0 + u < ks1) ldmatrix_x4(qa[u], sm.q + swz(lane & 15, (ks0 + u) * 2 + (lane >> 4)));
+  }
+
+  // S = Q K^T for one block with Q in registers: all score tiles, this warp's k steps;
+  // the partial sums go to score buffer `warp` (the softmax adds the buffers).
+  static __device__ __forceinline__ void scores_qregs(const Smem& sm, const T* kb,
+                                                      const uint32_t (&qa)[C::kKStepsPerWarp][4]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int ks0 = warp * C::kKSteps / C::kKSplit, ks1 = (warp + 1) * C::kKSteps / C::kKSplit;
+    float acc[C::kNTilesS][4];
+#pragma unroll
+    for (int t = 0; t < C::kNTilesS; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][e] = 0.f;
+#pragma unroll
+    for (int u = 0; u < C::kKStepsPerWarp; ++u) {
+      const int ks = ks0 + u;
+      if (ks < ks1) {
+#pragma unroll
+        for (int pr = 0; pr < C::kNTilesS / 2; ++pr) {
+          uint32_t b[4];
+          const int tok = pr * 16 + (lane & 7) + ((lane >> 4) << 3);
+          ldmatrix_x4(b, kb + swz(tok, ks * 2 + ((lane >> 3) & 1)));
+          mma16816<T>(acc[2 * pr], qa[u], b[0], b[1]);
+          mma16816<T>(acc[2 * pr + 1], qa[u], b[2], b[3]);
+        }
+      }
+    }
+    float* s = sm.s + warp * ROWS * C::kSStride;
+    const int r = lane / 4;
+#pragma unroll
+    for (int t = 0; t < C::kNTilesS; ++t) {
+      const int col = t * 8 + (lane % 4) * 2;
+      *reinterpret_cast<float2*>(s + r * C::kSStride + col) = make_float2(acc[t][0], acc[t][1]);
+      *reinterpret_cast<float2*>(s + (r + 8) * C::kSStride + col) =
+          make_float2(acc[t][2], acc[t][3]);
+    }
   }
 
   // S = Q K^T for one block: this warp's score tiles (or its share of the reduction).
@@ -241,6 +295,8 @@ struct SplitKernel {
 
     const int nblocks = end > start ? (end - start + BKV - 1) / BKV : 0;
     bool bad = false;
+    uint32_t qa[C::kQInRegs ? C::kKStepsPerWarp : 1][4];   // Q fragments (16-row tiles)
+    (void)qa;
     load_q(p, sm, req, row0, rows_total);
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
@@ -263,7 +319,12 @@ struct SplitKernel {
       }
       const T* kb = sm.k + (i % STAGES) * BKV * kD;
 
-      scores(sm, kb);
+      if constexpr (C::kQInRegs) {
+        if (i == 0) load_q_frags(sm, qa);   // Q landed with block 0
+        scores_qregs(sm, kb, qa);
+      } else {
+        scores(sm, kb);
+      }
       __syncthreads();
 
       {  // online softmax, log2 domain
