@@ -79,27 +79,29 @@ def _fixed_splits(s: Schedule) -> int:
     return 0 if s.mapping.split_kv == "auto" else int(s.mapping.split_kv)
 
 
-def _need(cond: bool, msg: str) -> None:
-    if not cond:
-        raise InputError(msg)
-
-
 def _int_vector(name: str, t: torch.Tensor, n: Optional[int] = None) -> None:
-    _need(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor")
-    _need(t.dtype == torch.int32, f"{name} must be int32, got {t.dtype}")
-    _need(t.dim() == 1, f"{name} must be 1-D, got shape {tuple(t.shape)}")
+    if not (isinstance(t, torch.Tensor)):
+        raise InputError(f"{name} must be a torch.Tensor")
+    if not (t.dtype == torch.int32):
+        raise InputError(f"{name} must be int32, got {t.dtype}")
+    if not (t.dim() == 1):
+        raise InputError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
     if n is not None:
-        _need(t.shape[0] == n, f"{name} must have {n} entries, got {t.shape[0]}")
-    _need(t.is_contiguous(), f"{name} must be contiguous")
+        if not (t.shape[0] == n):
+            raise InputError(f"{name} must have {n} entries, got {t.shape[0]}")
+    if not (t.is_contiguous()):
+        raise InputError(f"{name} must be contiguous")
 
 
 def _on_cuda(tensors: dict[str, torch.Tensor]) -> torch.device:
     dev = None
     for name, t in tensors.items():
-        _need(t.is_cuda, f"{name} must be on a CUDA device, got {t.device}")
+        if not (t.is_cuda):
+            raise InputError(f"{name} must be on a CUDA device, got {t.device}")
         if dev is None:
             dev = t.device
-        _need(t.device == dev, f"{name} is on {t.device} but the other inputs on {dev}")
+        if not (t.device == dev):
+            raise InputError(f"{name} is on {t.device} but the other inputs on {dev}")
     return dev
 
 
@@ -109,12 +111,15 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
     """The split of a decode step, computed on the GPU: (tile_scheduler_metadata int32
     [num_sm_parts, 8], num_splits int32 [b + 1]).  Once per step, shared by all layers."""
     _int_vector("cache_seqlens", cache_seqlens)
-    _need(cache_seqlens.shape[0] >= 1, "cache_seqlens must hold at least one sequence")
-    _need(cache_seqlens.shape[0] <= 8192, "at most 8192 sequences per call")
-    _need(num_heads_k == 1, f"num_heads_k = {num_heads_k}: MLA has one latent KV head")
-    _need(1 <= num_heads_per_head_k <= 1024,
-          f"num_heads_per_head_k = s_q * h_q // h_kv = {num_heads_per_head_k} must be in "
-          "1..1024 (h_q <= 128, s_q <= 8)")
+    if not (cache_seqlens.shape[0] >= 1):
+        raise InputError("cache_seqlens must hold at least one sequence")
+    if not (cache_seqlens.shape[0] <= 8192):
+        raise InputError("at most 8192 sequences per call")
+    if not (num_heads_k == 1):
+        raise InputError(f"num_heads_k = {num_heads_k}: MLA has one latent KV head")
+    if not (1 <= num_heads_per_head_k <= 1024):
+        raise InputError(f"num_heads_per_head_k = s_q * h_q // h_kv = {num_heads_per_head_k} must be in "
+                     "1..1024 (h_q <= 128, s_q <= 8)")
     _on_cuda({"cache_seqlens": cache_seqlens})
     if torch.compiler.is_compiling():
         parts, n, key = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule)
@@ -127,47 +132,63 @@ def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_schedu
                  num_splits, softmax_scale) -> None:
     """Raise InputError for anything the kernels cannot take (dtype, shape, device, stride).
     Shape and dtype checks come first, so they run on CPU tensors too."""
-    _need(isinstance(q, torch.Tensor) and isinstance(k_cache, torch.Tensor),
-          "q and k_cache must be torch.Tensors")
-    _need(q.dtype in _DTYPES, f"q must be bfloat16 or float16, got {q.dtype}")
-    _need(k_cache.dtype == q.dtype, f"k_cache is {k_cache.dtype} but q is {q.dtype}")
-    _need(q.dim() == 4, f"q must be [b, s_q, h_q, {D}], got shape {tuple(q.shape)}")
+    if not (isinstance(q, torch.Tensor) and isinstance(k_cache, torch.Tensor)):
+        raise InputError("q and k_cache must be torch.Tensors")
+    if not (q.dtype in _DTYPES):
+        raise InputError(f"q must be bfloat16 or float16, got {q.dtype}")
+    if not (k_cache.dtype == q.dtype):
+        raise InputError(f"k_cache is {k_cache.dtype} but q is {q.dtype}")
+    if not (q.dim() == 4):
+        raise InputError(f"q must be [b, s_q, h_q, {D}], got shape {tuple(q.shape)}")
     b, s_q, h_q, d = q.shape
-    _need(d == D, f"q's last dimension must be {D} (kv_lora_rank 512 + rope 64), got {d}")
-    _need(b >= 1, "q must hold at least one sequence")
-    _need(1 <= s_q <= 8, f"s_q = {s_q} must be in 1..8")
-    _need(k_cache.dim() == 4,
-          f"k_cache must be [num_blocks, page_size, h_kv, {D}], got shape {tuple(k_cache.shape)}")
+    if not (d == D):
+        raise InputError(f"q's last dimension must be {D} (kv_lora_rank 512 + rope 64), got {d}")
+    if not (b >= 1):
+        raise InputError("q must hold at least one sequence")
+    if not (1 <= s_q <= 8):
+        raise InputError(f"s_q = {s_q} must be in 1..8")
+    if not (k_cache.dim() == 4):
+        raise InputError(f"k_cache must be [num_blocks, page_size, h_kv, {D}], got shape {tuple(k_cache.shape)}")
     nb, page, h_kv, dk = k_cache.shape
-    _need(dk == D, f"k_cache's last dimension must be {D}, got {dk}")
-    _need(h_kv == 1, f"k_cache has h_kv = {h_kv}: MLA has one latent KV head")
-    _need(1 <= h_q <= 128 and h_q % h_kv == 0, f"h_q = {h_q} must be in 1..128")
-    _need(1 <= page <= 256, f"page size {page} must be in 1..256")
-    _need(nb >= 1, "k_cache has no blocks")
-    _need(head_dim_v == DV, f"head_dim_v = {head_dim_v}: the kernels are built for {DV}")
-    _need(q.stride(-1) == 1, "q's last dimension must be contiguous (stride 1)")
-    _need(k_cache.stride(-1) == 1, "k_cache's last dimension must be contiguous (stride 1)")
-    _need(k_cache.stride(1) % 8 == 0 and k_cache.stride(0) % 8 == 0,
-          "k_cache's block and token strides must be multiples of 8 elements (16 bytes)")
-    _need(isinstance(block_table, torch.Tensor) and block_table.dtype == torch.int32,
-          "block_table must be an int32 tensor")
-    _need(block_table.dim() == 2 and block_table.shape[0] == b,
-          f"block_table must be [b = {b}, max_blocks], got shape {tuple(block_table.shape)}")
-    _need(block_table.shape[1] >= 1, "block_table has no columns")
-    _need(block_table.stride(-1) == 1, "block_table's last dimension must be contiguous")
+    if not (dk == D):
+        raise InputError(f"k_cache's last dimension must be {D}, got {dk}")
+    if not (h_kv == 1):
+        raise InputError(f"k_cache has h_kv = {h_kv}: MLA has one latent KV head")
+    if not (1 <= h_q <= 128 and h_q % h_kv == 0):
+        raise InputError(f"h_q = {h_q} must be in 1..128")
+    if not (1 <= page <= 256):
+        raise InputError(f"page size {page} must be in 1..256")
+    if not (nb >= 1):
+        raise InputError("k_cache has no blocks")
+    if not (head_dim_v == DV):
+        raise InputError(f"head_dim_v = {head_dim_v}: the kernels are built for {DV}")
+    if not (q.stride(-1) == 1):
+        raise InputError("q's last dimension must be contiguous (stride 1)")
+    if not (k_cache.stride(-1) == 1):
+        raise InputError("k_cache's last dimension must be contiguous (stride 1)")
+    if not (k_cache.stride(1) % 8 == 0 and k_cache.stride(0) % 8 == 0):
+        raise InputError("k_cache's block and token strides must be multiples of 8 elements (16 bytes)")
+    if not (isinstance(block_table, torch.Tensor) and block_table.dtype == torch.int32):
+        raise InputError("block_table must be an int32 tensor")
+    if not (block_table.dim() == 2 and block_table.shape[0] == b):
+        raise InputError(f"block_table must be [b = {b}, max_blocks], got shape {tuple(block_table.shape)}")
+    if not (block_table.shape[1] >= 1):
+        raise InputError("block_table has no columns")
+    if not (block_table.stride(-1) == 1):
+        raise InputError("block_table's last dimension must be contiguous")
     _int_vector("cache_seqlens", cache_seqlens, b)
-    _need(isinstance(tile_scheduler_metadata, torch.Tensor)
-          and tile_scheduler_metadata.dtype == torch.int32
-          and tile_scheduler_metadata.dim() == 2
-          and tile_scheduler_metadata.shape[1] == scheduler.META_INTS
-          and tile_scheduler_metadata.shape[0] >= 1
-          and tile_scheduler_metadata.is_contiguous(),
-          "tile_scheduler_metadata must be the contiguous int32 [num_sm_parts, 8] tensor "
-          "from get_mla_metadata")
+    if not (isinstance(tile_scheduler_metadata, torch.Tensor)
+            and tile_scheduler_metadata.dtype == torch.int32
+            and tile_scheduler_metadata.dim() == 2
+            and tile_scheduler_metadata.shape[1] == scheduler.META_INTS
+            and tile_scheduler_metadata.shape[0] >= 1
+            and tile_scheduler_metadata.is_contiguous()):
+        raise InputError("tile_scheduler_metadata must be the contiguous int32 "
+                         "[num_sm_parts, 8] tensor from get_mla_metadata")
     _int_vector("num_splits", num_splits, b + 1)
     if softmax_scale is not None:
-        _need(float(softmax_scale) > 0 and float(softmax_scale) != float("inf"),
-              f"softmax_scale = {softmax_scale} must be a positive finite number")
+        if not (float(softmax_scale) > 0 and float(softmax_scale) != float("inf")):
+            raise InputError(f"softmax_scale = {softmax_scale} must be a positive finite number")
 
 
 def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,

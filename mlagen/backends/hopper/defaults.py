@@ -13,7 +13,7 @@ from mlagen.schedule.records import Schedule
 # rows_per_tile -> (block_kv, buffers, warps): the largest K pipeline that fits beside Q in
 # 227 KiB (see mlagen.schedule.resources.hopper_smem), 8 warps to keep loads in flight.
 # Picked with benchmarks/hopper_tune.py on the lent H200 (benchmarks/results/hopper_h200.md).
-TILE_KNOBS = {16: (64, 2, 8), 32: (64, 2, 8), 64: (32, 3, 8)}
+TILE_KNOBS = {16: (32, 2, 8), 32: (64, 2, 8), 64: (32, 3, 8)}
 
 
 def tile_knobs() -> dict[int, tuple[int, int, int]]:

@@ -94,6 +94,24 @@ def _stream(device: torch.device) -> ctypes.c_void_p:
     return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
 
 
+class _on_device:
+    """torch.cuda.device(dev), entered only when dev is not already current (the common
+    case costs one query instead of two device switches)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.ctx = None
+
+    def __enter__(self):
+        if self.device.index is not None and self.device.index != torch.cuda.current_device():
+            self.ctx = torch.cuda.device(self.device)
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
 # --------------------------------------------------------------------------- metadata ----
 def get_mla_metadata_impl(cache_seqlens: torch.Tensor, num_parts: int, fixed_splits: int,
                           kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,7 +120,7 @@ def get_mla_metadata_impl(cache_seqlens: torch.Tensor, num_parts: int, fixed_spl
     dev = cache_seqlens.device
     sched = torch.empty(num_parts, scheduler.META_INTS, dtype=torch.int32, device=dev)
     num_splits = torch.empty(b + 1, dtype=torch.int32, device=dev)
-    with torch.cuda.device(dev):
+    with _on_device(dev):
         code = lib.lib.mlagen_hopper_metadata(cache_seqlens.data_ptr(), b, num_parts,
                                               scheduler.FIXED_COST, fixed_splits,
                                               sched.data_ptr(), num_splits.data_ptr(),
@@ -173,7 +191,7 @@ def mla_decode_impl(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.T
     slots = b + parts     # each part adds at most one split beyond one per request
     o_acc = torch.empty(slots, rows_total, dv, dtype=torch.float32, device=dev)
     lse_acc = torch.empty(slots, rows_total, dtype=torch.float32, device=dev)
-    with torch.cuda.device(dev):
+    with _on_device(dev):
         code = lib.lib.mlagen_hopper_decode(
             q.data_ptr(), k_cache.data_ptr(), block_table.data_ptr(), cache_seqlens.data_ptr(),
             sched.data_ptr(), num_splits.data_ptr(), out.data_ptr(), lse.data_ptr(),
