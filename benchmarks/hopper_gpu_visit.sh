@@ -8,7 +8,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export MLAGEN_CACHE_DIR=${MLAGEN_CACHE_DIR:-/tmp/mlagen-cache}
 export MLAGEN_BUILD_JOBS=${MLAGEN_BUILD_JOBS:-16}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; nvcc --version | tail -1;
-  python3 -c 'import torch; print("torch", torch.__version__)'; git rev-parse HEAD 2>/dev/null; } > "$OUT/env.txt" 2>&1
+  python3 -c 'import torch; print("torch", torch.__version__)'; echo "commit ${COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 # build the default variants first (parallel), so test time is test time
 python3 - <<'PY' > "$OUT/build.log" 2>&1
