@@ -127,26 +127,33 @@ def run_point(schedule: Schedule, batch: int, seqlen: int, buffers=(1, 2),
     for nb in buffers:
         sched = _with_buffers(schedule, nb)
         mc = machine_for(sched)
-        times, why, res = {}, {}, {}
+        traces, why, res = {}, {}, {}
         for s in SCHEMES:
             try:
-                tr = dry(sched, inputs, s)
+                traces[s] = dry(sched, inputs, s)
             except MlagenError as e:
                 why[s] = str(e).splitlines()[0]
                 continue
-            r = simulate(tr, mc)
-            times[s], res[s] = r.total_s, r
-        if not times:
+            res[s] = simulate(traces[s], mc)
+        if not res:
             raise MlagenError(f"batch {batch} seqlen {seqlen} buffers {nb}: no scheme runs: "
                               f"{why}")
-        pt.times[nb], pt.refused[nb] = times, why
-        # auto: what the runner's "auto" picks (the same dry traces through choose_scheme)
-        pt.auto[nb], _ = choose_scheme(sched, inputs, lambda s: dry(sched, inputs, s))
+        pt.times[nb] = {s: r.total_s for s, r in res.items()}
+        pt.refused[nb] = why
+
+        def again(s, traces=traces, why=why):
+            if s in why:
+                raise MlagenError(why[s])
+            return traces[s]
+
+        # what "auto" picks: choose_scheme on the same dry-run traces
+        pt.auto[nb], _ = choose_scheme(sched, inputs, again)
         best = pt.best(nb)[0]
         pt.bound[nb] = res[best].bound_s
         pt.dominant[nb] = res[best].dominant_engine().name
         if keep:
             sims.update({(nb, s): r for s, r in res.items()})
+        del traces, res
     pt.seconds = time.perf_counter() - t0
     return (pt, sims) if keep else pt
 

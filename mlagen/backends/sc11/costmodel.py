@@ -488,34 +488,29 @@ def _csr(ev: np.ndarray):
     return waited.tolist(), dptr, rs.tolist(), optr
 
 
-def pipelined_bound(sim: SimResult, detail: bool = False):
-    """fill + sum over steps of max(compute_i, dma_i) + drain, per core, with the
-    simulated durations (so each DMA's share of DDR is the one the simulation found).
+def step_work(sim: SimResult) -> dict:
+    """{(core, segment): array [steps, 3] of SDMA, GDMA, BDC seconds per pipeline step}.
 
-    Each core's trace is cut at its barriers into segments.  A DMA *load* is one some BDC
-    event needs (directly or through other DMAs); its *first hop* is a load that reads a
-    memory no earlier DMA of the chain wrote (the SDMA gather DDR -> L2, or GDMA DDR -> LMEM),
-    a *later hop* moves what a DMA it depends on wrote (GDMA L2 -> LMEM after the gather).
-    A *step* begins at a BDC event that consumes a first hop not consumed before.  Window s
-    holds the BDC work of step s, the later hops feeding step s (they stream alongside its
-    compute), the first hops feeding step s + 1 (the prefetch) and the stores fed by step
-    s - 1.  A window costs its busiest engine's work; windows before the first step are the
-    fill, after the last the drain.  A segment costs the most any core needs; segments add
-    up, plus barrier_s per barrier.  ``detail`` also returns {(core, seg, window): [SDMA,
-    GDMA, BDC] seconds}.
+    Each core's trace is cut at its barriers into segments.  A *load* is a DMA into LMEM that
+    a BDC event waits for, or a DMA whose destination a load reads (the SDMA gather into L2
+    before the GDMA L2 -> LMEM); the *first hop* of a chain is the load that reads what no
+    earlier DMA of the chain wrote.  A *step* begins at a BDC event that waits for a load
+    whose first hop no earlier BDC event consumed.  A load counts in the step that first
+    needs it, a store (any other DMA after BDC work) in the step after the one that fed it
+    (when an ideal pipeline does it), a BDC event in its step.  Durations are the simulated
+    ones, so each DMA's share of DDR is the one the simulation found.
     """
     ev, dur = sim.events, (sim.end - sim.start).tolist()
     n = len(ev)
     if n == 0:
-        return (0.0, {}) if detail else 0.0
+        return {}
     dep, dptr, dpd, optr = _csr(ev)
     eng = ev["engine"].astype(np.int64).tolist()
     core = ev["core"].astype(np.int64).tolist()
     src = ev["src"].astype(np.int64).tolist()
     dst = ev["dst"].astype(np.int64).tolist()
-    BDC, BAR = int(Engine.BDC), int(Engine.BARRIER)
+    BDC, BAR, LMEM = int(Engine.BDC), int(Engine.BARRIER), int(Mem.LMEM)
 
-    # segment of each event on its core: barriers the core passed
     seg = [0] * n
     seen: dict = {}
     for i in range(n):
@@ -527,79 +522,109 @@ def pipelined_bound(sim: SimResult, detail: bool = False):
     def same(i, j):
         return core[i] == core[j] and seg[i] == seg[j]
 
-    # the first hop of each DMA's chain (itself when nothing it waits for wrote its source)
-    root = list(range(n))
-    for i in range(n):
+    # loads and the step that first needs them: dependents have higher ids, so go backwards
+    # (steps of BDC events are not known yet: first mark loads, number steps, then need)
+    is_load = [False] * n
+    for i in range(n - 1, -1, -1):
         if eng[i] >= BDC:
             continue
-        for d in dep[dptr[i]:dptr[i + 1]]:
-            if eng[d] < BDC and dst[d] == src[i] and same(i, d):
-                root[i] = root[d]
+        for j in dpd[optr[i]:optr[i + 1]]:
+            if not same(i, j):
+                continue
+            if (eng[j] == BDC and dst[i] == LMEM) or (eng[j] < BDC and is_load[j]
+                                                      and src[j] == dst[i]):
+                is_load[i] = True
                 break
+    root = list(range(n))
+    for i in range(n):
+        if is_load[i]:
+            for d in dep[dptr[i]:dptr[i + 1]]:
+                if is_load[d] and dst[d] == src[i] and same(i, d):
+                    root[i] = root[d]
+                    break
 
-    # steps of BDC events
-    step = [None] * n
+    step = [0] * n
     cur: dict = {}
     consumed = [False] * n
     for i in range(n):
         if eng[i] != BDC:
             continue
         key = (core[i], seg[i])
-        new_load = False
+        new = False
         for d in dep[dptr[i]:dptr[i + 1]]:
-            if eng[d] < BDC and same(i, d) and not consumed[root[d]]:
-                new_load = True
+            if is_load[d] and dst[d] == LMEM and same(i, d) and not consumed[root[d]]:
                 consumed[root[d]] = True
+                new = True
         st = cur.get(key)
-        st = 0 if st is None else st + new_load
+        st = 0 if st is None else st + new
         cur[key] = st
         step[i] = st
 
-    # loads: the step that first needs them (dependents have higher ids)
-    need = [None] * n
-    for i in range(n - 1, -1, -1):
-        if eng[i] >= BDC:
+    for i in range(n - 1, -1, -1):           # loads: the first step that needs them
+        if not is_load[i]:
             continue
         best = None
         for j in dpd[optr[i]:optr[i + 1]]:
             if not same(i, j):
                 continue
-            s_ = step[j] if eng[j] == BDC else need[j]
-            if s_ is not None and (best is None or s_ < best):
+            if eng[j] == BDC and dst[i] == LMEM:
+                s_ = step[j]
+            elif eng[j] < BDC and is_load[j] and src[j] == dst[i]:
+                s_ = step[j]
+            else:
+                continue
+            if best is None or s_ < best:
                 best = s_
-        need[i] = best
-    window = [None] * n
-    for i in range(n):
-        e = eng[i]
-        if e == BDC:
-            window[i] = step[i]
-        elif e == BAR:
+        step[i] = best
+    for i in range(n):                         # stores: after the step that fed them
+        if eng[i] >= BDC or is_load[i]:
             continue
-        elif need[i] is not None:
-            window[i] = need[i] - 1 if root[i] == i else need[i]
-        else:                               # a store: after the step that fed it
-            best = -1
-            for d in dep[dptr[i]:dptr[i + 1]]:
-                if same(i, d) and window[d] is not None:
-                    w = window[d] + 1 if eng[d] == BDC else window[d]
-                    best = max(best, w)
-            window[i] = best
+        best = 0
+        for d in dep[dptr[i]:dptr[i + 1]]:
+            if same(i, d) and eng[d] != BAR:
+                best = max(best, step[d] + 1 if eng[d] == BDC else step[d])
+        step[i] = best
 
-    work: dict = {}
+    out: dict = {}
     for i in range(n):
         if eng[i] == BAR:
             continue
-        key = (core[i], seg[i], window[i])
-        w = work.get(key)
+        key = (core[i], seg[i])
+        lst = out.setdefault(key, {})
+        w = lst.get(step[i])
         if w is None:
-            w = work[key] = [0.0, 0.0, 0.0]
+            w = lst[step[i]] = [0.0, 0.0, 0.0]
         w[eng[i]] += dur[i]
-    per_core: dict = {}
-    for (c, s_, _w), w in work.items():
-        per_core[(c, s_)] = per_core.get((c, s_), 0.0) + max(w)
+    res = {}
+    for key, lst in out.items():
+        arr = np.zeros((max(lst) + 1, 3))
+        for st, w in lst.items():
+            arr[st] = w
+        res[key] = arr
+    return res
+
+
+def flow_shop(work: np.ndarray) -> float:
+    """Makespan of steps through the stages SDMA -> GDMA -> BDC, one engine per stage,
+    unlimited buffers:  C[e][i] = max(C[e-1][i], C[e][i-1]) + work[i][e].  With one stage
+    dominating it is fill + sum over steps of max(compute_i, dma_i) + drain."""
+    c = [0.0, 0.0, 0.0]
+    for row in work.tolist():
+        prev = 0.0
+        for e in range(3):
+            t = max(prev, c[e]) + row[e]
+            c[e] = prev = t
+    return c[2] if work.size else 0.0
+
+
+def pipelined_bound(sim: SimResult, detail: bool = False):
+    """The ideal pipelined time: per segment between barriers the slowest core's flow-shop
+    makespan of its steps (step_work), summed over segments, plus barrier_s per barrier.
+    ``detail`` also returns step_work's table."""
+    work = step_work(sim)
     seg_cost: dict = {}
-    for (c, s_), v in per_core.items():
-        seg_cost[s_] = max(seg_cost.get(s_, 0.0), v)
+    for (c, s_), w in work.items():
+        seg_cost[s_] = max(seg_cost.get(s_, 0.0), flow_shop(w))
     total = float(sum(seg_cost.values()) + sim.barriers * sim.machine.barrier_s)
     return (total, work) if detail else total
 
