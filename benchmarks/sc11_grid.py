@@ -12,9 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from mlagen.backends.sc11 import bench
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))      # run from a checkout without installing
+
+from mlagen.backends.sc11 import bench  # noqa: E402
 
 
 def main(argv=None) -> int:

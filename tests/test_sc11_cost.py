@@ -256,3 +256,50 @@ def test_hundred_thousand_events_simulate_fast():
     took = time.perf_counter() - t0
     assert r.total_s > 0
     assert took < 1.5, f"{len(tr)} events took {took:.2f} s"   # ~0.35 s on the dev box
+
+
+def test_barrier_waits_are_not_idle_gaps():
+    tb = TraceBuilder()
+    tb.barrier(0, 0)
+    tb.barrier(1, 0)
+    tb.matmul(0, 256, 512, 576)
+    tb.barrier(0, 1)
+    tb.barrier(1, 1)
+    r = simulate(tb.array())
+    assert len(r.idle_gaps()) == 0
+    g = r.idle_gaps(barriers=True)
+    # core 0 reaches barrier 1 after its matmul; core 1 arrives at once and waits inside it
+    assert len(g) == 1 and g["engine"][0] == Engine.BARRIER and g["core"][0] == 0
+
+
+# ---- the pipelined bound's steps ---------------------------------------------------------
+def test_flow_shop_makespan():
+    from mlagen.backends.sc11.costmodel import flow_shop
+    w = np.array([[2.0, 1.0, 1.0]] * 5)        # SDMA-bound: fill 2 + 1, then 2 a step
+    assert flow_shop(w) == pytest.approx(2 * 5 + 1 + 1)
+    w = np.array([[1.0, 1.0, 3.0]] * 4)        # compute-bound
+    assert flow_shop(w) == pytest.approx(1 + 1 + 3 * 4)
+    assert flow_shop(np.zeros((0, 3))) == 0.0
+
+
+def test_steps_follow_loads_and_not_stores():
+    from mlagen.backends.sc11.costmodel import step_work
+    tb = TraceBuilder()
+    prev_store = -1
+    for _ in range(3):
+        s = tb.dma(0, Engine.SDMA, Mem.DDR, Mem.L2, 1 << 16)
+        g = tb.dma(0, Engine.GDMA, Mem.L2, Mem.LMEM, 1 << 16, deps=[s])
+        q = tb.dma(0, Engine.GDMA, Mem.L2, Mem.LMEM, 4096)            # a second load
+        a = tb.matmul(0, 32, 64, 576, deps=[g, q])
+        # the result waits for the last store out of its slot (a WAR dependency on a DMA)
+        b = tb.vector(0, 4096, deps=[a, prev_store])
+        prev_store = tb.dma(0, Engine.GDMA, Mem.LMEM, Mem.L2, 4096, deps=[b])
+    r = simulate(tb.array())
+    w = step_work(r)[(0, 0)]
+    assert w.shape == (4, 3)                  # 3 steps + the last store after them
+    dur = r.end - r.start
+    assert w[0, 0] == pytest.approx(dur[0])   # step 0's SDMA
+    assert w[0, 1] == pytest.approx(dur[1] + dur[2])            # its two loads
+    assert w[1, 1] == pytest.approx(dur[7] + dur[8] + dur[5])   # loads 1 + store 0
+    assert w[3, 1] == pytest.approx(dur[17]) and w[3, 2] == 0   # the drain: last store
+    assert w[:, 2].sum() == pytest.approx(sum(dur[i] for i in (3, 4, 9, 10, 15, 16)))

@@ -218,22 +218,23 @@ class SimResult:
         sh = self.engine_share()
         return max((Engine.SDMA, Engine.GDMA, Engine.BDC), key=lambda e: sh[e][1])
 
-    def idle_gaps(self, min_s: float = 0.0) -> np.ndarray:
+    def idle_gaps(self, min_s: float = 0.0, barriers: bool = False) -> np.ndarray:
         """Gaps inside each (core, engine) queue, between its first start and last end:
-        a structured array of (core, engine, start, end) with end - start > min_s."""
+        a structured array of (core, engine, start, end) with end - start > min_s.  The
+        barrier queue's gaps (the phases between barriers) only with ``barriers``."""
         ev = self.events
-        rows = []
-        key = ev["core"].astype(np.int64) * N_ENG + ev["engine"]
-        order = np.lexsort((ev["id"], key))
-        k, s, e = key[order], self.start[order], self.end[order]
-        same = k[1:] == k[:-1]
+        keep = np.ones(len(ev), bool) if barriers else ev["engine"] != Engine.BARRIER
+        key = (ev["core"].astype(np.int64) * N_ENG + ev["engine"])[keep]
+        idx = np.nonzero(keep)[0]
+        order = np.lexsort((ev["id"][idx], key))
+        k, s, e = key[order], self.start[idx][order], self.end[idx][order]
         gap = s[1:] - e[:-1]            # an in-order queue: ends are monotone
-        sel = same & (gap > min_s)
-        idx = np.nonzero(sel)[0]
-        for i in idx:
-            rows.append((int(k[i] // N_ENG), int(k[i] % N_ENG), float(e[i]), float(s[i + 1])))
-        return np.array(rows, dtype=[("core", "i4"), ("engine", "i4"), ("start", "f8"),
-                                     ("end", "f8")])
+        sel = np.nonzero((k[1:] == k[:-1]) & (gap > min_s))[0]
+        out = np.zeros(len(sel), dtype=[("core", "i4"), ("engine", "i4"), ("start", "f8"),
+                                        ("end", "f8")])
+        out["core"], out["engine"] = k[sel] // N_ENG, k[sel] % N_ENG
+        out["start"], out["end"] = e[sel], s[sel + 1]
+        return out
 
     def phase_spans(self) -> dict:
         """phase -> (first start, last end) over all cores."""
