@@ -297,6 +297,28 @@ class SeedReport:
                 "double-buffered within 15% of the pipelined bound": self.within_bound <= 0.15,
                 "auto within 5% of the best": self.point.auto_excess(2) <= 0.05}
 
+    def sensitivity(self, factors=(0.5, 2.0)) -> list:
+        """The seed's saving and distance to the pipelined bound with each assumed machine
+        parameter scaled: [(param, factor, saving, double / pipelined - 1)]."""
+        mc = self.sims[(2, self.scheme)].machine
+        ev1, ev2 = self.sims[(1, self.scheme)].events, self.sims[(2, self.scheme)].events
+        knobs = {"sdma_bw": "sdma_bw", "l2_bw": "l2_bw", "issue_cycles": "issue",
+                 "barrier_s": "barrier_s", "l2_latency_s": None}
+        rows = []
+        for name, field_ in knobs.items():
+            for f in factors:
+                if field_ is None:
+                    lat = list(mc.latency)
+                    lat[2] *= f
+                    m2 = mc.replace(latency=tuple(lat))
+                else:
+                    v = getattr(mc, field_) * f
+                    m2 = mc.replace(**{field_: int(round(v)) if field_ == "issue" else v})
+                a, b = simulate(ev1, m2), simulate(ev2, m2)
+                rows.append((name, f, 1 - b.total_s / a.total_s,
+                             b.total_s / b.pipelined_bound_s() - 1))
+        return rows
+
     def text(self) -> str:
         us = 1e6
         d = self.sims[(2, self.scheme)]
@@ -316,6 +338,10 @@ class SeedReport:
                   f"{self.within_bound:+.1%} from it",
                   "", "checks:"]
         lines += [f"- {k}: {'ok' if v else 'MISSED'}" for k, v in self.checks().items()]
+        lines += ["", "sensitivity to the assumed parameters (each scaled alone):", "",
+                  "| parameter | x | saving | double / pipelined bound |", "|---|---|---|---|"]
+        lines += [f"| {n} | {f:g} | {sv:.1%} | {wb:+.1%} |" for n, f, sv, wb in
+                  self.sensitivity()]
         lines += ["", "### double buffered", "", "```", d.summary(), "```",
                   "", "### single buffered", "", "```", s1.summary(), "```"]
         if self.files:
