@@ -44,7 +44,8 @@ def _check_cache(k_cache: torch.Tensor, block_table: torch.Tensor,
                          f"{cache_seqlens.dtype} {tuple(cache_seqlens.shape)}")
     b = block_table.shape[0]
     if cache_seqlens.shape[0] != b:
-        raise InputError(f"cache_seqlens has {cache_seqlens.shape[0]} entries, block_table {b} rows")
+        raise InputError(f"cache_seqlens has {cache_seqlens.shape[0]} entries, "
+                         f"block_table {b} rows")
     if b == 0:
         return
     page = k_cache.shape[1]
@@ -157,11 +158,11 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
     out = torch.zeros(b, s_q, h_q, dv, dtype=dtype, device=dev)
     lse = torch.full((b, h_q, s_q), math.inf, dtype=dtype, device=dev)
     qd = q.to(dtype).reshape(b, s_q, h_kv, g, d)
+    k_cache, block_table = k_cache.to(dev), block_table.to(dev)
     for lo, hi, slots in _chunks(lens, h_kv * d):
         if slots == 0:
             continue                      # every row empty: out 0, lse +inf already
-        kv, valid = _gather(k_cache.to(dev), block_table[lo:hi].to(dev), lens[lo:hi],
-                            slots, dtype)                                 # [c, t, h_kv, d]
+        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype)
         vis = _visible(lens[lo:hi], valid, s_q, causal)
         scores = torch.einsum("bskgd,btkd->bkgst", qd[lo:hi], kv) * scale
         scores = scores.reshape(hi - lo, h_q, s_q, slots)
@@ -253,8 +254,9 @@ def fused_absorbed(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.T
                    dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused MLA decode operator in absorb mode: out [b, s_q, h, v_head_dim] and lse
     [b, h, s_q].  The cache holds (c_kv | k_pe) per token, k_pe already rotated."""
-    q = absorb_query(q_lora, weights, cache_seqlens, q_lora.shape[1] if q_lora.dim() == 3
-                     else -1, rope_dim, dtype)
+    if q_lora.dim() != 3:
+        raise InputError(f"q_lora must be [b, s_q, q_lora_rank], got {tuple(q_lora.shape)}")
+    q = absorb_query(q_lora, weights, cache_seqlens, q_lora.shape[1], rope_dim, dtype)
     rank = weights.w_uk.shape[-1]
     if k_cache.dim() != 4 or k_cache.shape[-1] != rank + rope_dim:
         raise InputError(f"k_cache must be [num_blocks, page, 1, kv_lora_rank + rope_dim = "
@@ -286,11 +288,11 @@ def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tens
     lens = cache_seqlens.to(dev).long()
     out = torch.zeros(b, s_q, h, w_uv.shape[2], dtype=dtype, device=dev)
     lse = torch.full((b, h, s_q), math.inf, dtype=dtype, device=dev)
+    k_cache, block_table = k_cache.to(dev), block_table.to(dev)
     for lo, hi, slots in _chunks(lens, h * (nope + w_uv.shape[2]) + rank + rope_dim):
         if slots == 0:
             continue
-        kv, valid = _gather(k_cache.to(dev), block_table[lo:hi].to(dev), lens[lo:hi],
-                            slots, dtype)
+        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype)
         c_kv, k_pe = kv[:, :, 0, :rank], kv[:, :, 0, rank:]              # [c, t, .]
         k_nope = torch.einsum("btc,hnc->bthn", c_kv, w_uk)
         v = torch.einsum("btc,hcv->bthv", c_kv, w_uv)
