@@ -6,6 +6,7 @@ Conventions (FlashMLA's, see docs/conventions.md):
     block_table  int32 [b, max_blocks]       page indices of each sequence, in order
     cache_seqlens int32 [b]
     out          [b, s_q, h_q, dv] (q's dtype);  lse fp32 [b, h_q, s_q], natural log
+    (MlaInputs.dv says dv; mlagen.reference computes the same in fp32 or fp64)
 Fused (the SC11 seed's operator) adds the up-projection inputs; see FusedWeights.
 
 Cache slots that a kernel must never read (unused pages, the tail of each last page) are
@@ -83,7 +84,7 @@ class MlaInputs:
 @dataclass
 class MlaOutputs:
     out: torch.Tensor                    # [b, s_q, h, dv] or fused [b, s_q, h, v_head_dim]
-    lse: torch.Tensor                    # fp32 [b, h, s_q]
+    lse: torch.Tensor                    # [b, h, s_q]: fp32 from kernels
     extra: dict = field(default_factory=dict)    # e.g. the SC11 trace and timeline
 
 
@@ -102,6 +103,12 @@ def make_paged_cache(seqlens: Sequence[int], page_size: int, d: int, dtype: torc
     Pages are assigned in a random order (shuffle); unused pages, the table's unused entries'
     targets and the tail of each last page hold NaN (nan_fill).
     """
+    if page_size < 1:
+        raise InputError(f"page_size must be >= 1, got {page_size}")
+    if any(s < 0 for s in seqlens):
+        raise InputError(f"sequence lengths must be >= 0, got {min(seqlens)}")
+    if extra_blocks < 0:
+        raise InputError(f"extra_blocks must be >= 0, got {extra_blocks}")
     b = len(seqlens)
     need = [max(1, math.ceil(s / page_size)) for s in seqlens]
     max_blocks = max(max_blocks or 0, max(need) if need else 1)

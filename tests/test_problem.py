@@ -134,6 +134,16 @@ def test_make_inputs_rejects_bad_arguments(kw):
         make_inputs(Problem(heads=4), **kw)
 
 
+@pytest.mark.parametrize("kw", [dict(page_size=0), dict(seqlens=[3, -1]),
+                                dict(extra_blocks=-1)])
+def test_make_paged_cache_rejects_bad_arguments(kw):
+    args = dict(seqlens=[3, 4], page_size=4, d=8, dtype=torch.float32,
+                generator=torch.Generator().manual_seed(0))
+    args.update(kw)
+    with pytest.raises(InputError):
+        make_paged_cache(**args)
+
+
 def test_positions_are_the_last_tokens():
     pos = positions(torch.tensor([5, 1, 0], dtype=torch.int32), 3)
     assert pos.tolist() == [[2, 3, 4], [-2, -1, 0], [-3, -2, -1]]
