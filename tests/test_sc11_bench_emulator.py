@@ -56,3 +56,17 @@ def test_dry_mode_traces_what_compute_mode_does():
         dry = run.dry_run(inp, scheme)
         assert np.array_equal(real, dry)
         assert simulate(real).total_s == simulate(dry).total_s
+
+
+def test_runner_auto_runs_the_fastest_scheme():
+    from mlagen.backends.sc11.schemes import SCHEMES, choose_scheme, clear_cache
+    sched = bench._schedule(None)              # scheme = "auto"
+    assert sched.mapping.scheme == "auto"
+    inp = make_inputs(sched.problem, 2, [1500, 40], heads=sched.heads_per_device, seed=5)
+    run = sc11.runner(sched)
+    clear_cache()
+    out = run(inp)
+    assert out.extra["scheme"] in SCHEMES
+    best, times = choose_scheme(sched, inp, lambda s: run.dry_run(inp, s))
+    assert out.extra["scheme"] == best == min(times, key=times.get)
+    assert simulate(out.extra["trace"]).total_s == times[best]

@@ -162,7 +162,8 @@ class Sc11Runner:
             except ImportError:
                 # TODO(schemes.py): the cost-model helper's choose_scheme replaces this default
                 return "batch_seq"
-            return choose_scheme(self.schedule, inp, lambda sc: self.dry_run(inp, sc))
+            # choose_scheme returns (scheme, {scheme: simulated seconds})
+            return choose_scheme(self.schedule, inp, lambda sc: self.dry_run(inp, sc))[0]
         if scheme not in SCHEME_IDS:
             raise InputError(f"scheme = {scheme!r} must be one of auto, {', '.join(SCHEME_IDS)}")
         return scheme
