@@ -23,10 +23,10 @@ import torch
 
 from ...errors import MlagenError
 from ...paths import SCHEDULES_DIR
-from ...problem import FusedWeights, MlaInputs, TORCH_DTYPES, make_inputs
+from ...problem import TORCH_DTYPES, FusedWeights, MlaInputs
 from ...schedule import check, load
 from ...schedule.records import Schedule
-from .costmodel import SimResult, simulate
+from .costmodel import simulate
 from .schemes import SCHEMES, choose_scheme, machine_for
 
 BATCHES = (1, 4, 8, 16, 32, 64, 128)

@@ -22,6 +22,7 @@ docs/sc11-cost-model.md gives every formula and names the assumed parameters.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -76,7 +77,6 @@ class Machine:
             barrier_s=float(t.barrier_s), cores_per_chip=int(t.cores_per_chip))
 
     def replace(self, **kw) -> "Machine":
-        import dataclasses
         return dataclasses.replace(self, **kw)
 
     @property
