@@ -313,16 +313,15 @@ def simulate(trace: np.ndarray, machine: Optional[Machine] = None) -> SimResult:
         extra_a, extra_b = [], []
         for c in np.unique(core[bar_idx]):
             on_core = np.nonzero(core == c)[0]
+            # the barrier queue orders barriers among themselves; fence the other queues
+            queues = [on_core[eng[on_core] == e] for e in ENGINES if e != Engine.BARRIER]
             for b in bar_idx[core[bar_idx] == c]:
-                for e in ENGINES:
-                    q = on_core[eng[on_core] == e]
+                for q in queues:
                     j = int(np.searchsorted(q, b))
-                    if j > 0 and e != Engine.BARRIER:
+                    if j > 0:                   # the last event before it, on this queue
                         extra_a.append(b)
                         extra_b.append(int(q[j - 1]))
-                    if e == Engine.BARRIER:
-                        j += 1          # the next barrier follows by queue order anyway
-                    if j < len(q):
+                    if j < len(q):              # the first event after it
                         extra_a.append(int(q[j]))
                         extra_b.append(b)
         pairs_a.append(np.array(extra_a, np.int64))
