@@ -20,8 +20,8 @@ from mlagen.problem import make_inputs
 from mlagen.schedule import load
 from mlagen.schedule.records import Schedule
 
-import sc11_reference as ref
-from test_sc11_emulator import close
+from mlagen import reference
+from test_sc11_emulator import _ref, close
 
 SCHEMES = ("heads", "batch", "seq", "batch_seq")
 VARIANTS = {
@@ -73,7 +73,7 @@ def test_kernel_matches_reference(case):
     inp = make_inputs(s.problem, len(lens), lens, s_q=s_q, heads=s.heads_per_device, seed=seed)
     inp = dataclasses.replace(inp, causal=causal)
     out = r(inp, scheme=scheme)
-    close(out, ref.run(inp, s.problem), fused=s.problem.fused)
+    close(out, _ref(inp), fused=s.problem.fused)
     assert out.extra["scheme"] == scheme
 
 
@@ -92,7 +92,7 @@ def test_noncontiguous_q_and_default_scheme():
     assert not inp.q.is_contiguous()
     out = r(inp)        # the schedule's scheme: "auto"
     assert out.extra["scheme"] in SCHEMES
-    close(out, ref.run(inp, r.schedule.problem))
+    close(out, _ref(inp))
 
 
 def test_seed_schedule_real_shapes():
@@ -101,7 +101,7 @@ def test_seed_schedule_real_shapes():
     r = sc11.runner(s)
     inp = make_inputs(s.problem, 3, [512, 100, 1], s_q=1, heads=s.heads_per_device, seed=7)
     for scheme in ("batch", "seq"):
-        close(r(inp, scheme=scheme), ref.run(inp, s.problem), fused=True)
+        close(r(inp, scheme=scheme), _ref(inp), fused=True)
 
 
 def _torch_same_math(inp, s):
@@ -112,8 +112,8 @@ def _torch_same_math(inp, s):
     qh = (x @ w.w_uq.float().reshape(x.shape[1], -1)).reshape(b, h, -1)
     nope = p.qk_nope_head_dim
     q_lat = torch.einsum("bhn,hnk->bhk", qh[..., :nope], w.w_uk.float())
-    q_pe = ref.rope_interleaved(qh[:, None, :, nope:], inp.cache_seqlens[:, None] - 1,
-                                w.rope_theta)[:, 0].float()
+    pos = (inp.cache_seqlens - 1)[:, None]
+    q_pe = reference.rope(qh[..., nope:], pos, w.rope_theta)
     q = torch.cat([q_lat, q_pe], -1)
     kv = inp.k_cache[inp.block_table[:, :L // p.page_size].long()].reshape(b, L, p.d).float()
     sc = torch.einsum("bhd,btd->bht", q, kv) * inp.softmax_scale

@@ -155,17 +155,26 @@ class Sc11Runner:
                                  f"[0, {nb}) among its first {pages} entries")
 
     def resolve_scheme(self, inp: MlaInputs, scheme: Optional[str]) -> str:
+        """A concrete scheme: the given one, the schedule's, or auto's pick for `inp`."""
+        return self._resolve(inp, scheme)[0]
+
+    def _resolve(self, inp: MlaInputs, scheme: Optional[str]) -> tuple[str, dict]:
         scheme = scheme or self.schedule.mapping.scheme
         if scheme == "auto":
             try:
                 from .schemes import choose_scheme
             except ImportError:
-                # TODO(schemes.py): the cost-model helper's choose_scheme replaces this default
-                return "batch_seq"
-            return choose_scheme(self.schedule, inp, lambda sc: self.dry_run(inp, sc))
+                # TODO(schemes.py): until the cost model's choose_scheme is there
+                return "batch_seq", {}
+            picked = choose_scheme(self.schedule, inp,
+                                   lambda sc: self.dry_run(inp, sc, validate=False))
+            # choose_scheme gives (scheme, {scheme: simulated seconds}) or a bare name
+            if isinstance(picked, tuple):
+                return picked[0], dict(picked[1])
+            return picked, {}
         if scheme not in SCHEME_IDS:
             raise InputError(f"scheme = {scheme!r} must be one of auto, {', '.join(SCHEME_IDS)}")
-        return scheme
+        return scheme, {}
 
     # ---- running -----------------------------------------------------------------------
     def _call(self, inp: MlaInputs, scheme: str, dry: bool, threads: Optional[int]):
@@ -216,18 +225,22 @@ class Sc11Runner:
                  "l2_capacity": res.l2_capacity, "n_parts": res.n_parts}
         return out, lse, trace, stats
 
-    def dry_run(self, inp: MlaInputs, scheme: str, validate: bool = True) -> np.ndarray:
+    def dry_run(self, inp: MlaInputs, scheme: Optional[str], validate: bool = True) -> np.ndarray:
         """The trace of a run (EVENT_DTYPE records) without doing the data work."""
         if validate:
             self.validate(inp)
-        return self._call(inp, self.resolve_scheme(inp, scheme), True, 1)[2]
+        name = scheme if scheme in SCHEME_IDS else self._resolve(inp, scheme)[0]
+        return self._call(inp, name, True, 1)[2]
 
     def __call__(self, inp: MlaInputs, scheme: Optional[str] = None,
                  threads: Optional[int] = None) -> MlaOutputs:
         self.validate(inp)
-        name = self.resolve_scheme(inp, scheme)
+        name, times = self._resolve(inp, scheme)
         out, lse, trace, stats = self._call(inp, name, False, threads)
-        return MlaOutputs(out, lse, extra={"trace": trace, **stats})
+        extra = {"trace": trace, **stats}
+        if times:
+            extra["scheme_times"] = times    # auto: simulated seconds of every scheme
+        return MlaOutputs(out, lse, extra=extra)
 
 
 def runner(schedule: Schedule, progress: bool = False) -> Sc11Runner:
