@@ -141,3 +141,16 @@ def _timed(fn) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
+
+
+def test_fused_projection_in_several_row_chunks():
+    """More token rows than one projection chunk (128): phases A and C loop over chunks."""
+    r = runner("fused_bf16")
+    inp = make_inputs(r.schedule.problem, 70, [(7 * i) % 90 for i in range(70)], s_q=2,
+                      heads=8, seed=9)
+    out = r(inp, scheme="batch_seq")
+    close(out, _ref(inp), fused=True)
+    tr = out.extra["trace"]
+    # W_UQ | W_UK loads: one pair per (chunk, head) = 2 chunks x 8 heads
+    w = tr[(tr["phase"] == 0) & (tr["bytes"] == 256 * 192 * 2)]
+    assert len(w) == 2 * 8

@@ -141,18 +141,20 @@ class Sc11Runner:
             tensor("q", inp.q, (b, s_q, h, p.d), dt)
         need(inp.softmax_scale is not None and inp.softmax_scale > 0, "softmax_scale must be > 0")
         cap = max_blocks * p.page_size
-        lens = sl.tolist()
-        for i, n in enumerate(lens):
-            need(0 <= n <= cap, f"cache_seqlens[{i}] = {n} must be in [0, {cap}] "
-                                f"(block_table holds {max_blocks} pages of {p.page_size})")
-        used = bt[:, :]
+        bad = ((sl < 0) | (sl > cap)).nonzero().flatten()
+        if len(bad):
+            i = int(bad[0])
+            need(False, f"cache_seqlens[{i}] = {int(sl[i])} must be in [0, {cap}] "
+                        f"(block_table holds {max_blocks} pages of {p.page_size})")
+        # every page a sequence uses must exist (entries past its length are never read)
+        pages = (sl.long() + p.page_size - 1) // p.page_size
+        used = torch.arange(max_blocks)[None, :] < pages[:, None]
         nb = kc.shape[0]
-        for i, n in enumerate(lens):
-            pages = -(-n // p.page_size)
-            row = used[i, :pages]
-            if pages and (int(row.min()) < 0 or int(row.max()) >= nb):
-                raise InputError(f"{s.variant_name()}: block_table[{i}] has page indices outside "
-                                 f"[0, {nb}) among its first {pages} entries")
+        wrong = used & ((bt < 0) | (bt >= nb))
+        if wrong.any():
+            i, j = (int(x) for x in wrong.nonzero()[0])
+            need(False, f"block_table[{i}, {j}] = {int(bt[i, j])} is not a page of k_cache "
+                        f"[0, {nb}) but sequence {i} uses it")
 
     def resolve_scheme(self, inp: MlaInputs, scheme: Optional[str]) -> str:
         """A concrete scheme: the given one, the schedule's, or auto's pick for `inp`."""
