@@ -7,9 +7,10 @@ resource rules (does it fit in shared memory / LMEM ...) are in resources.py and
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterator
 
-from ..errors import ScheduleError, TargetError
+from ..errors import ResourceError, ScheduleError, TargetError
 from ..targets import Target, load_target
 from .records import DTYPES, HOPPER_MAINLOOPS, SC11_SCHEMES, Mapping, Schedule
 
@@ -51,8 +52,10 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "problem", "dtype", f"dtype = {p.dtype!r} must be one of {', '.join(DTYPES)}"
     if not 1 <= p.max_s_q <= 8:
         yield "problem", "max_s_q", f"max_s_q = {p.max_s_q} must be between 1 and 8"
-    if p.softmax_scale is not None and not p.softmax_scale > 0:
-        yield "problem", "softmax_scale", f"softmax_scale = {p.softmax_scale} must be > 0"
+    if p.softmax_scale is not None and not (p.softmax_scale > 0 and
+                                            math.isfinite(p.softmax_scale)):
+        yield "problem", "softmax_scale", \
+            f"softmax_scale = {p.softmax_scale} must be a finite number > 0"
     if p.h_kv != 1:
         yield "problem", "h_kv", f"h_kv = {p.h_kv}: MLA has one latent KV head; h_kv must be 1"
 
@@ -179,9 +182,11 @@ def check(s: Schedule, loc=None) -> Target:
         t = load_target(s.target.name, s.target.file, base)
     except TargetError as e:
         raise loc.error("target", "file" if s.target.file else "name", str(e)) from None
-    for table, key, message in violations(s, t):
-        raise loc.error(table, key, message)
+    # first broken rule only: later rules may assume what earlier ones checked (tp >= 1)
+    for r in RULES:
+        for table, key, message in r(s, t):
+            raise loc.error(table, key, message)
     report = can_implement(s, t)
     if not report.ok:
-        raise loc.error("schedule", report.worst_key, report.message())
+        raise loc.error("schedule", report.worst_key, report.message(), cls=ResourceError)
     return t

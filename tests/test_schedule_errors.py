@@ -1,0 +1,98 @@
+"""Every malformed schedule under tests/schedules/bad/ fails with the message and line its
+first line promises:  ``# expect: LINE: MESSAGE``  (``...`` in MESSAGE stands for any text,
+e.g. an absolute path)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mlagen.errors import ResourceError, ScheduleError
+from mlagen.schedule import load, loads
+
+BAD = Path(__file__).parent / "schedules" / "bad"
+FILES = sorted(BAD.glob("*.toml"))
+_EXPECT = re.compile(r"^# expect: (\d+): (.+)$")
+
+
+def _expectation(path: Path) -> tuple[int, re.Pattern]:
+    first = path.read_text().splitlines()[0]
+    m = _EXPECT.match(first)
+    assert m, f"{path.name}: first line must be '# expect: LINE: MESSAGE', got {first!r}"
+    pattern = ".*".join(re.escape(part) for part in m.group(2).split("..."))
+    return int(m.group(1)), re.compile(pattern)
+
+
+def test_enough_bad_schedules():
+    assert len(FILES) >= 30
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_bad_schedule(path: Path):
+    line, message = _expectation(path)
+    with pytest.raises(ScheduleError) as info:
+        load(str(path))
+    e = info.value
+    assert e.file == str(path)
+    assert e.line == line, f"line {e.line}, expected {line}: {e.message}"
+    assert message.fullmatch(e.message), f"message {e.message!r}"
+    # what a user sees: file:line: message
+    assert str(e) == f"{path}:{line}: {e.message}"
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if "overflow" in p.stem],
+                         ids=lambda p: p.stem)
+def test_resource_overflow_is_a_resource_error(path: Path):
+    with pytest.raises(ResourceError, match=r"needs \d+ .* but the target has \d+"):
+        load(str(path))
+
+
+def test_missing_schedule_file_names_the_file(tmp_path):
+    path = tmp_path / "nowhere.toml"
+    with pytest.raises(ScheduleError) as info:
+        load(path)
+    assert info.value.file == str(path)
+    assert "cannot read schedule: No such file or directory" in str(info.value)
+
+
+def test_empty_file_needs_a_target():
+    with pytest.raises(ScheduleError, match=r'\[target\] needs name = "sc11" or "hopper"'):
+        loads("", source="empty.toml")
+
+
+def test_builder_errors_have_no_line():
+    """A schedule made in Python has no file: the message says <schedule> and no line."""
+    from mlagen.schedule import Schedule
+
+    with pytest.raises(ScheduleError) as info:
+        Schedule.build(target="sc11", page_size=64, block_kv=48)
+    assert info.value.line is None
+    assert str(info.value) == ("<schedule>: block_kv = 48 must divide page_size = 64 "
+                               "or be a multiple of it")
+    with pytest.raises(ScheduleError, match="unknown key 'blok_kv' in \\[schedule\\]; "
+                                            "did you mean 'block_kv'"):
+        Schedule.build(target="sc11", blok_kv=32)
+
+
+def test_every_rule_is_exercised_by_a_bad_file(monkeypatch):
+    """Each rule function in rules.py is the one that rejects at least one bad file, so a
+    new rule without a bad example shows up here."""
+    from mlagen.schedule import rules
+
+    fired: set[str] = set()
+
+    def spy(r):
+        def watched(s, t):
+            for violation in r(s, t):
+                fired.add(r.__name__)
+                yield violation
+        return watched
+
+    names = {r.__name__ for r in rules.RULES}
+    monkeypatch.setattr(rules, "RULES", [spy(r) for r in rules.RULES])
+    for path in FILES:
+        with pytest.raises(ScheduleError):
+            load(str(path))
+    assert names - fired == set()
