@@ -333,7 +333,13 @@ def _toml_value(value: Any) -> str:
 
 
 def dumps(schedule: Schedule) -> str:
-    """The schedule as a TOML file; ``loads(dumps(s))`` equals ``s`` (name and source aside)."""
+    """The schedule as a TOML file; ``loads(dumps(s), name=s.name)`` equals ``s`` (for a
+    schedule loaded from a file, source aside).  The other target's knobs are left out
+    while they hold their defaults (the only legal value for them)."""
+    from .rules import _HOPPER_ONLY, _SC11_ONLY
+
+    foreign = {"sc11": _HOPPER_ONLY, "hopper": _SC11_ONLY}.get(schedule.target.name, ())
+    defaults = Mapping()
     out = [f"# mlagen schedule '{schedule.name}'"]
     for table, record in (("problem", schedule.problem), ("target", schedule.target),
                           ("schedule", schedule.mapping)):
@@ -341,6 +347,8 @@ def dumps(schedule: Schedule) -> str:
         for f in dataclasses.fields(record):
             value = getattr(record, f.name)
             if value is None:
+                continue
+            if table == "schedule" and f.name in foreign and value == getattr(defaults, f.name):
                 continue
             out.append(f"{f.name} = {_toml_value(value)}")
     return "\n".join(out) + "\n"
