@@ -96,3 +96,34 @@ def test_every_rule_is_exercised_by_a_bad_file(monkeypatch):
         with pytest.raises(ScheduleError):
             load(str(path))
     assert names - fired == set()
+
+
+def test_positions_follow_toml_structure():
+    """Lines of tables and keys where a line-by-line regex would be fooled."""
+    from mlagen.schedule.parse import _positions
+
+    text = "\n".join([
+        '# [schedule] in a comment is not a table',          # 1
+        'problem = { heads = 16, "page_size" = 32 }',        # 2
+        '[target]  # trailing comment',                      # 3
+        "name = 'sc11' # block_kv = 1",                      # 4
+        'file = "a#b.toml"',                                  # 5
+        '[ schedule ]',                                      # 6
+        'split_kv = [',                                      # 7
+        '  { buffers = 9 },',                                # 8
+        ']',                                                 # 9
+        'scheme = """',                                      # 10
+        'tp = 99',                                           # 11
+        '"""',                                               # 12
+        'tp = 2',                                            # 13
+        'cores.x = 1',                                       # 14
+    ]) + "\n"
+    pos = _positions(text)
+    assert pos[("problem", None)] == 2 and pos[("problem", "heads")] == 2
+    assert pos[("problem", "page_size")] == 2
+    assert pos[("target", None)] == 3 and pos[("target", "name")] == 4
+    assert pos[("target", "file")] == 5
+    assert pos[("schedule", None)] == 6 and pos[("schedule", "split_kv")] == 7
+    assert pos[("schedule", "scheme")] == 10 and pos[("schedule", "tp")] == 13
+    assert pos[("schedule", "cores")] == 14
+    assert ("schedule", "block_kv") not in pos and ("schedule", "buffers") not in pos
