@@ -127,3 +127,41 @@ def test_positions_follow_toml_structure():
     assert pos[("schedule", "scheme")] == 10 and pos[("schedule", "tp")] == 13
     assert pos[("schedule", "cores")] == 14
     assert ("schedule", "block_kv") not in pos and ("schedule", "buffers") not in pos
+
+
+def _any_value():
+    from hypothesis import strategies as st
+
+    return st.one_of(st.integers(-3, 5000), st.sampled_from([0, 1, 2, 16, 64, 512]),
+                     st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+                     st.sampled_from(["auto", "bf16", "fp16", "seq", "wgmma", "", "x"]),
+                     st.lists(st.integers(0, 9), max_size=2))
+
+
+def test_arbitrary_values_give_schedule_errors_not_crashes():
+    """Any value for any key, on either target: a schedule or a ScheduleError, nothing else
+    (a rule must not divide by a zero an earlier rule already rejected)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from mlagen.schedule.parse import TABLES, _toml_value
+
+    keys = [(t, f) for t, r in TABLES.items() for f in r.__dataclass_fields__ if t != "target"]
+
+    def toml(v):
+        return "[" + ", ".join(map(str, v)) + "]" if isinstance(v, list) else _toml_value(v)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.sampled_from(["sc11", "hopper"]),
+           st.dictionaries(st.sampled_from(keys), _any_value(), max_size=4))
+    def check(target, knobs):
+        lines = [f'[target]\nname = "{target}"']
+        for table in ("problem", "schedule"):
+            lines.append(f"[{table}]")
+            lines += [f"{k} = {toml(v)}" for (t, k), v in knobs.items() if t == table]
+        try:
+            loads("\n".join(lines) + "\n", source="fuzz.toml")
+        except ScheduleError as e:
+            assert e.file == "fuzz.toml" and e.line is not None, str(e)
+
+    check()

@@ -131,8 +131,11 @@ class _Scanner:
         elif c in "\"'":
             self._string()
         else:                                          # number, bool, date
+            start = self.i
             while self.i < len(self.s) and self.s[self.i] not in ",]}#\r\n":
                 self.i += 1
+            if self.i == start:                        # not TOML after all: give up
+                raise ValueError(f"no value at offset {start}")
 
     def scan(self) -> dict[tuple[str, ...], int]:
         table: tuple[str, ...] = ()
