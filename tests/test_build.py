@@ -308,3 +308,14 @@ def test_cli_cache_list_and_clear(cache, capsys):
     assert main(["cache", "clear"]) == 0
     assert "removed 1 builds" in capsys.readouterr().out
     assert entries() == []
+
+
+def test_public_build_stays_a_function_after_the_subpackage_is_imported():
+    """``mlagen.build(schedule)`` is the public API; importing ``mlagen.build.*`` (as the
+    backends do) must not turn it into the subpackage."""
+    code = ("import types, mlagen.build.cache; from mlagen.build import build as b; "
+            "import mlagen; assert isinstance(mlagen.build, types.FunctionType), mlagen.build; "
+            "assert b is not mlagen.build")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
