@@ -129,6 +129,14 @@ def test_key_changes_with_source_flags_version_and_compiler(cache, monkeypatch, 
     assert cache_key(tiny()) != base
 
 
+def test_native_code_is_keyed_by_the_host_cpu(cache, monkeypatch):
+    native = tiny(flags=("-O2", "-march=native"))
+    k, portable = cache_key(native), cache_key(tiny())
+    monkeypatch.setattr(cache_mod, "host_cpu", lambda: "another cpu")
+    assert cache_key(native) != k
+    assert cache_key(tiny()) == portable                # portable code: no CPU in the key
+
+
 def test_key_follows_the_target_templates(cache, monkeypatch, tmp_path):
     """Headers under templates/<target>/ are part of every key of that target."""
     monkeypatch.setattr("mlagen.codegen.TEMPLATES_DIR", tmp_path / "templates")

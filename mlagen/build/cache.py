@@ -7,6 +7,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import platform
 import shutil
 import subprocess
 import time
@@ -61,6 +62,19 @@ def compiler_version(compiler: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def host_cpu() -> str:
+    """The CPU model and feature flags: code built with -march=native runs only on such a
+    CPU, so a cache shared between machines must not hand it to another."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    keep = [ln for ln in lines if ln.split(":")[0].strip() in ("model name", "flags",
+                                                               "Features", "CPU part")]
+    return "\n".join(dict.fromkeys(keep)) or platform.machine()
+
+
+@functools.lru_cache(maxsize=None)
 def torch_version() -> str:
     try:
         return importlib.metadata.version("torch")
@@ -72,7 +86,8 @@ def cache_key(sources: SourceSet, extra_flags: tuple[str, ...] = ()) -> str:
     """``<variant>-<16 hex>``: the readable variant name, then a hash of everything that
     changes the binary: rendered files, the target's templates and headers, which files are
     compiled, include folders, flags, the compiler actually run and its version, torch's
-    version and mlagen's version."""
+    version and mlagen's version; with ``-march=native`` also the host CPU's model and
+    feature flags."""
     cc = compiler_path(sources.compiler)
     h = hashlib.sha256()
     for part in (sources.digest(), template_digest(sources.target),
@@ -80,6 +95,8 @@ def cache_key(sources: SourceSet, extra_flags: tuple[str, ...] = ()) -> str:
                  " ".join(sources.flags + extra_flags), cc, compiler_version(cc),
                  torch_version(), __version__):
         h.update(part.encode() + b"\0")
+    if any("native" in f for f in sources.flags + extra_flags):
+        h.update(host_cpu().encode())
     return f"{sources.variant}-{h.hexdigest()[:16]}"
 
 
