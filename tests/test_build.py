@@ -157,6 +157,7 @@ _CHILD = textwrap.dedent("""\
     from mlagen.codegen import SourceSet
     from mlagen.runtime import load_library
     go = Path({go!r})
+    (go.parent / ("ready." + str(os.getpid()))).touch()
     while not go.exists():          # start together
         time.sleep(0.005)
     ss = SourceSet(variant="buildtest_race", target="buildtest",
@@ -175,10 +176,13 @@ def _child(tmp_path: Path, go: Path, **popen) -> subprocess.Popen:
 
 
 def test_four_processes_build_once_and_all_load(cache, wrapper, tmp_path, monkeypatch):
-    monkeypatch.setenv("MLAGEN_TEST_SLEEP", "1")    # keep the first build in flight
+    monkeypatch.setenv("MLAGEN_TEST_SLEEP", "2")    # keep the first build in flight
     go = tmp_path / "go"
     kids = [_child(tmp_path, go) for _ in range(4)]
-    time.sleep(0.5)
+    deadline = time.time() + 120
+    while len(list(tmp_path.glob("ready.*"))) < 4:  # all four imported and waiting
+        assert all(k.poll() is None for k in kids) and time.time() < deadline
+        time.sleep(0.01)
     go.touch()
     results = []
     for k in kids:
@@ -188,7 +192,7 @@ def test_four_processes_build_once_and_all_load(cache, wrapper, tmp_path, monkey
     assert wrapper() == 1, "exactly one process compiles"
     assert sorted(r["built"] for r in results) == [False, False, False, True]
     assert len({r["path"] for r in results}) == 1
-    # they really raced: the other three waited on the lock for the compile (>= 1 s)
+    # they really raced: the other three waited on the lock for the compile (>= 2 s)
     assert all(r["seconds"] > 0.5 for r in results if not r["built"]), results
     assert all(r["sum"] == 42 for r in results)
     assert len(entries()) == 1
