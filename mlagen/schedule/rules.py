@@ -8,10 +8,11 @@ resource rules (does it fit in shared memory / LMEM ...) are in resources.py and
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import ResourceError, ScheduleError, TargetError
-from ..targets import Target, load_target
+from ..targets import Target, load_target, target_path
 from .records import DTYPES, HOPPER_MAINLOOPS, SC11_SCHEMES, Mapping, Schedule
 
 Violation = tuple[str, str, str]
@@ -174,10 +175,13 @@ def check(s: Schedule, loc=None) -> Target:
     from .resources import can_implement
 
     loc = loc or Located(s.source, {})
-    base = None
-    if s.source:
-        from pathlib import Path
-        base = Path(s.source).resolve().parent
+    base = Path(s.source).resolve().parent if s.source else None
+    if s.target.file is not None and not target_path(s.target.name, s.target.file,
+                                                     base).exists():
+        raise loc.error("target", "file", (
+            f"file = {s.target.file!r}: no such target description (looked in "
+            + ("the schedule's folder, " if base else "")
+            + "the working directory, the repository and targets/)"))
     try:
         t = load_target(s.target.name, s.target.file, base)
     except TargetError as e:
