@@ -1,4 +1,4 @@
-"""docs/schedule-language.md keeps up with the records and the example files."""
+"""docs/schedule-language.md keeps up with the records; its examples are legal schedules."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from mlagen.paths import SCHEDULES_DIR
+from mlagen.schedule import loads
 from mlagen.schedule.records import Mapping, Problem, TargetRef
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "schedule-language.md"
@@ -20,9 +20,8 @@ def test_every_key_has_a_row():
             assert f.name in rows, f"{f.name} ({record.__name__}) is not documented"
 
 
-def test_examples_are_the_files():
+def test_examples_load_and_pass_the_checks():
     blocks = re.findall(r"```toml\n(.*?)```", DOC.read_text(), flags=re.S)
     assert len(blocks) >= 2
-    files = {p.read_text() for p in SCHEDULES_DIR.glob("*.toml")}
-    for block in blocks:
-        assert block in files, "a doc example differs from its file in schedules/"
+    targets = {loads(block, source="docs example").target.name for block in blocks}
+    assert targets == {"sc11", "hopper"}
