@@ -66,6 +66,8 @@ def sc11_knobs(draw) -> dict:
          "qk_nope_head_dim": 16 * draw(st.integers(1, 8)),
          "v_head_dim": 16 * draw(st.integers(1, 8)),
          "q_lora_rank": 16 * draw(st.integers(1, 96))}
+    if draw(st.booleans()):
+        k["target_file"] = "targets/sc11.toml"      # the default description, named
     k.update(_common(draw))
     return k
 
@@ -87,8 +89,10 @@ def hopper_knobs(draw) -> dict:
 def _build(target: str, knobs: dict) -> Schedule:
     """The builder's record; a schedule over the target's resources, or a main loop not
     implemented yet, is not drawn (everything else drawn here must be legal)."""
+    knobs = dict(knobs)
+    target_file = knobs.pop("target_file", None)
     try:
-        return Schedule.build(name="drawn", target=target, **knobs)
+        return Schedule.build(name="drawn", target=target, target_file=target_file, **knobs)
     except ResourceError:
         assume(False)
     except Exception as e:
@@ -101,8 +105,11 @@ def _file_text(target: str, knobs: dict) -> str:
     problem = {k: v for k, v in knobs.items() if k in PROBLEM_KEYS}
     mapping = {k: v for k, v in knobs.items() if k not in PROBLEM_KEYS}
     lines = ["[problem]"] + [f"{k} = {_toml_value(v)}" for k, v in problem.items()]
-    lines += ["", "[target]", f'name = "{target}"', "", "[schedule]"]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in mapping.items()]
+    lines += ["", "[target]", f'name = "{target}"']
+    if knobs.get("target_file"):
+        lines.append(f"file = {_toml_value(knobs['target_file'])}")
+    lines += ["", "[schedule]"]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in mapping.items() if k != "target_file"]
     return "\n".join(lines) + "\n"
 
 
@@ -134,7 +141,10 @@ def test_builder_and_file_make_the_same_record(target, strategy):
         s = _build(target, knobs)
         from_file = loads(_file_text(target, knobs), name=s.name)
         assert from_file == s
+        assert s.target.file == knobs.get("target_file")
         for key, value in knobs.items():     # every knob landed where it belongs
+            if key == "target_file":
+                continue
             record = s.problem if key in PROBLEM_KEYS else s.mapping
             assert getattr(record, key) == value
 
