@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import ResourceError, ScheduleError, TargetError
+from ..errors import ResourceError, TargetError
 from ..targets import Target, load_target, target_path
 from .records import DTYPES, HOPPER_MAINLOOPS, SC11_SCHEMES, Mapping, Schedule
 
