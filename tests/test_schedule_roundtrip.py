@@ -39,8 +39,7 @@ def _common(draw) -> dict:
     k = {"dtype": draw(st.sampled_from(DTYPES)),
          "max_s_q": draw(st.integers(1, 8)),
          "causal": draw(st.booleans()),
-         "buffers": draw(st.integers(1, 3)),
-         "split_kv": draw(st.one_of(st.just("auto"), st.integers(1, 64)))}
+         "buffers": draw(st.integers(1, 3))}
     scale = draw(st.one_of(st.none(), st.floats(1e-4, 10.0)))
     if scale is not None:
         k["softmax_scale"] = scale
@@ -81,7 +80,8 @@ def hopper_knobs(draw) -> dict:
          "block_kv": draw(_block_kv(page_size, [16, 32, 64])),
          "rows_per_tile": draw(st.sampled_from([16, 32, 64])),
          "warps": draw(st.sampled_from([4, 8])),
-         "mainloop": draw(st.sampled_from(HOPPER_MAINLOOPS))}
+         "mainloop": draw(st.sampled_from(HOPPER_MAINLOOPS)),
+         "split_kv": draw(st.one_of(st.just("auto"), st.integers(1, 64)))}
     k.update(_common(draw))
     return k
 

@@ -96,7 +96,9 @@ def common_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
 
 
 _SC11_ONLY = ("cores", "heads_per_core", "scheme", "seq_tile")
-_HOPPER_ONLY = ("rows_per_tile", "warps", "mainloop")
+# split_kv is hopper's: on sc11 the phase-B scheme decides how a sequence is cut over cores
+_HOPPER_ONLY = ("rows_per_tile", "warps", "mainloop", "split_kv")
+_WHY_FOREIGN = {"split_kv": " (its multi-core scheme splits sequences; see scheme)"}
 
 
 @rule
@@ -106,7 +108,8 @@ def foreign_knobs(s: Schedule, t: Target) -> Iterator[Violation]:
     foreign = _HOPPER_ONLY if t.kind == "sc11" else _SC11_ONLY
     for key in foreign:
         if getattr(s.mapping, key) != getattr(defaults, key):
-            yield "schedule", key, f"{key} is not a knob of target {t.kind}"
+            yield "schedule", key, (f"{key} is not a knob of target {t.kind}"
+                                    + (_WHY_FOREIGN.get(key, "") if t.kind == "sc11" else ""))
 
 
 @rule
