@@ -87,7 +87,7 @@ class IsolatedRunner:
         self._ctx = mp.get_context("spawn")
         self._proc: Optional[mp.process.BaseProcess] = None
         self._conn = None
-        self.restarts = 0
+        self.restarts = 0          # workers lost to a crash, a hang or an error
         self.poisoned = True
 
     # ---- worker lifetime -------------------------------------------------------------
@@ -140,8 +140,6 @@ class IsolatedRunner:
     # ---- one example ------------------------------------------------------------------
     def run(self, inputs: MlaInputs, out_shape, lse_shape) -> MlaOutputs:
         if self._proc is None or not self._proc.is_alive():
-            if self._proc is not None:
-                self.restarts += 1
             self._kill()
             self.start()
         conn = self._conn
@@ -149,6 +147,7 @@ class IsolatedRunner:
             conn.send_bytes(_dumps((inputs.to("cpu"), tuple(out_shape), tuple(lse_shape))))
             if not conn.poll(self.timeout_s):
                 self._kill()
+                self.restarts += 1
                 raise ExampleCrashed(f"the kernel did not finish within {self.timeout_s:g} s "
                                      f"(worker killed)")
             kind, detail = _loads(conn.recv_bytes())
@@ -158,10 +157,12 @@ class IsolatedRunner:
                 self._proc.join(5)
                 code = self._proc.exitcode
             self._kill()
+            self.restarts += 1
             raise ExampleCrashed(f"the worker process died (exit code {code}): the kernel "
                                  f"crashed the process") from None
         if kind == "error":
             self._kill()
+            self.restarts += 1
             raise ExampleCrashed("the kernel raised in the worker:\n" + detail)
         outs, poisoned = detail
         self.poisoned = self.poisoned and poisoned
