@@ -352,3 +352,7 @@ def _describe(rp: "repro.Repro") -> str:
     return (f"batch {c.get('batch')}, s_q {c.get('s_q')}, heads {c.get('heads')}, "
             f"page {c.get('page_size')}, {c.get('dtype')}, seqlens {c.get('seqlens')}, "
             f"seed {c.get('seed')}")
+
+
+# the CLI pair lives in cli.py; mlagen/cli.py imports it from here
+from .cli import add_verify_arguments, verify_main  # noqa: E402,F401
