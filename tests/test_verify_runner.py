@@ -194,3 +194,34 @@ def test_missing_outputs_are_reported():
 
     r = run(none_lse, examples=5)
     assert not r.ok and "missing" in r.failure.message
+
+
+def test_schemes_are_drawn_and_a_bad_one_is_named():
+    """On SC11 with scheme = "auto" a runner taking scheme= is run under every scheme."""
+    used = set()
+
+    def by_scheme(inp, out=None, scheme=None):
+        used.add(scheme)
+        wrong = {"scale_factor": 1.01} if scheme == "seq" else {}
+        return RefRunner(**wrong)(inp, out=out)
+
+    r = run(by_scheme, examples=60)
+    assert not r.ok and r.failure.case_fields["scheme"] == "seq"
+    assert "scheme seq" in r.failure.case
+    assert {"auto", "seq"} <= used
+    again = replay(r.failure.repro_file, runner=by_scheme, reference=reference64)
+    assert not again.ok and "scheme seq" in again.failure.case
+
+    def fine(inp, out=None, scheme=None):
+        used.add(scheme)
+        return RefRunner()(inp, out=out)
+
+    used.clear()
+    r = run(fine, examples=40)
+    assert r.ok and used == {"auto", "heads", "batch", "seq", "batch_seq"}
+    assert any("schemes drawn" in n for n in r.notes)
+    fixed = SC11.replace(scheme="batch")
+    used.clear()
+    r = verify(fixed, examples=10, runner=fine, reference=reference64, progress=False,
+               bounds=SMALL)
+    assert r.ok and used == {None}          # a schedule that names its scheme keeps it

@@ -19,17 +19,21 @@ import torch
 from ..problem import MlaInputs, MlaOutputs
 
 
-def accepts_out(fn: Callable) -> bool:
-    """Whether a runner takes an ``out=`` keyword (an explicit flag wins over the signature:
-    a runner object may set ``accepts_out``)."""
-    flag = getattr(fn, "accepts_out", None)
+def accepts(fn: Callable, keyword: str) -> bool:
+    """Whether a runner takes a keyword argument (an explicit ``accepts_<keyword>``
+    attribute on the runner wins over its signature)."""
+    flag = getattr(fn, f"accepts_{keyword}", None)
     if flag is not None:
         return bool(flag)
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-    return "out" in params
+    return keyword in params
+
+
+def accepts_out(fn: Callable) -> bool:
+    return accepts(fn, "out")
 
 
 def poisoned_like(inputs: MlaInputs, out_shape, lse_shape, device=None) -> MlaOutputs:
@@ -42,14 +46,15 @@ def poisoned_like(inputs: MlaInputs, out_shape, lse_shape, device=None) -> MlaOu
                                      device=device))
 
 
-def call_poisoned(fn: Callable, inputs: MlaInputs, out_shape, lse_shape
+def call_poisoned(fn: Callable, inputs: MlaInputs, out_shape, lse_shape, **kw
                   ) -> tuple[MlaOutputs, bool]:
-    """Run `fn` on `inputs` into poisoned outputs when it lets us.  Returns the outputs and
-    whether they were poisoned (False: the runner allocated its own, or ignored ``out=``)."""
+    """Run `fn` on `inputs` (with extra keywords `kw`) into poisoned outputs when it lets
+    us.  Returns the outputs and whether they were poisoned (False: the runner allocated its
+    own, or ignored ``out=``)."""
     if not accepts_out(fn):
-        return fn(inputs), False
+        return fn(inputs, **kw), False
     poison = poisoned_like(inputs, out_shape, lse_shape)
-    result = fn(inputs, out=poison)
+    result = fn(inputs, out=poison, **kw)
     if result is None:
         return poison, True
     same = (result.out is not None and result.out.data_ptr() == poison.out.data_ptr()

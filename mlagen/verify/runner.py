@@ -19,14 +19,15 @@ from typing import Callable, Optional
 import torch
 from hypothesis import Phase, given
 from hypothesis import seed as hyp_seed
+from hypothesis import strategies as st
 from hypothesis import settings as hyp_settings
 
 from ..errors import MlagenError
 from ..problem import MlaInputs, MlaOutputs
 from ..schedule.parse import dumps
-from ..schedule.records import Schedule
+from ..schedule.records import SC11_SCHEMES, Schedule
 from . import repro
-from .calls import call_poisoned
+from .calls import accepts, call_poisoned
 from .compare import Comparison, Tolerance, compare
 from .isolate import IsolatedRunner
 from .profiles import Profile, get_profile, hypothesis_settings
@@ -162,14 +163,18 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
            tolerances: Optional[dict[str, Tolerance]] = None,
            time_budget_s: Optional[float] = None, shrink_budget_s: Optional[float] = 300.0,
            save_failures: bool = True, failures_dir: Optional[Path] = None,
-           example_timeout_s: float = 300.0) -> VerifyResult:
+           example_timeout_s: float = 300.0, draw_schemes: Optional[bool] = None
+           ) -> VerifyResult:
     """Verify a checked schedule's kernel against the float64 reference on drawn problems.
 
     runner:     a callable MlaInputs -> MlaOutputs (default: mlagen.runner(schedule));
     isolate:    run each example in a worker process (default: on GPU targets); the worker
                 makes its runner with `runner_factory` ("module:function" of a schedule);
     reference:  reference(inputs, dtype=torch.float64) -> MlaOutputs (mlagen.reference.run);
-    bounds, time_budget_s: override the profile's problem sizes and time budget.
+    bounds, time_budget_s: override the profile's problem sizes and time budget;
+    draw_schemes: on SC11 with scheme = "auto", draw the run-time scheme per example
+                (default: when the runner takes a ``scheme=`` keyword), so one build is
+                checked under every multi-core scheme.
     """
     prof: Profile = get_profile(profile)
     n = examples if examples is not None else prof.examples
@@ -195,20 +200,25 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             from .. import runner as make_runner
             kernel = make_runner(schedule)
     setup_s = time.perf_counter() - t0
+    if draw_schemes is None:
+        draw_schemes = (schedule.target.name == "sc11" and schedule.mapping.scheme == "auto"
+                        and kernel is not None and accepts(kernel, "scheme"))
+    scheme_st = st.sampled_from(SC11_SCHEMES) if draw_schemes else st.none()
 
     state = dict(run=0, failure=None, first_fail_t=None, poisoned=True, shrinking=False)
 
-    def run_kernel(inputs: MlaInputs, want: MlaOutputs) -> MlaOutputs:
+    def run_kernel(inputs: MlaInputs, want: MlaOutputs, scheme: Optional[str]) -> MlaOutputs:
         if worker is not None:
             return worker.run(inputs, want.out.shape, want.lse.shape)
-        outs, poisoned = call_poisoned(kernel, inputs, want.out.shape, want.lse.shape)
+        kw = {} if scheme is None else {"scheme": scheme}
+        outs, poisoned = call_poisoned(kernel, inputs, want.out.shape, want.lse.shape, **kw)
         state["poisoned"] = state["poisoned"] and poisoned
         return outs
 
     start = time.perf_counter()
     bar = _Progress(progress, n, f"verify {schedule.name}")
 
-    def check(case: Case) -> None:
+    def check(case: Case, scheme: Optional[str]) -> None:
         now = time.perf_counter()
         if state["first_fail_t"] is None:
             if budget is not None and now - start > budget:
@@ -216,28 +226,28 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         elif shrink_budget_s is not None and now - state["first_fail_t"] > shrink_budget_s:
             raise _BudgetSpent()
         inputs = case.inputs()
+        where = case.describe() + (f", scheme {scheme}" if scheme else "")
         failed: Optional[Failure] = None
         try:
             expected = ref(inputs, dtype=torch.float64)
         except Exception as e:   # noqa: BLE001 - a drawn valid case the reference rejects
             failed = Failure("reference", f"the reference raised {type(e).__name__}: {e}",
-                             case.describe())
+                             where)
         if failed is None:
             try:
-                actual = run_kernel(inputs, expected)
+                actual = run_kernel(inputs, expected, scheme)
                 cmp = compare(actual, expected, case.problem.dtype, tolerances)
                 if not cmp.ok:
-                    failed = Failure("mismatch", cmp.summary(), case.describe(),
-                                     comparison=cmp)
+                    failed = Failure("mismatch", cmp.summary(), where, comparison=cmp)
             except Exception as e:   # noqa: BLE001 - any error on a valid case is a failure
                 kind = "crash" if type(e).__name__ == "ExampleCrashed" else "error"
-                failed = Failure(kind, f"{type(e).__name__}: {e}", case.describe())
+                failed = Failure(kind, f"{type(e).__name__}: {e}", where)
         if failed is None:
             state["run"] += 1
             if not state["shrinking"]:
                 bar.advance()
             return
-        failed.case_fields = _case_fields(case)
+        failed.case_fields = dict(_case_fields(case), scheme=scheme)
         failed.inputs = inputs           # kept for the repro file (the last one is minimal)
         state["failure"] = failed
         if state["first_fail_t"] is None:
@@ -253,7 +263,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     # a stable identity per schedule for the example database (explore) and for the
     # derandomized example sequence (ci)
     check._hypothesis_internal_add_digest = (dumps(schedule) + schedule.fault).encode()
-    test = settings(given(case=cases(schedule, bounds))(check))
+    test = settings(given(case=cases(schedule, bounds), scheme=scheme_st)(check))
     if seed is not None:
         test = hyp_seed(seed)(test)
 
@@ -292,6 +302,8 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     if not state["poisoned"]:
         result.notes.append("note: the runner has no out= hook, so outputs were not "
                             "NaN-poisoned; an element it never writes may go unnoticed")
+    if draw_schemes:
+        result.notes.append(f"schemes drawn per example from {', '.join(SC11_SCHEMES)}")
     if worker is not None and worker.restarts:
         result.notes.append(f"note: the worker process was restarted {worker.restarts} times")
     return result
@@ -328,8 +340,10 @@ def replay(path: str | Path, *, runner: Optional[Callable] = None,
             if runner is None:
                 from .. import runner as make_runner
                 runner = make_runner(schedule)
+            scheme = rp.case.get("scheme")
+            kw = {"scheme": scheme} if scheme and accepts(runner, "scheme") else {}
             actual, poisoned = call_poisoned(runner, rp.inputs, expected.out.shape,
-                                             expected.lse.shape)
+                                             expected.lse.shape, **kw)
         cmp = compare(actual, expected, rp.inputs.k_cache.dtype, tolerances)
         if not cmp.ok:
             failure = Failure("mismatch", cmp.summary(), _describe(rp), comparison=cmp)
@@ -351,7 +365,7 @@ def _describe(rp: "repro.Repro") -> str:
         return f"the case saved in {rp.path}"
     return (f"batch {c.get('batch')}, s_q {c.get('s_q')}, heads {c.get('heads')}, "
             f"page {c.get('page_size')}, {c.get('dtype')}, seqlens {c.get('seqlens')}, "
-            f"seed {c.get('seed')}")
+            f"seed {c.get('seed')}" + (f", scheme {c['scheme']}" if c.get("scheme") else ""))
 
 
 # the CLI pair lives in cli.py; mlagen/cli.py imports it from here
