@@ -80,7 +80,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .verify.runner import verify_main
+    from .verify.cli import verify_main
 
     return verify_main(args)
 
@@ -152,7 +152,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="check a schedule's kernel against the reference over "
                        "hypothesis-drawn problems")
     try:
-        from .verify.runner import add_verify_arguments
+        from .verify.cli import add_verify_arguments
         add_verify_arguments(p)
     except ImportError:  # pragma: no cover - verify not installed
         p.add_argument("schedule")
