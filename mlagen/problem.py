@@ -6,6 +6,7 @@ Conventions (FlashMLA's, see docs/conventions.md):
     block_table  int32 [b, max_blocks]       page indices of each sequence, in order
     cache_seqlens int32 [b]
     out          [b, s_q, h_q, dv] (q's dtype);  lse fp32 [b, h_q, s_q], natural log
+    (MlaInputs.dv says dv; mlagen.reference computes the same in fp32 or fp64)
 Fused (the SC11 seed's operator) adds the up-projection inputs; see FusedWeights.
 
 Cache slots that a kernel must never read (unused pages, the tail of each last page) are
@@ -20,6 +21,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from .errors import InputError
 from .schedule.records import Problem
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -51,6 +53,7 @@ class MlaInputs:
     q_lora: Optional[torch.Tensor] = None        # fused: [b, s_q, q_lora_rank]
     weights: Optional[FusedWeights] = None       # fused
     meta: dict = field(default_factory=dict)     # how it was drawn (for repro files)
+    dv: int = 512                                # attention: V is the cache's first dv columns
 
     @property
     def batch(self) -> int:
@@ -81,7 +84,7 @@ class MlaInputs:
 @dataclass
 class MlaOutputs:
     out: torch.Tensor                    # [b, s_q, h, dv] or fused [b, s_q, h, v_head_dim]
-    lse: torch.Tensor                    # fp32 [b, h, s_q]
+    lse: torch.Tensor                    # [b, h, s_q]: fp32 from kernels
     extra: dict = field(default_factory=dict)    # e.g. the SC11 trace and timeline
 
 
@@ -100,6 +103,12 @@ def make_paged_cache(seqlens: Sequence[int], page_size: int, d: int, dtype: torc
     Pages are assigned in a random order (shuffle); unused pages, the table's unused entries'
     targets and the tail of each last page hold NaN (nan_fill).
     """
+    if page_size < 1:
+        raise InputError(f"page_size must be >= 1, got {page_size}")
+    if any(s < 0 for s in seqlens):
+        raise InputError(f"sequence lengths must be >= 0, got {min(seqlens)}")
+    if extra_blocks < 0:
+        raise InputError(f"extra_blocks must be >= 0, got {extra_blocks}")
     b = len(seqlens)
     need = [max(1, math.ceil(s / page_size)) for s in seqlens]
     max_blocks = max(max_blocks or 0, max(need) if need else 1)
@@ -130,8 +139,24 @@ def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: in
                 heads: Optional[int] = None, seed: int = 0, shuffle: bool = True,
                 nan_fill: bool = True, device: str | torch.device = "cpu",
                 q_noncontiguous: bool = False) -> MlaInputs:
-    """A random workload for a problem (heads defaults to problem.heads)."""
-    assert len(seqlens) == batch
+    """A random workload for a problem (heads defaults to problem.heads).
+
+    q_noncontiguous makes q (or, fused, q_lora) a strided view, as a caller slicing a wider
+    tensor would pass; kernels must honour its strides or reject it.
+    """
+    seqlens = [int(s) for s in seqlens]
+    if len(seqlens) != batch:
+        raise InputError(f"{len(seqlens)} sequence lengths given for batch {batch}")
+    if batch < 1:
+        raise InputError(f"batch must be >= 1, got {batch}")
+    if min(seqlens) < 0:
+        raise InputError(f"sequence lengths must be >= 0, got {min(seqlens)}")
+    if s_q < 1:
+        raise InputError(f"s_q must be >= 1, got {s_q}")
+    if heads is not None and heads < 1:
+        raise InputError(f"heads must be >= 1, got {heads}")
+    if problem.dtype not in TORCH_DTYPES:
+        raise InputError(f"dtype {problem.dtype!r} is not one of {sorted(TORCH_DTYPES)}")
     g = torch.Generator().manual_seed(seed)
     dtype = TORCH_DTYPES[problem.dtype]
     h = heads or problem.heads
@@ -139,7 +164,9 @@ def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: in
     cache, table = make_paged_cache(seqlens, problem.page_size, d, dtype, g, shuffle, nan_fill)
     seq = torch.tensor(list(seqlens), dtype=torch.int32)
     meta = dict(batch=batch, seqlens=list(seqlens), s_q=s_q, heads=h, seed=seed,
-                page_size=problem.page_size, dtype=problem.dtype)
+                page_size=problem.page_size, dtype=problem.dtype, fused=problem.fused,
+                shuffle=shuffle, nan_fill=nan_fill, q_noncontiguous=q_noncontiguous)
+    wide = 2 if q_noncontiguous else 1     # q drawn twice as wide, then strided (below)
     if problem.fused:
         nope, rope = problem.qk_nope_head_dim, problem.rope_dim
         r = problem.q_lora_rank
@@ -149,14 +176,19 @@ def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: in
                   ).to(dtype),
             w_uv=(torch.randn(h, problem.kv_lora_rank, problem.v_head_dim, generator=g)
                   * problem.kv_lora_rank ** -0.5).to(dtype))
-        q_lora = torch.randn(batch, s_q, r, generator=g).to(dtype)
+        q_lora = torch.randn(batch, s_q, wide * r, generator=g).to(dtype)
         inp = MlaInputs(None, cache, table, seq, problem.default_scale(), problem.causal,
-                        q_lora=q_lora, weights=w, meta=meta)
+                        q_lora=q_lora, weights=w, meta=meta, dv=problem.dv)
     else:
-        if q_noncontiguous:   # a strided view: every other head of a twice-as-wide tensor
-            q = torch.randn(batch, s_q, 2 * h, d, generator=g).to(dtype)[:, :, ::2]
-        else:
-            q = torch.randn(batch, s_q, h, d, generator=g).to(dtype)
+        q = torch.randn(batch, s_q, wide * h, d, generator=g).to(dtype)
         inp = MlaInputs(q, cache, table, seq, problem.default_scale(), problem.causal,
-                        meta=meta)
-    return inp.to(device)
+                        meta=meta, dv=problem.dv)
+    inp = inp.to(device)
+    if q_noncontiguous:
+        # a strided view (every other head of q, every other column of q_lora), made after
+        # the move since Tensor.to makes a non-dense tensor contiguous
+        if inp.q is not None:
+            inp = replace(inp, q=inp.q[:, :, ::2])
+        else:
+            inp = replace(inp, q_lora=inp.q_lora[:, :, ::2])
+    return inp

@@ -1,0 +1,324 @@
+"""Torch references for MLA decode: latent attention, the fused absorbed operator, plain MLA.
+
+Every kernel mlagen generates is compared against these (docs/conventions.md has the rules
+they implement).  They are written for clarity and for speed on small problems, since the
+verifier calls them thousands of times: every step is a batched tensor operation, and the
+only Python loop is over chunks of the batch (to bound memory on long sequences).
+
+Reading the cache: a sequence's slot t lives at ``k_cache[block_table[i, t // page], t % page]``
+and only slots t < cache_seqlens[i] are ever looked at.  Pages outside that range are not
+indexed at all (their table entries may be anything), and the tail of the last page is
+replaced by zeros with ``torch.where`` before any arithmetic, so NaN there cannot leak even
+as 0 * NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from .errors import InputError
+from .problem import FusedWeights, MlaInputs, MlaOutputs, positions
+
+__all__ = ["attention", "fused_absorbed", "fused_plain", "absorb_query", "rope",
+           "rope_cos_sin", "run"]
+
+# Elements of one gathered KV chunk (b_chunk * slots * h_kv * d) before the batch is split:
+# 2**25 float64 values = 256 MiB.
+_CHUNK_ELEMENTS = 1 << 25
+
+
+# ---- input checks ----------------------------------------------------------------------
+
+def _check_cache(k_cache: torch.Tensor, block_table: torch.Tensor,
+                 cache_seqlens: torch.Tensor) -> None:
+    if k_cache.dim() != 4:
+        raise InputError(f"k_cache must be [num_blocks, page, h_kv, d], got {tuple(k_cache.shape)}")
+    if block_table.dim() != 2 or block_table.dtype != torch.int32:
+        raise InputError(f"block_table must be int32 [b, max_blocks], got "
+                         f"{block_table.dtype} {tuple(block_table.shape)}")
+    if cache_seqlens.dim() != 1 or cache_seqlens.dtype != torch.int32:
+        raise InputError(f"cache_seqlens must be int32 [b], got "
+                         f"{cache_seqlens.dtype} {tuple(cache_seqlens.shape)}")
+    b = block_table.shape[0]
+    if cache_seqlens.shape[0] != b:
+        raise InputError(f"cache_seqlens has {cache_seqlens.shape[0]} entries, "
+                         f"block_table {b} rows")
+    if b == 0:
+        return
+    page = k_cache.shape[1]
+    lens = cache_seqlens.long()
+    if int(lens.min()) < 0:
+        raise InputError(f"cache_seqlens must be >= 0, got min {int(lens.min())}")
+    cap = block_table.shape[1] * page
+    if int(lens.max()) > cap:
+        raise InputError(f"a sequence of {int(lens.max())} tokens does not fit the block table "
+                         f"({block_table.shape[1]} pages of {page})")
+    # only the entries that hold a sequence's tokens are read, so only those must be in range
+    used = torch.arange(block_table.shape[1], device=lens.device)[None, :] \
+        < ((lens + page - 1) // page)[:, None]
+    entries = block_table.long()[used.to(block_table.device)]
+    if entries.numel() and (int(entries.min()) < 0 or int(entries.max()) >= k_cache.shape[0]):
+        raise InputError(f"block_table entries in use must lie in [0, {k_cache.shape[0]}), got "
+                         f"[{int(entries.min())}, {int(entries.max())}]")
+
+
+def _check_dtype(dtype: torch.dtype) -> None:
+    if dtype not in (torch.float32, torch.float64):
+        raise InputError(f"the reference computes in float32 or float64, not {dtype}")
+
+
+# ---- shared pieces ---------------------------------------------------------------------
+
+def _gather(k_cache: torch.Tensor, block_table: torch.Tensor, lens: torch.Tensor,
+            slots: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``slots`` tokens of each sequence: kv [b, slots, h_kv, d] in dtype, zero at
+    slots >= its length, and valid [b, slots].  Pages past a sequence's length are not
+    indexed (their table entries are replaced by page 0 and masked)."""
+    page = k_cache.shape[1]
+    b = block_table.shape[0]
+    pages = -(-slots // page)
+    t = torch.arange(pages * page, device=k_cache.device)
+    valid = t[None, :] < lens[:, None]                                   # [b, slots']
+    page_used = torch.arange(pages, device=k_cache.device)[None, :] \
+        < ((lens + page - 1) // page)[:, None]                           # [b, pages]
+    table = torch.where(page_used, block_table[:, :pages].long(), 0)
+    kv = k_cache[table].reshape(b, pages * page, *k_cache.shape[2:])    # [b, slots', h_kv, d]
+    kv = torch.where(valid[:, :, None, None], kv.to(dtype), 0)
+    return kv[:, :slots], valid[:, :slots]
+
+
+def _visible(lens: torch.Tensor, valid: torch.Tensor, s_q: int, causal: bool) -> torch.Tensor:
+    """[b, s_q, slots]: may query row i see key t?  Bottom-right causal alignment:
+    row i sees keys t < len - s_q + i + 1."""
+    if not causal:
+        return valid[:, None, :].expand(-1, s_q, -1)
+    t = torch.arange(valid.shape[1], device=valid.device)
+    limit = lens[:, None] - s_q + 1 + torch.arange(s_q, device=valid.device)[None, :]
+    return (t[None, None, :] < limit[:, :, None]) & valid[:, None, :]
+
+
+def _softmax(scores: torch.Tensor, visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """scores [b, h, s_q, slots] (already scaled), visible [b, s_q, slots] ->
+    (p, lse [b, h, s_q]).  A row with no visible key gets p = 0 and lse = +inf."""
+    vis = visible[:, None]
+    scores = scores.masked_fill(~vis, -math.inf)
+    lse = torch.logsumexp(scores, dim=-1)                                # -inf when empty
+    empty = ~vis.any(dim=-1)
+    p = torch.exp(scores - torch.where(empty, 0.0, lse)[..., None])
+    return p, torch.where(empty, math.inf, lse)
+
+
+def _chunks(lens: torch.Tensor, per_slot: int):
+    """Split the batch so that one gathered chunk stays under _CHUNK_ELEMENTS.
+    Yields (start, stop, slots) with slots the longest length in the chunk."""
+    b = lens.shape[0]
+    longest = int(lens.max()) if b else 0
+    step = max(1, _CHUNK_ELEMENTS // max(1, longest * per_slot))
+    for start in range(0, b, step):
+        stop = min(b, start + step)
+        yield start, stop, int(lens[start:stop].max())
+
+
+# ---- latent attention (FlashMLA's convention) -----------------------------------------
+
+def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
+              cache_seqlens: torch.Tensor, dv: int = 512, softmax_scale: Optional[float] = None,
+              causal: bool = True, dtype: torch.dtype = torch.float32
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paged attention with V = the first dv columns of K.
+
+    q [b, s_q, h_q, d], k_cache [num_blocks, page, h_kv, d] (h_q a multiple of h_kv; query
+    head j uses KV head j // (h_q // h_kv)), block_table int32 [b, max_blocks],
+    cache_seqlens int32 [b].  Returns out [b, s_q, h_q, dv] and lse [b, h_q, s_q] (natural
+    log of the sum of exp(scale * q.k)), both in dtype.  softmax_scale defaults to d**-0.5.
+    """
+    _check_dtype(dtype)
+    _check_cache(k_cache, block_table, cache_seqlens)
+    if q.dim() != 4:
+        raise InputError(f"q must be [b, s_q, h_q, d], got {tuple(q.shape)}")
+    b, s_q, h_q, d = q.shape
+    h_kv = k_cache.shape[2]
+    if b != block_table.shape[0]:
+        raise InputError(f"q has batch {b}, block_table {block_table.shape[0]} rows")
+    if d != k_cache.shape[3]:
+        raise InputError(f"q has head dim {d}, k_cache {k_cache.shape[3]}")
+    if h_kv < 1 or h_q % h_kv:
+        raise InputError(f"h_q = {h_q} must be a multiple of h_kv = {h_kv}")
+    if not 0 < dv <= d:
+        raise InputError(f"dv = {dv} must lie in (0, {d}]")
+    if s_q < 1:
+        raise InputError("s_q must be >= 1")
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    g = h_q // h_kv
+    dev = q.device
+    lens = cache_seqlens.to(dev).long()
+    out = torch.zeros(b, s_q, h_q, dv, dtype=dtype, device=dev)
+    lse = torch.full((b, h_q, s_q), math.inf, dtype=dtype, device=dev)
+    qd = q.to(dtype).reshape(b, s_q, h_kv, g, d)
+    k_cache, block_table = k_cache.to(dev), block_table.to(dev)
+    for lo, hi, slots in _chunks(lens, h_kv * d):
+        if slots == 0:
+            continue                      # every row empty: out 0, lse +inf already
+        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype)
+        vis = _visible(lens[lo:hi], valid, s_q, causal)
+        scores = torch.einsum("bskgd,btkd->bkgst", qd[lo:hi], kv) * scale
+        scores = scores.reshape(hi - lo, h_q, s_q, slots)
+        p, lse[lo:hi] = _softmax(scores, vis)
+        o = torch.einsum("bkgst,btkv->bskgv", p.reshape(hi - lo, h_kv, g, s_q, slots),
+                         kv[..., :dv])
+        out[lo:hi] = o.reshape(hi - lo, s_q, h_q, dv)
+    return out, lse
+
+
+# ---- RoPE ------------------------------------------------------------------------------
+
+def rope_cos_sin(pos: torch.Tensor, rope_dim: int, theta: float = 10000.0,
+                 dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [*pos.shape, rope_dim // 2] of the angles pos * theta**(-2i / rope_dim).
+    The angles are formed in float64 (positions reach 1e5; a float32 angle would be off by
+    ~1e-2 rad there) and rounded to dtype at the end."""
+    if rope_dim <= 0 or rope_dim % 2:
+        raise InputError(f"rope_dim = {rope_dim} must be even and > 0")
+    i = torch.arange(rope_dim // 2, dtype=torch.float64, device=pos.device)
+    inv_freq = float(theta) ** (-2.0 * i / rope_dim)
+    angle = pos.to(torch.float64)[..., None] * inv_freq
+    return torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
+    """Rotate interleaved pairs (x[2i], x[2i+1]) of the last dim by pos * theta**(-2i/d), as
+    DeepSeek-V3 does.  x [..., d]; pos broadcastable to x.shape[:-1] (integer positions)."""
+    d = x.shape[-1]
+    cos, sin = rope_cos_sin(pos, d, theta, x.dtype)
+    pairs = x.reshape(*x.shape[:-1], d // 2, 2)
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).reshape(x.shape)
+
+
+# ---- the fused operator (the SC11 seed's), absorbed and plain ---------------------------
+
+def _split_query(q_lora: torch.Tensor, weights: FusedWeights, cache_seqlens: torch.Tensor,
+                 rope_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """q_lora @ w_uq split per head into q_nope [b, s_q, h, nope] and the rotated q_pe
+    [b, s_q, h, rope_dim] (RoPE at each token's absolute position)."""
+    _check_dtype(dtype)
+    if q_lora.dim() != 3:
+        raise InputError(f"q_lora must be [b, s_q, q_lora_rank], got {tuple(q_lora.shape)}")
+    w_uq = weights.w_uq
+    if w_uq.dim() != 3 or w_uq.shape[0] != q_lora.shape[2]:
+        raise InputError(f"w_uq must be [q_lora_rank = {q_lora.shape[2]}, h, nope + rope], "
+                         f"got {tuple(w_uq.shape)}")
+    if not 0 < rope_dim < w_uq.shape[2] or rope_dim % 2:
+        raise InputError(f"rope_dim = {rope_dim} must be even, > 0 and < w_uq's last dim "
+                         f"{w_uq.shape[2]}")
+    if cache_seqlens.shape != (q_lora.shape[0],):
+        raise InputError(f"cache_seqlens must be [{q_lora.shape[0]}], got "
+                         f"{tuple(cache_seqlens.shape)}")
+    dev = q_lora.device
+    q = torch.einsum("bsr,rhe->bshe", q_lora.to(dtype), w_uq.to(dev, dtype))
+    nope = w_uq.shape[2] - rope_dim
+    pos = positions(cache_seqlens.to(dev), q_lora.shape[1])             # [b, s_q]
+    return q[..., :nope], rope(q[..., nope:], pos[:, :, None], weights.rope_theta)
+
+
+def _check_weights(weights: FusedWeights, nope: int, rank: int, h: int) -> None:
+    if weights.w_uk.shape != (h, nope, rank):
+        raise InputError(f"w_uk must be [h, nope, kv_lora_rank] = {(h, nope, rank)}, got "
+                         f"{tuple(weights.w_uk.shape)}")
+    if weights.w_uv.dim() != 3 or weights.w_uv.shape[:2] != (h, rank):
+        raise InputError(f"w_uv must be [h = {h}, kv_lora_rank = {rank}, v_head_dim], got "
+                         f"{tuple(weights.w_uv.shape)}")
+
+
+def absorb_query(q_lora: torch.Tensor, weights: FusedWeights, cache_seqlens: torch.Tensor,
+                 s_q: int, rope_dim: int = 64, dtype: torch.dtype = torch.float32
+                 ) -> torch.Tensor:
+    """The absorbed query q [b, s_q, h, kv_lora_rank + rope_dim]: (q_nope @ w_uk[h] | rope(q_pe)).
+    Attention of this q on the latent cache gives the latent output o_lat."""
+    if q_lora.dim() != 3 or q_lora.shape[1] != s_q:
+        raise InputError(f"q_lora must be [b, s_q = {s_q}, q_lora_rank], got "
+                         f"{tuple(q_lora.shape)}")
+    q_nope, q_pe = _split_query(q_lora, weights, cache_seqlens, rope_dim, dtype)
+    h, nope = q_nope.shape[2], q_nope.shape[3]
+    _check_weights(weights, nope, weights.w_uk.shape[-1], h)
+    q_lat = torch.einsum("bshn,hnc->bshc", q_nope, weights.w_uk.to(q_nope.device, dtype))
+    return torch.cat((q_lat, q_pe), dim=-1)
+
+
+def fused_absorbed(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tensor,
+                   block_table: torch.Tensor, cache_seqlens: torch.Tensor,
+                   softmax_scale: float, causal: bool = True, rope_dim: int = 64,
+                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused MLA decode operator in absorb mode: out [b, s_q, h, v_head_dim] and lse
+    [b, h, s_q].  The cache holds (c_kv | k_pe) per token, k_pe already rotated."""
+    if q_lora.dim() != 3:
+        raise InputError(f"q_lora must be [b, s_q, q_lora_rank], got {tuple(q_lora.shape)}")
+    q = absorb_query(q_lora, weights, cache_seqlens, q_lora.shape[1], rope_dim, dtype)
+    rank = weights.w_uk.shape[-1]
+    if k_cache.dim() != 4 or k_cache.shape[-1] != rank + rope_dim:
+        raise InputError(f"k_cache must be [num_blocks, page, 1, kv_lora_rank + rope_dim = "
+                         f"{rank + rope_dim}], got {tuple(k_cache.shape)}")
+    o_lat, lse = attention(q, k_cache, block_table, cache_seqlens, dv=rank,
+                           softmax_scale=softmax_scale, causal=causal, dtype=dtype)
+    out = torch.einsum("bshc,hcv->bshv", o_lat, weights.w_uv.to(o_lat.device, dtype))
+    return out, lse
+
+
+def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tensor,
+                block_table: torch.Tensor, cache_seqlens: torch.Tensor,
+                softmax_scale: float, causal: bool = True, rope_dim: int = 64,
+                dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same operator without absorption: per head K_nope = c_kv @ w_uk[h]^T and
+    V = c_kv @ w_uv[h] are formed explicitly (the textbook MLA).  Slow; a cross-check."""
+    q_nope, q_pe = _split_query(q_lora, weights, cache_seqlens, rope_dim, dtype)
+    b, s_q, h, nope = q_nope.shape
+    rank = weights.w_uk.shape[-1]
+    _check_weights(weights, nope, rank, h)
+    _check_cache(k_cache, block_table, cache_seqlens)
+    if k_cache.shape[2] != 1 or k_cache.shape[3] != rank + rope_dim:
+        raise InputError(f"k_cache must be [num_blocks, page, 1, kv_lora_rank + rope_dim = "
+                         f"{rank + rope_dim}], got {tuple(k_cache.shape)}")
+    if block_table.shape[0] != b:
+        raise InputError(f"q_lora has batch {b}, block_table {block_table.shape[0]} rows")
+    dev = q_lora.device
+    w_uk, w_uv = weights.w_uk.to(dev, dtype), weights.w_uv.to(dev, dtype)
+    lens = cache_seqlens.to(dev).long()
+    out = torch.zeros(b, s_q, h, w_uv.shape[2], dtype=dtype, device=dev)
+    lse = torch.full((b, h, s_q), math.inf, dtype=dtype, device=dev)
+    k_cache, block_table = k_cache.to(dev), block_table.to(dev)
+    for lo, hi, slots in _chunks(lens, h * (nope + w_uv.shape[2]) + rank + rope_dim):
+        if slots == 0:
+            continue
+        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype)
+        c_kv, k_pe = kv[:, :, 0, :rank], kv[:, :, 0, rank:]              # [c, t, .]
+        k_nope = torch.einsum("btc,hnc->bthn", c_kv, w_uk)
+        v = torch.einsum("btc,hcv->bthv", c_kv, w_uv)
+        scores = (torch.einsum("bshn,bthn->bhst", q_nope[lo:hi], k_nope)
+                  + torch.einsum("bshr,btr->bhst", q_pe[lo:hi], k_pe)) * softmax_scale
+        p, lse[lo:hi] = _softmax(scores, _visible(lens[lo:hi], valid, s_q, causal))
+        out[lo:hi] = torch.einsum("bhst,bthv->bshv", p, v)
+    return out, lse
+
+
+# ---- dispatch on an MlaInputs -----------------------------------------------------------
+
+def run(inputs: MlaInputs, dtype: torch.dtype = torch.float32) -> MlaOutputs:
+    """The reference result of a workload: attention when q is given, the fused (absorbed)
+    operator when q_lora and weights are."""
+    if inputs.q is not None:
+        out, lse = attention(inputs.q, inputs.k_cache, inputs.block_table,
+                             inputs.cache_seqlens, dv=inputs.dv,
+                             softmax_scale=inputs.softmax_scale, causal=inputs.causal,
+                             dtype=dtype)
+    elif inputs.q_lora is not None and inputs.weights is not None:
+        rank = inputs.weights.w_uk.shape[-1]
+        out, lse = fused_absorbed(inputs.q_lora, inputs.weights, inputs.k_cache,
+                                  inputs.block_table, inputs.cache_seqlens,
+                                  inputs.softmax_scale, inputs.causal,
+                                  rope_dim=inputs.k_cache.shape[-1] - rank, dtype=dtype)
+    else:
+        raise InputError("MlaInputs needs q (attention) or q_lora and weights (fused)")
+    return MlaOutputs(out, lse)

@@ -1,0 +1,50 @@
+"""The CLI calls the public API; user errors are one line and a non-zero exit."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlagen.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_check_examples(capsys):
+    paths = sorted(str(p) for p in (ROOT / "schedules").glob("*.toml"))
+    assert paths
+    assert main(["check", "-v", *paths]) == 0
+    out = capsys.readouterr().out
+    for p in paths:
+        assert f"{p}: ok" in out
+
+
+def test_bad_schedule_is_one_line_no_traceback(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[problem]\nheads = 128\n\n[target]\nname = "sc11"\n\n[schedule]\n'
+                   'block_kv = 48\n')
+    proc = subprocess.run([sys.executable, "-m", "mlagen.cli", "check", str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert f"{bad}:8: block_kv = 48 must divide page_size = 64" in proc.stderr
+
+
+def test_missing_file_is_a_clear_error(capsys):
+    assert main(["check", "/nonexistent/sched.toml"]) == 2
+    assert "cannot read schedule" in capsys.readouterr().err
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for cmd in ("check", "generate", "build", "run", "verify", "bench", "cache"):
+        assert cmd in out
+
+
+def test_cache_list_and_clear(capsys):
+    assert main(["cache", "list"]) == 0
+    assert main(["cache", "clear"]) == 0
+    assert "removed" in capsys.readouterr().out

@@ -1,0 +1,460 @@
+"""The torch references: each convention of docs/conventions.md checked on its own, against
+slow per-row code that reads the cache token by token (no masks, no block gathers)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mlagen import reference as R
+from mlagen.errors import InputError
+from mlagen.problem import FusedWeights, MlaInputs, make_inputs, make_paged_cache
+from mlagen.schedule.records import Problem
+
+F64 = torch.float64
+HYP = settings(max_examples=40, deadline=None,
+               suppress_health_check=[HealthCheck.too_slow])
+
+
+# ---- slow, obviously-right helpers --------------------------------------------------
+
+def token(cache, table, i, t):
+    """Slot t of sequence i, read one token at a time through the block table."""
+    page = cache.shape[1]
+    return cache[int(table[i, t // page]), t % page]              # [h_kv, d]
+
+
+def seen(length: int, s_q: int, row: int, causal: bool) -> int:
+    """How many keys query row `row` sees (counted, not masked)."""
+    if not causal:
+        return length
+    return min(length, max(0, length - (s_q - 1 - row)))
+
+
+def naive_attention(q, cache, table, lens, dv, scale, causal):
+    b, s_q, h, d = q.shape
+    out = torch.zeros(b, s_q, h, dv, dtype=F64)
+    lse = torch.full((b, h, s_q), math.inf, dtype=F64)
+    for i in range(b):
+        n_all = int(lens[i])
+        keys = [token(cache, table, i, t)[0].double() for t in range(n_all)]
+        for r in range(s_q):
+            n = seen(n_all, s_q, r, causal)
+            if n == 0:
+                continue
+            k = torch.stack(keys[:n])                               # [n, d]
+            s = q[i, r].double() @ k.T * scale                      # [h, n]
+            lse[i, :, r] = torch.logsumexp(s, -1)
+            out[i, r] = torch.softmax(s, -1) @ k[:, :dv]
+    return out, lse
+
+
+def small_inputs(lens, s_q=1, h=2, dv=32, rope=16, page=16, seed=0, shuffle=True,
+                 causal=True):
+    g = torch.Generator().manual_seed(seed)
+    cache, table = make_paged_cache(lens, page, dv + rope, F64, g, shuffle=shuffle)
+    q = torch.randn(len(lens), s_q, h, dv + rope, generator=g, dtype=F64)
+    seq = torch.tensor(lens, dtype=torch.int32)
+    return MlaInputs(q, cache, table, seq, (dv + rope) ** -0.5, causal, dv=dv)
+
+
+def call(inp: MlaInputs, dtype=F64, **kw):
+    args = dict(dv=inp.dv, softmax_scale=inp.softmax_scale, causal=inp.causal, dtype=dtype)
+    args.update(kw)
+    return R.attention(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens, **args)
+
+
+def assert_same(a, b, atol=1e-12):
+    """Equal within atol, with inf and NaN in the same places."""
+    assert a.shape == b.shape
+    assert torch.equal(torch.isinf(a), torch.isinf(b))
+    assert torch.equal(torch.isnan(a), torch.isnan(b))
+    fa, fb = a[torch.isfinite(a)], b[torch.isfinite(b)]
+    assert torch.allclose(fa, fb, atol=atol, rtol=0), (fa - fb).abs().max()
+
+
+# ---- attention conventions ----------------------------------------------------------
+
+def test_causal_bottom_right_against_counted_rows():
+    # s_q = 4 on lengths around s_q and page boundaries
+    inp = small_inputs([1, 3, 4, 5, 16, 17, 40], s_q=4, h=3)
+    out, lse = call(inp)
+    ref_out, ref_lse = naive_attention(inp.q, inp.k_cache, inp.block_table,
+                                       inp.cache_seqlens, inp.dv, inp.softmax_scale, True)
+    assert_same(out, ref_out)
+    assert_same(lse, ref_lse)
+
+
+def test_causal_rows_differ_and_last_row_sees_everything():
+    # the last query row sees every key, so it equals a non-causal single-row query
+    inp = small_inputs([9, 33], s_q=3)
+    out, lse = call(inp)
+    last = MlaInputs(inp.q[:, -1:].clone(), inp.k_cache, inp.block_table, inp.cache_seqlens,
+                     inp.softmax_scale, False, dv=inp.dv)
+    o1, l1 = call(last)
+    assert_same(out[:, -1:], o1)
+    assert_same(lse[:, :, -1:], l1)
+    # and an earlier row does not (it sees one key fewer)
+    assert not torch.allclose(out[:, 0], out[:, -1])
+    # row 0 of s_q = 3 over 9 keys equals a single query over the first 7 keys
+    first = MlaInputs(inp.q[:1, :1].clone(), inp.k_cache, inp.block_table[:1],
+                      torch.tensor([7], dtype=torch.int32), inp.softmax_scale, True, dv=inp.dv)
+    o7, l7 = call(first)
+    assert_same(out[:1, :1], o7)
+    assert_same(lse[:1, :, :1], l7)
+
+
+def test_non_causal_every_row_sees_all_keys():
+    inp = small_inputs([2, 20], s_q=3, causal=False)
+    out, lse = call(inp)
+    ref = naive_attention(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens, inp.dv,
+                          inp.softmax_scale, False)
+    assert_same(out, ref[0])
+    assert_same(lse, ref[1])
+    assert torch.isfinite(lse).all()
+
+
+def test_lse_is_natural_log_of_scaled_scores():
+    inp = small_inputs([37], s_q=1, h=2)
+    scale = 0.37
+    _, lse = call(inp, softmax_scale=scale)
+    keys = torch.stack([token(inp.k_cache, inp.block_table, 0, t)[0] for t in range(37)])
+    scores = inp.q[0, 0] @ keys.T * scale                          # [h, 37]
+    expect = torch.log(torch.exp(scores).sum(-1))
+    assert torch.allclose(lse[0, :, 0], expect, atol=1e-12, rtol=0)
+
+
+def test_default_scale_is_d_to_minus_half():
+    inp = small_inputs([21], h=2)
+    d = inp.q.shape[-1]
+    a = call(inp, softmax_scale=None)
+    b = call(inp, softmax_scale=d ** -0.5)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    c = call(inp, softmax_scale=1.0)
+    assert not torch.allclose(a[1], c[1])
+
+
+def test_empty_sequence_gives_zero_and_plus_inf():
+    inp = small_inputs([0, 5, 0], s_q=2)
+    out, lse = call(inp)
+    for i in (0, 2):
+        assert torch.equal(out[i], torch.zeros_like(out[i]))
+        assert torch.isposinf(lse[i]).all()
+    assert torch.isfinite(out[1]).all()
+    assert torch.isfinite(lse[1]).all()
+
+
+def test_rows_beyond_a_short_sequence_see_nothing():
+    # s_q = 4 over 2 keys: rows 0 and 1 see nothing, rows 2 and 3 see 1 and 2 keys
+    inp = small_inputs([2], s_q=4)
+    out, lse = call(inp)
+    assert torch.equal(out[0, :2], torch.zeros_like(out[0, :2]))
+    assert torch.isposinf(lse[0, :, :2]).all()
+    assert torch.isfinite(lse[0, :, 2:]).all()
+    k0 = token(inp.k_cache, inp.block_table, 0, 0)[0]
+    # one visible key: softmax is 1, the output is that key's V, lse its scaled score
+    assert torch.allclose(out[0, 2], k0[:inp.dv].expand(out.shape[2], -1), atol=1e-12)
+    assert torch.allclose(lse[0, :, 2], inp.q[0, 2] @ k0 * inp.softmax_scale, atol=1e-12)
+
+
+def test_every_unread_slot_poisoned_changes_nothing():
+    inp = small_inputs([1, 16, 17, 45], s_q=2, page=16, seed=3)
+    base = call(inp)
+    # poison every slot outside [0, len) of every sequence, and point unused table entries
+    # far out of range: nothing of it may be read
+    page = inp.k_cache.shape[1]
+    read = torch.zeros(inp.k_cache.shape[:2], dtype=torch.bool)
+    for i, n in enumerate(inp.cache_seqlens.tolist()):
+        for t in range(n):
+            read[int(inp.block_table[i, t // page]), t % page] = True
+    cache = inp.k_cache.clone()
+    cache[~read] = float("nan")
+    table = inp.block_table.clone()
+    for i, n in enumerate(inp.cache_seqlens.tolist()):
+        table[i, -(-n // page):] = 10 ** 6
+    poisoned = MlaInputs(inp.q, cache, table, inp.cache_seqlens, inp.softmax_scale, True,
+                         dv=inp.dv)
+    out, lse = call(poisoned)
+    assert torch.equal(out, base[0]) and torch.equal(lse, base[1])
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+
+
+def test_last_slot_of_a_partial_page_is_read():
+    # guards against reading too little (a skipped partial page)
+    inp = small_inputs([17], page=16)
+    out, _ = call(inp)
+    cache = inp.k_cache.clone()
+    cache[int(inp.block_table[0, 1]), 0] *= 3.0
+    out2, _ = call(MlaInputs(inp.q, cache, inp.block_table, inp.cache_seqlens,
+                             inp.softmax_scale, True, dv=inp.dv))
+    assert not torch.allclose(out, out2)
+
+
+def test_make_inputs_nan_never_reaches_outputs():
+    for fused in (False, True):
+        p = Problem(heads=8, fused=fused, page_size=64)
+        inp = make_inputs(p, 4, [0, 1, 64, 130], s_q=2, seed=5)
+        res = R.run(inp)
+        assert not torch.isnan(res.out).any() and not torch.isnan(res.lse).any()
+
+
+def test_float32_close_to_float64():
+    p = Problem(heads=16)
+    inp = make_inputs(p, 3, [1, 100, 700], s_q=2, seed=7)
+    a, b = R.run(inp, torch.float32), R.run(inp, F64)
+    assert a.out.dtype == torch.float32 and a.lse.dtype == torch.float32
+    assert b.out.dtype == F64 and b.lse.dtype == F64
+    assert torch.allclose(a.out.double(), b.out, atol=2e-5, rtol=0)
+    fin = torch.isfinite(b.lse)
+    assert torch.allclose(a.lse.double()[fin], b.lse[fin], atol=2e-5, rtol=0)
+
+
+def test_shuffled_table_same_as_in_order():
+    lens = [5, 64, 65, 200]
+    inp = small_inputs(lens, s_q=2, page=16, shuffle=False, seed=11)
+    assert torch.equal(inp.block_table[0, :1], torch.tensor([0], dtype=torch.int32))
+    base = call(inp)
+    perm = torch.randperm(inp.k_cache.shape[0], generator=torch.Generator().manual_seed(1))
+    cache = torch.empty_like(inp.k_cache)
+    cache[perm] = inp.k_cache                                      # page j moves to perm[j]
+    table = perm[inp.block_table.long()].to(torch.int32)
+    assert not torch.equal(table, inp.block_table)
+    out, lse = call(MlaInputs(inp.q, cache, table, inp.cache_seqlens, inp.softmax_scale,
+                              True, dv=inp.dv))
+    assert_same(out, base[0], atol=0)
+    assert_same(lse, base[1], atol=0)
+
+
+def test_noncontiguous_q_same_as_contiguous():
+    p = Problem(heads=4)
+    inp = make_inputs(p, 2, [10, 70], s_q=2, seed=1, q_noncontiguous=True)
+    assert not inp.q.is_contiguous()
+    a = call(inp, dtype=torch.float32)
+    b = call(MlaInputs(inp.q.contiguous(), inp.k_cache, inp.block_table, inp.cache_seqlens,
+                       inp.softmax_scale, True, dv=inp.dv), dtype=torch.float32)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_several_kv_heads_map_query_heads_in_groups():
+    g = torch.Generator().manual_seed(2)
+    lens = [9, 30]
+    cache, table = make_paged_cache(lens, 8, 24, F64, g)
+    cache2 = torch.stack((cache[:, :, 0], cache[:, :, 0].flip(-1)), dim=2)   # h_kv = 2
+    q = torch.randn(2, 2, 6, 24, generator=g, dtype=F64)          # h_q = 6: groups of 3
+    seq = torch.tensor(lens, dtype=torch.int32)
+    out, lse = R.attention(q, cache2, table, seq, dv=16, dtype=F64)
+    for kv in range(2):
+        o, l_ = R.attention(q[:, :, 3 * kv:3 * kv + 3].contiguous(), cache2[:, :, kv:kv + 1],
+                            table, seq, dv=16, dtype=F64)
+        assert_same(out[:, :, 3 * kv:3 * kv + 3], o)
+        assert_same(lse[:, 3 * kv:3 * kv + 3], l_)
+
+
+def test_batch_chunks_give_the_same_result(monkeypatch):
+    inp = small_inputs([3, 50, 0, 17, 90], s_q=2, seed=4)
+    whole = call(inp)
+    monkeypatch.setattr(R, "_CHUNK_ELEMENTS", 1)                 # one sequence per chunk
+    parts = call(inp)
+    # equal up to rounding: a chunk pads to its own longest sequence, not the batch's
+    assert_same(whole[0], parts[0], atol=1e-13)
+    assert_same(whole[1], parts[1], atol=1e-13)
+
+
+@HYP
+@given(lens=st.lists(st.integers(0, 70), min_size=1, max_size=3), s_q=st.integers(1, 4),
+       h=st.integers(1, 4), page=st.sampled_from([1, 3, 16, 64]), causal=st.booleans(),
+       seed=st.integers(0, 2 ** 16))
+def test_attention_matches_token_by_token(lens, s_q, h, page, causal, seed):
+    inp = small_inputs(lens, s_q=s_q, h=h, dv=16, rope=8, page=page, seed=seed,
+                       causal=causal)
+    out, lse = call(inp)
+    ref = naive_attention(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens, inp.dv,
+                          inp.softmax_scale, causal)
+    assert_same(out, ref[0])
+    assert_same(lse, ref[1])
+
+
+@pytest.mark.parametrize("bad", ["table_dtype", "seqlen_dtype", "too_long", "page_range",
+                                 "heads", "dv", "dtype", "batch", "negative"])
+def test_bad_inputs_raise_input_error(bad):
+    inp = small_inputs([5, 20], page=16)
+    q, cache, table, seq = inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens
+    kw = dict(dv=inp.dv, dtype=F64)
+    if bad == "table_dtype":
+        table = table.long()
+    elif bad == "seqlen_dtype":
+        seq = seq.long()
+    elif bad == "too_long":
+        seq = torch.tensor([5, table.shape[1] * 16 + 1], dtype=torch.int32)
+    elif bad == "page_range":
+        table = table.clone()
+        table[1, 0] = cache.shape[0]
+    elif bad == "heads":
+        cache = cache.expand(-1, -1, 3, -1)                        # h_q = 2 is not a multiple
+    elif bad == "dv":
+        kw["dv"] = q.shape[-1] + 1
+    elif bad == "dtype":
+        kw["dtype"] = torch.bfloat16
+    elif bad == "batch":
+        q = q[:1]
+    elif bad == "negative":
+        seq = torch.tensor([5, -1], dtype=torch.int32)
+    with pytest.raises(InputError):
+        R.attention(q, cache, table, seq, **kw)
+
+
+# ---- RoPE ---------------------------------------------------------------------------
+
+def test_rope_interleaved_pairs_and_frequencies():
+    x = torch.randn(3, 8, dtype=F64)
+    pos = torch.tensor([0, 1, 5])
+    y = R.rope(x, pos, theta=100.0)
+    assert torch.allclose(y[0], x[0], atol=1e-15)                  # position 0: identity
+    for row, p in ((1, 1), (2, 5)):
+        for i in range(4):
+            a = p * 100.0 ** (-2 * i / 8)
+            c, s = math.cos(a), math.sin(a)
+            x0, x1 = x[row, 2 * i].item(), x[row, 2 * i + 1].item()
+            assert y[row, 2 * i].item() == pytest.approx(x0 * c - x1 * s, abs=1e-13)
+            assert y[row, 2 * i + 1].item() == pytest.approx(x0 * s + x1 * c, abs=1e-13)
+
+
+def test_rope_dot_product_depends_on_offset_only():
+    q, k = torch.randn(16, dtype=F64), torch.randn(16, dtype=F64)
+    d1 = R.rope(q, torch.tensor(107)) @ R.rope(k, torch.tensor(100))
+    d2 = R.rope(q, torch.tensor(12007)) @ R.rope(k, torch.tensor(12000))
+    assert d1.item() == pytest.approx(d2.item(), abs=1e-9)
+
+
+def test_rope_large_positions_exact_in_float32():
+    # angles are formed in float64: float32 rope at 100000 agrees with float64 rope
+    x = torch.randn(4, 64, dtype=F64)
+    pos = torch.tensor([99_999, 100_000, 131_071, 7])
+    a = R.rope(x.float(), pos).double()
+    b = R.rope(x, pos)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+# ---- fused operator -----------------------------------------------------------------
+
+def fused_case(lens, s_q, h, rank, nope, rope, r_q, v, page, seed, causal=True):
+    g = torch.Generator().manual_seed(seed)
+    cache, table = make_paged_cache(lens, page, rank + rope, F64, g)
+    w = FusedWeights(w_uq=torch.randn(r_q, h, nope + rope, generator=g, dtype=F64) * r_q ** -.5,
+                     w_uk=torch.randn(h, nope, rank, generator=g, dtype=F64) * nope ** -.5,
+                     w_uv=torch.randn(h, rank, v, generator=g, dtype=F64) * rank ** -.5,
+                     rope_theta=float(torch.randint(100, 20000, (1,), generator=g)))
+    q_lora = torch.randn(len(lens), s_q, r_q, generator=g, dtype=F64)
+    seq = torch.tensor(lens, dtype=torch.int32)
+    return MlaInputs(None, cache, table, seq, (nope + rope) ** -0.5, causal, q_lora=q_lora,
+                     weights=w, dv=rank)
+
+
+def fused_args(inp, rope):
+    return (inp.q_lora, inp.weights, inp.k_cache, inp.block_table, inp.cache_seqlens,
+            inp.softmax_scale, inp.causal, rope, F64)
+
+
+@HYP
+@given(lens=st.lists(st.integers(0, 40), min_size=1, max_size=4), s_q=st.integers(1, 3),
+       h=st.integers(1, 8), rank=st.sampled_from([16, 64]), nope=st.sampled_from([8, 16]),
+       rope=st.sampled_from([4, 16]), r_q=st.sampled_from([8, 32]), v=st.sampled_from([8, 16]),
+       page=st.sampled_from([1, 4, 16]), causal=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_absorbed_equals_plain(lens, s_q, h, rank, nope, rope, r_q, v, page, causal, seed):
+    inp = fused_case(lens, s_q, h, rank, nope, rope, r_q, v, page, seed, causal)
+    a_out, a_lse = R.fused_absorbed(*fused_args(inp, rope))
+    p_out, p_lse = R.fused_plain(*fused_args(inp, rope))
+    assert a_out.shape == (len(lens), s_q, h, v) and a_lse.shape == (len(lens), h, s_q)
+    assert_same(a_out, p_out, atol=1e-11)
+    assert_same(a_lse, p_lse, atol=1e-11)
+
+
+def test_fused_plain_against_token_by_token():
+    lens, s_q, h, rank, nope, rope = [0, 3, 21], 2, 3, 16, 8, 8
+    inp = fused_case(lens, s_q, h, rank, nope, rope, 12, 8, 4, seed=9)
+    out, lse = R.fused_plain(*fused_args(inp, rope))
+    w = inp.weights
+    for i, n in enumerate(lens):
+        for r in range(s_q):
+            m = seen(n, s_q, r, True)
+            for hh in range(h):
+                if m == 0:
+                    assert torch.isposinf(lse[i, hh, r]) and not out[i, r, hh].any()
+                    continue
+                qh = inp.q_lora[i, r] @ w.w_uq[:, hh]              # [nope + rope]
+                pos = n - s_q + r
+                q_pe = R.rope(qh[nope:], torch.tensor(pos), w.rope_theta)
+                kv = torch.stack([token(inp.k_cache, inp.block_table, i, t)[0]
+                                  for t in range(m)])
+                k_nope = kv[:, :rank] @ w.w_uk[hh].T                # [m, nope]
+                s = (k_nope @ qh[:nope] + kv[:, rank:] @ q_pe) * inp.softmax_scale
+                vv = kv[:, :rank] @ w.w_uv[hh]
+                assert torch.allclose(out[i, r, hh], torch.softmax(s, 0) @ vv, atol=1e-12)
+                assert lse[i, hh, r].item() == pytest.approx(
+                    torch.logsumexp(s, 0).item(), abs=1e-12)
+
+
+def test_absorb_query_positions_and_latent_part():
+    lens, s_q, rope = [5, 30], 3, 16
+    inp = fused_case(lens, s_q, 2, 64, 16, rope, 32, 16, 16, seed=1)
+    q = R.absorb_query(inp.q_lora, inp.weights, inp.cache_seqlens, s_q, rope, F64)
+    assert q.shape == (2, s_q, 2, 64 + rope)
+    full = torch.einsum("bsr,rhe->bshe", inp.q_lora, inp.weights.w_uq)
+    for i, n in enumerate(lens):
+        for r in range(s_q):
+            expect_pe = R.rope(full[i, r, :, 16:], torch.tensor(n - s_q + r),
+                               inp.weights.rope_theta)
+            assert torch.allclose(q[i, r, :, 64:], expect_pe, atol=1e-13)
+            for hh in range(2):
+                lat = full[i, r, hh, :16] @ inp.weights.w_uk[hh]
+                assert torch.allclose(q[i, r, hh, :64], lat, atol=1e-13)
+
+
+def test_fused_rejects_bad_shapes():
+    inp = fused_case([4], 1, 2, 16, 8, 8, 12, 8, 4, seed=0)
+    args = list(fused_args(inp, 8))
+    with pytest.raises(InputError):
+        R.fused_absorbed(*args[:7], 6, F64)                        # rope_dim disagrees with cache
+    bad = FusedWeights(inp.weights.w_uq, inp.weights.w_uk[:, :4], inp.weights.w_uv)
+    with pytest.raises(InputError):
+        R.fused_plain(args[0], bad, *args[2:])
+    with pytest.raises(InputError):
+        R.absorb_query(inp.q_lora, inp.weights, inp.cache_seqlens, 2, 8, F64)
+
+
+def test_run_dispatches_both_operators():
+    p = Problem(heads=4)
+    inp = make_inputs(p, 2, [3, 90], seed=2)
+    res = R.run(inp)
+    out, lse = R.attention(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens, dv=512,
+                           softmax_scale=inp.softmax_scale)
+    assert torch.equal(res.out, out) and torch.equal(res.lse, lse)
+    assert res.out.shape == (2, 1, 4, 512)
+    pf = Problem(heads=4, fused=True)
+    inpf = make_inputs(pf, 2, [3, 90], s_q=2, seed=2)
+    resf = R.run(inpf, F64)
+    out, lse = R.fused_absorbed(inpf.q_lora, inpf.weights, inpf.k_cache, inpf.block_table,
+                                inpf.cache_seqlens, inpf.softmax_scale, True, 64, F64)
+    assert torch.equal(resf.out, out) and torch.equal(resf.lse, lse)
+    assert resf.out.shape == (2, 2, 4, 128)
+    with pytest.raises(InputError):
+        R.run(MlaInputs(None, inp.k_cache, inp.block_table, inp.cache_seqlens, 0.1))
+
+
+# ---- GPU ----------------------------------------------------------------------------
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_gpu_matches_cpu():
+    for fused in (False, True):
+        p = Problem(heads=16, fused=fused)
+        inp = make_inputs(p, 3, [0, 77, 300], s_q=2, seed=3)
+        cpu = R.run(inp, F64)
+        gpu = R.run(inp.to("cuda"), F64)
+        assert gpu.out.is_cuda and gpu.lse.is_cuda
+        assert_same(gpu.out.cpu(), cpu.out, atol=1e-10)
+        assert_same(gpu.lse.cpu(), cpu.lse, atol=1e-10)
