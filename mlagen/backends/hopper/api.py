@@ -118,8 +118,8 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
     if not (num_heads_k == 1):
         raise InputError(f"num_heads_k = {num_heads_k}: MLA has one latent KV head")
     if not (1 <= num_heads_per_head_k <= 1024):
-        raise InputError(f"num_heads_per_head_k = s_q * h_q // h_kv = {num_heads_per_head_k} must be in "
-                     "1..1024 (h_q <= 128, s_q <= 8)")
+        raise InputError(f"num_heads_per_head_k = s_q * h_q // h_kv = {num_heads_per_head_k} "
+                         "must be in 1..1024 (h_q <= 128, s_q <= 8)")
     _on_cuda({"cache_seqlens": cache_seqlens})
     if torch.compiler.is_compiling():
         parts, n, key = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule)
@@ -142,13 +142,15 @@ def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_schedu
         raise InputError(f"q must be [b, s_q, h_q, {D}], got shape {tuple(q.shape)}")
     b, s_q, h_q, d = q.shape
     if not (d == D):
-        raise InputError(f"q's last dimension must be {D} (kv_lora_rank 512 + rope 64), got {d}")
+        raise InputError(f"q's last dimension must be {D} (kv_lora_rank 512 + rope 64), "
+                         f"got {d}")
     if not (b >= 1):
         raise InputError("q must hold at least one sequence")
     if not (1 <= s_q <= 8):
         raise InputError(f"s_q = {s_q} must be in 1..8")
     if not (k_cache.dim() == 4):
-        raise InputError(f"k_cache must be [num_blocks, page_size, h_kv, {D}], got shape {tuple(k_cache.shape)}")
+        raise InputError(f"k_cache must be [num_blocks, page_size, h_kv, {D}], "
+                         f"got shape {tuple(k_cache.shape)}")
     nb, page, h_kv, dk = k_cache.shape
     if not (dk == D):
         raise InputError(f"k_cache's last dimension must be {D}, got {dk}")
@@ -167,11 +169,13 @@ def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_schedu
     if not (k_cache.stride(-1) == 1):
         raise InputError("k_cache's last dimension must be contiguous (stride 1)")
     if not (k_cache.stride(1) % 8 == 0 and k_cache.stride(0) % 8 == 0):
-        raise InputError("k_cache's block and token strides must be multiples of 8 elements (16 bytes)")
+        raise InputError("k_cache's block and token strides must be multiples of 8 elements "
+                         "(16 bytes)")
     if not (isinstance(block_table, torch.Tensor) and block_table.dtype == torch.int32):
         raise InputError("block_table must be an int32 tensor")
     if not (block_table.dim() == 2 and block_table.shape[0] == b):
-        raise InputError(f"block_table must be [b = {b}, max_blocks], got shape {tuple(block_table.shape)}")
+        raise InputError(f"block_table must be [b = {b}, max_blocks], "
+                         f"got shape {tuple(block_table.shape)}")
     if not (block_table.shape[1] >= 1):
         raise InputError("block_table has no columns")
     if not (block_table.stride(-1) == 1):

@@ -13,7 +13,8 @@ namespace hopper {
 constexpr int kCombineThreads = kDV / 4;
 
 template <typename T>
-__global__ void __launch_bounds__(kCombineThreads) mla_combine_kernel(const __grid_constant__ MlaParams p) {
+__global__ void __launch_bounds__(kCombineThreads)
+mla_combine_kernel(const __grid_constant__ MlaParams p) {
   const int req = blockIdx.x, gr = blockIdx.y;
   const int first = p.num_splits[req], n = p.num_splits[req + 1] - first;
   if (n <= 1) return;

@@ -46,11 +46,15 @@ cudaError_t launch_scheduler(const int* seqlens, int batch, int num_parts, int f
 template <typename T> struct Pair;
 template <> struct Pair<__nv_bfloat16> {
   using type = __nv_bfloat162;
-  static __device__ __forceinline__ type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+  static __device__ __forceinline__ type make(float a, float b) {
+    return __floats2bfloat162_rn(a, b);
+  }
 };
 template <> struct Pair<__half> {
   using type = __half2;
-  static __device__ __forceinline__ type make(float a, float b) { return __floats2half2_rn(a, b); }
+  static __device__ __forceinline__ type make(float a, float b) {
+    return __floats2half2_rn(a, b);
+  }
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {

@@ -137,7 +137,8 @@ struct SplitKernel {
     const T* src = k;
     if (ok) {
       const int pi = t / p.page_size;
-      const int page = pi < p.max_blocks ? p.block_table[static_cast<int64_t>(req) * p.bt_stride + pi] : -1;
+      const int* row = p.block_table + static_cast<int64_t>(req) * p.bt_stride;
+      const int page = pi < p.max_blocks ? row[pi] : -1;
       if (page < 0 || page >= p.num_blocks) {
         bad = true;
         ok = false;
@@ -405,7 +406,10 @@ struct SplitKernel {
     if (j_sm == 0) {
       sm.l[r_sm] = bad ? NAN : l;
       if (gr_sm < rows_total) {
-        const float lse = bad ? NAN : (l > 0.f ? (m + log2f(l)) * kLn2 : (direct ? INFINITY : -INFINITY));
+        // no visible key: +inf for a final lse (FlashMLA's convention), -inf for a partial
+        // one (its weight in the combine is then 0)
+        const float empty = direct ? INFINITY : -INFINITY;
+        const float lse = bad ? NAN : (l > 0.f ? (m + log2f(l)) * kLn2 : empty);
         if (direct) {
           const int s = gr_sm / p.h_q, h = gr_sm % p.h_q;
           p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = lse;
