@@ -46,7 +46,7 @@ def test_example_schedules_compile(path, tmp_path):
 @settings(max_examples=3, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(rows=st.sampled_from([16, 32, 64]), bkv=st.sampled_from([16, 32, 64]),
-       buffers=st.sampled_from([1, 2, 3]), warps=st.sampled_from([4, 8]),
+       buffers=st.sampled_from([1, 2, 3, 5]), warps=st.sampled_from([4, 8]),
        dtype=st.sampled_from(["bf16", "fp16"]))
 def test_sampled_schedules_compile(rows, bkv, buffers, warps, dtype, tmp_path_factory):
     try:

@@ -67,6 +67,7 @@ CASES = [
     (1, [20000], 1, 128, 64, "bf16", True),
     (1, [1, ], 8, 16, 64, "bf16", True),     # fewer keys than queries: rows that see nothing
     (64, [2048] * 64, 1, 16, 64, "bf16", True),
+    (1, [20000], 1, 16, 64, "bf16", True),    # ~150 splits: the combine's weight chunks
 ]
 
 
@@ -79,7 +80,24 @@ def test_cases(batch, seqlens, s_q, h_q, page, dtype, causal, sharp):
 SCHEDULES = [None,
              dict(rows_per_tile=16, block_kv=16, buffers=1, warps=4),
              dict(rows_per_tile=32, block_kv=32, buffers=3, warps=4, split_kv=3),
-             dict(rows_per_tile=64, block_kv=64, buffers=1, warps=8, split_kv=1)]
+             dict(rows_per_tile=64, block_kv=64, buffers=1, warps=8, split_kv=1),
+             dict(rows_per_tile=16, block_kv=32, buffers=5, warps=8)]
+
+# Deep cp.async pipelines (more stages than blocks in short pieces, one or two CTAs per SM),
+# and 16-row tiles serving 32 and 64 packed rows (several row tiles per part).
+DEEP = [dict(rows_per_tile=16, block_kv=32, buffers=5, warps=8),
+        dict(rows_per_tile=16, block_kv=16, buffers=4, warps=8),
+        dict(rows_per_tile=16, block_kv=16, buffers=8, warps=8),
+        dict(rows_per_tile=32, block_kv=32, buffers=4, warps=8)]
+
+
+@pytest.mark.parametrize("knobs", DEEP, ids=lambda k: "r{rows_per_tile}_bkv{block_kv}_buf{buffers}"
+                         .format(**k))
+@pytest.mark.parametrize("s_q,h_q,page", [(1, 16, 64), (2, 16, 16), (1, 64, 1), (3, 7, 32)])
+def test_deep_pipelines(knobs, s_q, h_q, page):
+    for sharp in (False, True):
+        inp = inputs(5, [0, 1, 95, 4097, 700], s_q, h_q, page, seed=3, sharp=sharp)
+        check(inp, True, Schedule.build(target="hopper", **knobs))
 
 
 @settings(max_examples=30, deadline=None, derandomize=True,

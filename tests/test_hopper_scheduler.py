@@ -205,3 +205,26 @@ def test_wgmma_mainloop_is_rejected_until_it_exists():
 def test_schedules_that_do_not_fit_are_rejected(knobs, key):
     with pytest.raises(ScheduleError, match=key):
         Schedule.build(target="hopper", **knobs)
+
+
+def test_pipeline_depth_limits():
+    # deep cp.async pipelines are a hopper knob (up to 8 stages, if they fit in shared memory)
+    assert Schedule.build(target="hopper", rows_per_tile=16, block_kv=16, buffers=8).mapping.buffers == 8
+    with pytest.raises(ScheduleError, match="buffers"):
+        Schedule.build(target="hopper", rows_per_tile=16, block_kv=16, buffers=9)
+    with pytest.raises(ScheduleError, match="shared memory"):
+        Schedule.build(target="hopper", rows_per_tile=16, block_kv=32, buffers=6)
+    with pytest.raises(ScheduleError, match="buffers = 4 must be 1, 2 or 3"):
+        Schedule.build(target="sc11", buffers=4)
+
+
+def test_tile_knobs_override(monkeypatch):
+    from mlagen.backends.hopper import defaults
+    monkeypatch.setenv("MLAGEN_HOPPER_TILE_KNOBS", '{"32": [16, 32, 5, 8], "16": [16, 2, 4]}')
+    s32 = defaults.default_schedule(32)
+    assert (s32.mapping.rows_per_tile, s32.mapping.block_kv, s32.mapping.buffers) == (16, 32, 5)
+    assert defaults.rows_for(17) == 16
+    s16 = defaults.default_schedule(5)
+    assert (s16.mapping.rows_per_tile, s16.mapping.block_kv, s16.mapping.buffers,
+            s16.mapping.warps) == (16, 16, 2, 4)
+    assert defaults.rows_for(33) == defaults.TILE_KNOBS[64][0]

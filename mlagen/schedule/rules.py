@@ -86,7 +86,8 @@ def common_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
     elif p.page_size % m.block_kv and m.block_kv % p.page_size:
         yield "schedule", "block_kv", (f"block_kv = {m.block_kv} must divide page_size = "
                                        f"{p.page_size} or be a multiple of it")
-    if not 1 <= m.buffers <= 3:
+    # hopper's cp.async pipeline takes more stages (hopper_mapping)
+    if t.kind != "hopper" and not 1 <= m.buffers <= 3:
         yield "schedule", "buffers", f"buffers = {m.buffers} must be 1, 2 or 3"
     if isinstance(m.split_kv, str):
         if m.split_kv != "auto":
@@ -146,6 +147,9 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                                        "batch_seq schemes split sequences over the cores")
 
 
+HOPPER_MAX_STAGES = 8   # mla_split.cuh's static_assert
+
+
 @rule
 def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
     if t.kind != "hopper":
@@ -165,6 +169,9 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "schedule", "warps", f"warps = {m.warps} must be 4 or 8"
     if m.block_kv not in (16, 32, 64):
         yield "schedule", "block_kv", f"block_kv = {m.block_kv} must be 16, 32 or 64 on hopper"
+    if not 1 <= m.buffers <= HOPPER_MAX_STAGES:
+        yield "schedule", "buffers", (f"buffers = {m.buffers} must be 1..{HOPPER_MAX_STAGES} "
+                                      "(cp.async pipeline stages) on hopper")
 
 
 def violations(s: Schedule, t: Target) -> list[Violation]:

@@ -10,35 +10,41 @@ import os
 
 from mlagen.schedule.records import Schedule
 
-# rows_per_tile -> (block_kv, buffers, warps): the largest K pipeline that fits beside Q in
-# 227 KiB (see mlagen.schedule.resources.hopper_smem), 8 warps to keep loads in flight.
-# Picked with benchmarks/hopper_tune.py on the lent H200 (benchmarks/results/hopper_h200.md).
-TILE_KNOBS = {16: (32, 2, 8), 32: (64, 2, 8), 64: (32, 3, 8)}
+# Size class of s_q * h_q packed rows (<= 16, <= 32, more) -> (rows_per_tile, block_kv,
+# buffers, warps).  A class may use smaller tiles than its rows (several row tiles per part,
+# reading the same keys through L2).  Picked with benchmarks/hopper_tune.py on the lent H200
+# (benchmarks/results/hopper_h200.md).
+TILE_KNOBS = {16: (16, 32, 2, 8), 32: (32, 64, 2, 8), 64: (64, 32, 3, 8)}
 
 
-def tile_knobs() -> dict[int, tuple[int, int, int]]:
-    """TILE_KNOBS, with MLAGEN_HOPPER_TILE_KNOBS (JSON {"rows": [block_kv, buffers, warps]})
-    replacing entries: how a tuning run's choice is tried without editing this file."""
-    knobs = dict(TILE_KNOBS)
-    env = os.environ.get("MLAGEN_HOPPER_TILE_KNOBS")
-    if env:
-        for rows, v in json.loads(env).items():
-            knobs[int(rows)] = tuple(int(x) for x in v)
-    return knobs
-
-
-def rows_for(rows_total: int) -> int:
-    """Query rows per CTA tile for s_q * h_q packed rows: the smallest tile that holds them
-    (so h_q = 16 does not pad to 64), else 64."""
+def size_class(rows_total: int) -> int:
     for r in (16, 32):
         if rows_total <= r:
             return r
     return 64
 
 
+def tile_knobs() -> dict[int, tuple[int, int, int, int]]:
+    """TILE_KNOBS, with MLAGEN_HOPPER_TILE_KNOBS (JSON {"class": [rows_per_tile, block_kv,
+    buffers, warps]}, or [block_kv, buffers, warps] for tiles of the class's own rows)
+    replacing entries: how a tuning run's choice is tried without editing this file."""
+    knobs = dict(TILE_KNOBS)
+    env = os.environ.get("MLAGEN_HOPPER_TILE_KNOBS")
+    if env:
+        for cls, v in json.loads(env).items():
+            v = tuple(int(x) for x in v)
+            knobs[int(cls)] = v if len(v) == 4 else (int(cls),) + v
+    return knobs
+
+
+def rows_for(rows_total: int) -> int:
+    """Query rows per CTA tile for s_q * h_q packed rows: by default the smallest tile that
+    holds them (so h_q = 16 does not pad to 64), else 64."""
+    return tile_knobs()[size_class(rows_total)][0]
+
+
 def default_schedule(rows_total: int, dtype: str = "bf16") -> Schedule:
-    rows = rows_for(rows_total)
-    block_kv, buffers, warps = tile_knobs()[rows]
+    rows, block_kv, buffers, warps = tile_knobs()[size_class(rows_total)]
     return canonical(Schedule.build(name=f"hopper_default_r{rows}_{dtype}", target="hopper",
                                     dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
                                     buffers=buffers, warps=warps))

@@ -4,6 +4,11 @@
 // One CTA per (request, query row), 128 threads x 4 columns.  Requests with one split were
 // written by the split kernel; their CTAs return at once.  No visible key in any split
 // (every lse_i = -inf) gives out = 0 and lse = +inf; a NaN lse (bad block table) gives NaN.
+//
+// A small batch splits each request many ways (b = 1 over 132 SMs: ~64 splits), so the
+// per-split work must not be a chain of dependent loads: the threads reduce the lse values
+// together (max, then the sum of weights), stage the weights in shared memory, and read
+// the partial rows kUnroll at a time, so that many loads are in flight per thread.
 #pragma once
 #include "mla_common.cuh"
 
@@ -11,35 +16,83 @@ namespace mlagen {
 namespace hopper {
 
 constexpr int kCombineThreads = kDV / 4;
+constexpr int kCombineWarps = kCombineThreads / 32;
+constexpr int kCombineChunk = 64;    // weights staged in shared memory at a time
+constexpr int kCombineUnroll = 8;    // partial rows read per step
+
+template <bool kMax>
+__device__ __forceinline__ float combine_block_reduce(float v, float* red) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = kMax ? fmaxf(v, o) : v + o;
+  }
+  __syncthreads();   // red is free (an earlier reduction has been read)
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = red[0];
+#pragma unroll
+  for (int w = 1; w < kCombineWarps; ++w) v = kMax ? fmaxf(v, red[w]) : v + red[w];
+  return v;
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kCombineThreads)
 mla_combine_kernel(const __grid_constant__ MlaParams p) {
-  const int req = blockIdx.x, gr = blockIdx.y;
+  __shared__ float w_sh[kCombineChunk];
+  __shared__ float red[kCombineWarps];
+  const int req = blockIdx.x, gr = blockIdx.y, tid = threadIdx.x;
   const int first = p.num_splits[req], n = p.num_splits[req + 1] - first;
   if (n <= 1) return;
   const int rows_total = p.s_q * p.h_q;
+  const float* lse_col = p.lse_acc + static_cast<int64_t>(first) * rows_total + gr;
+
   float mx = -INFINITY;
   bool nan = false;
-  for (int i = 0; i < n; ++i) {
-    const float v = p.lse_acc[static_cast<int64_t>(first + i) * rows_total + gr];
+  for (int i = tid; i < n; i += kCombineThreads) {
+    const float v = lse_col[static_cast<int64_t>(i) * rows_total];
     nan |= v != v;
     mx = fmaxf(mx, v);
   }
+  nan = __syncthreads_or(nan);
+  mx = combine_block_reduce<true>(mx, red);
+  const bool live = mx != -INFINITY && !nan;
+
   float sum = 0.f;
+  if (live)
+    for (int i = tid; i < n; i += kCombineThreads)
+      sum += __expf(lse_col[static_cast<int64_t>(i) * rows_total] - mx);
+  sum = combine_block_reduce<false>(sum, red);
+
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  const int col = threadIdx.x * 4;
-  if (mx != -INFINITY && !nan) {
-    for (int i = 0; i < n; ++i) {
-      const int64_t row = static_cast<int64_t>(first + i) * rows_total + gr;
-      const float w = __expf(p.lse_acc[row] - mx);
-      if (w == 0.f) continue;   // an empty split (its o is 0 and its lse -inf)
-      sum += w;
-      const float4 o = *reinterpret_cast<const float4*>(p.o_acc + row * kDV + col);
-      acc.x += w * o.x;
-      acc.y += w * o.y;
-      acc.z += w * o.z;
-      acc.w += w * o.w;
+  const int col = tid * 4;
+  if (live) {
+    for (int c0 = 0; c0 < n; c0 += kCombineChunk) {
+      const int cn = min(kCombineChunk, n - c0);
+      __syncthreads();   // the previous chunk's weights have been used
+      for (int i = tid; i < cn; i += kCombineThreads)
+        w_sh[i] = __expf(lse_col[static_cast<int64_t>(c0 + i) * rows_total] - mx);
+      __syncthreads();
+      const float* o = p.o_acc + (static_cast<int64_t>(first + c0) * rows_total + gr) * kDV + col;
+      const int64_t step = static_cast<int64_t>(rows_total) * kDV;
+      for (int i0 = 0; i0 < cn; i0 += kCombineUnroll) {
+        float4 v[kCombineUnroll];
+        float w[kCombineUnroll];
+#pragma unroll
+        for (int u = 0; u < kCombineUnroll; ++u) {
+          // an empty split (o = 0, lse = -inf, weight 0) is not read
+          w[u] = i0 + u < cn ? w_sh[i0 + u] : 0.f;
+          v[u] = w[u] != 0.f ? *reinterpret_cast<const float4*>(o + (i0 + u) * step)
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < kCombineUnroll; ++u) {
+          acc.x += w[u] * v[u].x;
+          acc.y += w[u] * v[u].y;
+          acc.z += w[u] * v[u].z;
+          acc.w += w[u] * v[u].w;
+        }
+      }
     }
   }
   const float inv = nan ? NAN : (sum > 0.f ? 1.f / sum : 0.f);
@@ -48,7 +101,7 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
                                   (static_cast<int64_t>(req) * rows_total + gr) * kDV + col);
   out[0] = Pair<T>::make(acc.x * inv, acc.y * inv);
   out[1] = Pair<T>::make(acc.z * inv, acc.w * inv);
-  if (threadIdx.x == 0) {
+  if (tid == 0) {
     const int s = gr / p.h_q, h = gr % p.h_q;
     p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] =
         nan ? NAN : (sum > 0.f ? mx + logf(sum) : INFINITY);

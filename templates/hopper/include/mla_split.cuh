@@ -67,7 +67,7 @@ struct SplitConfig {
 
   static_assert(ROWS == 16 || ROWS == 32 || ROWS == 64, "rows_per_tile must be 16, 32 or 64");
   static_assert(BKV == 16 || BKV == 32 || BKV == 64, "block_kv must be 16, 32 or 64");
-  static_assert(STAGES >= 1 && STAGES <= 3, "buffers must be 1, 2 or 3");
+  static_assert(STAGES >= 1 && STAGES <= 8, "buffers must be 1..8");
   static_assert(WARPS == 4 || WARPS == 8, "warps must be 4 or 8");
   static_assert(kTilesPerWarp <= kNTilesS, "a warp's score tiles share one row tile");
   static_assert(!kQInRegs || kNTilesS % 2 == 0, "score tiles are loaded in pairs");
@@ -123,27 +123,41 @@ struct SplitKernel {
       cp_async16(sm.q + swz(r, ch), src + (ok ? ch * 8 : 0), ok);
   }
 
-  // Keys [t0, t0 + BKV) of request `req` into stage `stage`; keys at or past `end` are zero.
-  // Each key row is loaded by THREADS / BKV threads (interleaved 16-byte chunks, so a warp
-  // instruction reads whole 64-byte runs), and a thread looks its page up once per block.
-  // Returns true if a block-table entry was out of range.
-  static __device__ __forceinline__ bool load_k(const MlaParams& p, const Smem& sm, int req,
-                                                int t0, int end, int stage) {
+  // The block-table entry of this thread's key row of the block at t0 (raw, range-checked
+  // in load_k; -1 past the table), and whether the row is before `end`.  Looked up one
+  // block ahead of its load, so issuing the cp.async never waits on this global read.
+  struct PageRef {
+    int page;
+    bool live;
+  };
+  static __device__ __forceinline__ PageRef page_of(const MlaParams& p, int req, int t0,
+                                                    int end) {
+    constexpr int kTPRow = C::kThreads / BKV;
+    const int t = t0 + static_cast<int>(threadIdx.x) / kTPRow;
+    if (t >= end) return {0, false};
+    const int pi = t / p.page_size;
+    const int* row = p.block_table + static_cast<int64_t>(req) * p.bt_stride;
+    return {pi < p.max_blocks ? row[pi] : -1, true};
+  }
+
+  // Keys [t0, t0 + BKV) of request `req` into stage `stage`, given this thread's page from
+  // page_of; keys at or past `end` are zero.  Each key row is loaded by THREADS / BKV threads
+  // (interleaved 16-byte chunks, so a warp instruction reads whole 64-byte runs).  Returns
+  // true if the block-table entry was out of range.
+  static __device__ __forceinline__ bool load_k(const MlaParams& p, const Smem& sm, int t0,
+                                                PageRef pg, int stage) {
     constexpr int kTPRow = C::kThreads / BKV;
     const T* k = static_cast<const T*>(p.k);
     const int r = threadIdx.x / kTPRow, j = threadIdx.x % kTPRow;
     const int t = t0 + r;
-    bool ok = t < end, bad = false;
+    bool ok = pg.live, bad = false;
     const T* src = k;
     if (ok) {
-      const int pi = t / p.page_size;
-      const int* row = p.block_table + static_cast<int64_t>(req) * p.bt_stride;
-      const int page = pi < p.max_blocks ? row[pi] : -1;
-      if (page < 0 || page >= p.num_blocks) {
+      if (pg.page < 0 || pg.page >= p.num_blocks) {
         bad = true;
         ok = false;
       } else {
-        src = k + page * p.k_stride_block + (t - pi * p.page_size) * p.k_stride_token;
+        src = k + pg.page * p.k_stride_block + (t % p.page_size) * p.k_stride_token;
       }
     }
     T* dst = sm.k + stage * BKV * kD;
@@ -301,21 +315,30 @@ struct SplitKernel {
     load_q(p, sm, req, row0, rows_total);
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
-      if (st < nblocks) bad |= load_k(p, sm, req, start + st * BKV, end, st);
+      if (st < nblocks)
+        bad |= load_k(p, sm, start + st * BKV, page_of(p, req, start + st * BKV, end), st);
       cp_async_commit();
     }
+    // page of the next block to load (block STAGES - 1, or 0 with one stage)
+    const int first_ld = STAGES == 1 ? 0 : STAGES - 1;
+    PageRef next_page = first_ld < nblocks ? page_of(p, req, start + first_ld * BKV, end)
+                                           : PageRef{0, false};
 
     for (int i = 0; i < nblocks; ++i) {
       if constexpr (STAGES == 1) {
-        bad |= load_k(p, sm, req, start + i * BKV, end, 0);
+        bad |= load_k(p, sm, start + i * BKV, next_page, 0);
         cp_async_commit();
+        if (i + 1 < nblocks) next_page = page_of(p, req, start + (i + 1) * BKV, end);
         cp_async_wait<0>();
         __syncthreads();
       } else {
         cp_async_wait<STAGES - 2>();
         __syncthreads();   // block i landed for all threads; block i-1 fully consumed
         const int nx = i + STAGES - 1;
-        if (nx < nblocks) bad |= load_k(p, sm, req, start + nx * BKV, end, nx % STAGES);
+        if (nx < nblocks) {
+          bad |= load_k(p, sm, start + nx * BKV, next_page, nx % STAGES);
+          if (nx + 1 < nblocks) next_page = page_of(p, req, start + (nx + 1) * BKV, end);
+        }
         cp_async_commit();
       }
       const T* kb = sm.k + (i % STAGES) * BKV * kD;
