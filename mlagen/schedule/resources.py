@@ -126,8 +126,15 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
     el = 2
     rows, bkv = m.rows_per_tile, m.block_kv
     tiles = (rows // 16) * (bkv // 8)            # 16x8 score tiles of one block
-    # 16-row tiles split the reduction over every warp (Q in registers); see kQInRegs
-    ksplit = m.warps if rows == 16 else (m.warps // tiles if tiles < m.warps else 1)
+    # 16-row tiles split the reduction over every warp (Q in registers); larger ones give a
+    # warp up to 4 tiles and split the reduction over the rest (kQInRegs, kKSplit)
+    group = min(bkv // 8, 4)
+    if rows == 16:
+        ksplit = m.warps
+    elif tiles // group >= m.warps:
+        ksplit = 1
+    else:
+        ksplit = m.warps // (tiles // group)
     q = rows * p.d * el
     kv = m.buffers * bkv * p.d * el
     probs = rows * (bkv + 8) * el

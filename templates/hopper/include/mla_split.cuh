@@ -40,12 +40,19 @@ struct SplitConfig {
   static constexpr int kTilesS = kMTiles * kNTilesS;
   // 16-row tiles keep Q in registers: every warp computes all score tiles of the block over
   // its share of the 576-deep reduction (Q is read from shared memory once per piece, and a
-  // warp's MMAs form NTilesS independent chains).  Larger tiles split the score tiles over
-  // the warps (and the reduction only when there are fewer tiles than warps).
+  // warp's MMAs form NTilesS independent chains).  Larger tiles give each warp up to 4 score
+  // tiles of one row tile (one Q fragment from shared memory feeds 4 MMAs: QK^T's
+  // shared-memory reads bound these tiles), and split the reduction over the warps that
+  // would otherwise have no tiles.
   static constexpr bool kQInRegs = ROWS == 16;
+  static constexpr int kTileGroup = kNTilesS < 4 ? kNTilesS : 4;
+  static constexpr bool kSplitTiles = kTilesS / kTileGroup >= WARPS;
   static constexpr int kTilesPerWarp =
-      kQInRegs ? kNTilesS : (kTilesS >= WARPS ? kTilesS / WARPS : 1);
-  static constexpr int kKSplit = kQInRegs ? WARPS : (kTilesS >= WARPS ? 1 : WARPS / kTilesS);
+      kQInRegs ? kNTilesS : (kSplitTiles ? kTilesS / WARPS : kTileGroup);
+  static constexpr int kGroups = kTilesS / kTilesPerWarp;   // warps' disjoint tile groups
+  static constexpr int kKSplit = kQInRegs ? WARPS : (kSplitTiles ? 1 : WARPS / kGroups);
+  // accumulator sets (alternate k steps) so that a warp has >= 4 independent MMA chains
+  static constexpr int kAccSets = kTilesPerWarp >= 4 ? 1 : 2;
   static constexpr int kKSteps = kD / 16;
   static constexpr int kKStepsPerWarp = (kKSteps + kKSplit - 1) / kKSplit;
   static constexpr int kOCols = kDV / WARPS;
@@ -70,8 +77,10 @@ struct SplitConfig {
   static_assert(STAGES >= 1 && STAGES <= 8, "buffers must be 1..8");
   static_assert(WARPS == 4 || WARPS == 8, "warps must be 4 or 8");
   static_assert(kTilesPerWarp <= kNTilesS, "a warp's score tiles share one row tile");
+  static_assert(kQInRegs || kGroups * kKSplit == WARPS, "every warp has one tile group");
   static_assert(!kQInRegs || kNTilesS % 2 == 0, "score tiles are loaded in pairs");
   static_assert(kTPR >= 2 && kTPR <= 32 && kCPT >= 1, "softmax thread mapping");
+  static_assert(kSStride % 4 == 0, "score rows start on 16-byte boundaries");
   static_assert(kONTiles % 2 == 0, "PV loads V for two column tiles at a time");
   static_assert(kThreads % ROWS == 0 && kThreads % BKV == 0, "load mapping");
 };
@@ -216,35 +225,24 @@ struct SplitKernel {
   // S = Q K^T for one block: this warp's score tiles (or its share of the reduction).
   static __device__ __forceinline__ void scores(const Smem& sm, const T* kb) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int mt, nt0, g, ks0, ks1;
-    if (C::kKSplit == 1) {
-      const int t0 = warp * C::kTilesPerWarp;
-      mt = t0 / C::kNTilesS;
-      nt0 = t0 % C::kNTilesS;
-      g = 0;
-      ks0 = 0;
-      ks1 = C::kKSteps;
-    } else {
-      const int tile = warp % C::kTilesS;
-      mt = tile / C::kNTilesS;
-      nt0 = tile % C::kNTilesS;
-      g = warp / C::kTilesS;
-      ks0 = g * C::kKSteps / C::kKSplit;
-      ks1 = (g + 1) * C::kKSteps / C::kKSplit;
-    }
-    // two accumulator sets (even and odd k steps) halve the chain of dependent MMAs
-    float acc[2][C::kTilesPerWarp][4];
+    // warp -> (tile group, share g of the reduction)
+    const int t0 = (warp % C::kGroups) * C::kTilesPerWarp;
+    const int mt = t0 / C::kNTilesS, nt0 = t0 % C::kNTilesS, g = warp / C::kGroups;
+    const int ks0 = g * C::kKSteps / C::kKSplit, ks1 = (g + 1) * C::kKSteps / C::kKSplit;
+    // kAccSets accumulator sets (alternate k steps) shorten the chains of dependent MMAs
+    constexpr int kSets = C::kAccSets;
+    float acc[kSets][C::kTilesPerWarp][4];
 #pragma unroll
-    for (int u = 0; u < 2; ++u)
+    for (int u = 0; u < kSets; ++u)
 #pragma unroll
       for (int t = 0; t < C::kTilesPerWarp; ++t)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[u][t][e] = 0.f;
     const int arow = mt * 16 + (lane & 15);
 #pragma unroll 2
-    for (int ks2 = ks0; ks2 < ks1; ks2 += 2) {
+    for (int ks2 = ks0; ks2 < ks1; ks2 += kSets) {
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < kSets; ++u) {
         const int ks = ks2 + u;
         if (ks >= ks1) break;
         uint32_t a[4];
@@ -267,9 +265,11 @@ struct SplitKernel {
       }
     }
 #pragma unroll
-    for (int t = 0; t < C::kTilesPerWarp; ++t)
+    for (int u = 1; u < kSets; ++u)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[0][t][e] += acc[1][t][e];
+      for (int t = 0; t < C::kTilesPerWarp; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][t][e] += acc[u][t][e];
     float* s = sm.s + g * ROWS * C::kSStride;
     const int r = mt * 16 + lane / 4;
 #pragma unroll
@@ -354,14 +354,35 @@ struct SplitKernel {
       {  // online softmax, log2 domain
         const int t0 = start + i * BKV + j_sm * C::kCPT;
         float x[C::kCPT];
+#pragma unroll
+        for (int c = 0; c < C::kCPT; ++c) x[c] = 0.f;
+        // the partial sums, read as wide as the run of CPT columns allows (16-byte aligned
+        // rows: SStride is a multiple of 4)
+        constexpr int kVec = C::kCPT % 4 == 0 ? 4 : (C::kCPT % 2 == 0 ? 2 : 1);
+#pragma unroll
+        for (int g = 0; g < C::kKSplit; ++g) {
+          const float* srow = sm.s + (g * ROWS + r_sm) * C::kSStride + j_sm * C::kCPT;
+#pragma unroll
+          for (int c = 0; c < C::kCPT; c += kVec) {
+            if constexpr (kVec == 4) {
+              const float4 v = *reinterpret_cast<const float4*>(srow + c);
+              x[c] += v.x;
+              x[c + 1] += v.y;
+              x[c + 2] += v.z;
+              x[c + 3] += v.w;
+            } else if constexpr (kVec == 2) {
+              const float2 v = *reinterpret_cast<const float2*>(srow + c);
+              x[c] += v.x;
+              x[c + 1] += v.y;
+            } else {
+              x[c] += srow[c];
+            }
+          }
+        }
         float mx = -INFINITY;
 #pragma unroll
         for (int c = 0; c < C::kCPT; ++c) {
-          float v = 0.f;
-#pragma unroll
-          for (int g = 0; g < C::kKSplit; ++g)
-            v += sm.s[(g * ROWS + r_sm) * C::kSStride + j_sm * C::kCPT + c];
-          x[c] = (t0 + c < limit) ? v * p.scale_log2 : -INFINITY;
+          x[c] = (t0 + c < limit) ? x[c] * p.scale_log2 : -INFINITY;
           mx = fmaxf(mx, x[c]);
         }
 #pragma unroll
