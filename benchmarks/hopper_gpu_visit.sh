@@ -45,10 +45,17 @@ if [ "${TUNE:-0}" = 1 ]; then
   [ -s "$OUT/best_knobs.json" ] && export MLAGEN_HOPPER_TILE_KNOBS=$(cat "$OUT/best_knobs.json")
 fi
 echo "knobs: ${MLAGEN_HOPPER_TILE_KNOBS:-defaults.py}"
-timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m cuda -q --maxfail=5 tests/test_hopper_gpu.py -p no:cacheprovider \
-  --durations=5 > "$OUT/pytest.log" 2>&1
-echo "pytest rc=$?"; tail -15 "$OUT/pytest.log"
-timeout 60 python3 benchmarks/hopper_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
 timeout ${SWEEP_TIMEOUT:-240} python3 benchmarks/hopper_sweep.py --out "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
 echo "sweep rc=$?"
-tail -56 "$OUT/sweep.log"
+grep -E "^b=" "$OUT/sweep.log" | sed -E 's/ +/ /g' | cut -c1-150; tail -1 "$OUT/sweep.log"
+timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m cuda -q --maxfail=5 tests/test_hopper_gpu.py -p no:cacheprovider \
+  --durations=5 > "$OUT/pytest.log" 2>&1
+echo "pytest rc=$?"; tail -12 "$OUT/pytest.log"
+# BASE=dir: the same tune candidates' timings on an older tree (an A/B in one visit)
+if [ -n "${BASE:-}" ] && [ -d "$BASE" ]; then
+  cp benchmarks/hopper_tune.py benchmarks/hopper_sweep.py "$BASE/benchmarks/"
+  (cd "$BASE" && PYTHONPATH=$PWD MLAGEN_HOPPER_TILE_KNOBS= timeout 120 python3 benchmarks/hopper_tune.py \
+     --cands "${BASE_CANDS:?}" --out "$OUT/base_tune.json") > "$OUT/base_tune.log" 2>&1
+  echo "base tune rc=$?"; grep -E "^b=" "$OUT/base_tune.log"
+fi
+timeout 60 python3 benchmarks/hopper_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
