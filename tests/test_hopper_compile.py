@@ -56,3 +56,38 @@ def test_sampled_schedules_compile(rows, bkv, buffers, warps, dtype, tmp_path_fa
         assume(False)
     objs = compile_only(_render(s), tmp_path_factory.mktemp("cc"))
     assert len(objs) == 4
+
+
+def test_smem_formula_matches_the_kernel(tmp_path):
+    """resources.hopper_smem (what the rules check) == SplitConfig::kSmem (what the kernel
+    asks for) for every rows/block_kv/warps and 1..8 stages: a host-only program, no GPU."""
+    import itertools
+    import subprocess
+
+    from mlagen.paths import TEMPLATES_DIR
+    from mlagen.schedule.resources import hopper_smem
+
+    combos = list(itertools.product((16, 32, 64), (16, 32, 64), (1, 2, 3, 5, 8), (4, 8)))
+    lines = []
+    for rows, bkv, buf, warps in combos:
+        if (256 if warps == 8 else 128) % rows or (warps * 32) % bkv:
+            continue
+        lines.append(f'  std::printf("%d %d %d %d %d\\n", {rows}, {bkv}, {buf}, {warps}, '
+                     f'mlagen::hopper::SplitConfig<{rows}, {bkv}, {buf}, {warps}>::kSmem);')
+    src = tmp_path / "smem.cu"
+    src.write_text('#include <cstdio>\n#include "mla_split.cuh"\nint main() {\n'
+                   + "\n".join(lines) + "\n  return 0;\n}\n")
+    exe = tmp_path / "smem"
+    subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
+                    "-I", str(TEMPLATES_DIR / "hopper" / "include"), str(src), "-o", str(exe)],
+                   check=True, capture_output=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
+    seen = 0
+    for line in filter(None, out):
+        rows, bkv, buf, warps, kernel = (int(x) for x in line.split())
+        s = Schedule.build(target="hopper", rows_per_tile=16, block_kv=16, buffers=1, warps=4)
+        s = s.replace(rows_per_tile=rows, block_kv=bkv,
+                      buffers=buf, warps=warps)   # unchecked: may not fit
+        assert hopper_smem(s)["total"] == kernel, (rows, bkv, buf, warps)
+        seen += 1
+    assert seen == len(lines) > 50
