@@ -64,9 +64,7 @@ def cases(draw):
     return name, lens, s_q, scheme, causal, seed
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases())
-def test_kernel_matches_reference(case):
+def _check_case(case):
     name, lens, s_q, scheme, causal, seed = case
     r = runner(name)
     s = r.schedule
@@ -75,6 +73,19 @@ def test_kernel_matches_reference(case):
     out = r(inp, scheme=scheme)
     close(out, _ref(inp), fused=s.problem.fused)
     assert out.extra["scheme"] == scheme
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_kernel_matches_reference(case):
+    _check_case(case)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_kernel_matches_reference_long(case):
+    _check_case(case)
 
 
 def test_every_scheme_agrees_bitwise_where_no_split():

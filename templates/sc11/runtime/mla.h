@@ -100,7 +100,7 @@ class Mla {
       chip_.phase(PH_MERGE, [&](Core& c) { merge(c); });
     }
     if (Cfg::FUSED) {
-      chip_.barrier(PH_MERGE);
+      chip_.barrier(plan_.n_parts ? PH_MERGE : PH_B);
       chip_.phase(PH_C, [&](Core& c) { phase_c(c); });
     }
 
