@@ -12,7 +12,7 @@ flow and trace, no data work; what the scheme chooser simulates).
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -249,5 +249,3 @@ def runner(schedule: Schedule, progress: bool = False) -> Sc11Runner:
     """Build (cached) and load the schedule's kernel; the result runs MlaInputs."""
     return Sc11Runner(schedule, progress=progress)
 
-
-DryRun = Callable[[str], np.ndarray]

@@ -219,7 +219,7 @@ class Mla {
     for (size_t i = 0; i < steps.size(); ++i) {
       const Step& st = steps[i];
       const Piece& pc = pieces[st.piece];
-      if (st.first) init_acc(c, B, pc);
+      if (st.first) init_acc(c, pc);
       if (kstep[i] >= 0) {
         const int64_t k = kstep[i];
         if (k + NBUF - 1 < nk) {
@@ -229,7 +229,7 @@ class Mla {
         gdma_load(c, B, pc, st, B.steps + k);
         compute(c, B, pc, st, B.steps + k, sc);
       }
-      if (st.last) finalize(c, B, pc, sc);
+      if (st.last) finalize(c, B, pc);
     }
     B.steps += nk;
   }
@@ -295,7 +295,7 @@ class Mla {
   float* mx(Core& c) { return acc(c) + (int64_t)rows_ * DV; }
   float* sm(Core& c) { return mx(c) + rows_; }
 
-  void init_acc(Core& c, Bufs& B, const Piece& pc) {
+  void init_acc(Core& c, const Piece& pc) {
     const int rows = (pc.h1 - pc.h0) * (int)a_.s_q;
     if (!dry_) {
       std::fill(acc(c), acc(c) + (int64_t)rows * DV, 0.f);
@@ -379,7 +379,7 @@ class Mla {
   }
 
   // BDC normalises into an out slot; GDMA stores it (output, or a partial in L2).
-  void finalize(Core& c, Bufs& B, const Piece& pc, Scratch& sc) {
+  void finalize(Core& c, Bufs& B, const Piece& pc) {
     const int nh = pc.h1 - pc.h0, rows = nh * (int)a_.s_q;
     const int64_t o = B.outs++;
     Slot& s = B.out[o];
@@ -405,12 +405,12 @@ class Mla {
     }
     const int64_t ev = c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows * DV, s.index, {dep});
     c.end_fill(s, o, ev);
-    store(c, s, o, pc.seq, pc.h0, pc.h1, partial ? pc.part : -1, ev);
+    store(c, s, o, pc.seq, pc.h0, pc.h1, partial ? pc.part : -1);
   }
 
   // GDMA: an out slot to its destination.  part >= 0: the partial's place in L2; else the
   // output (DDR, or o_lat in L2 when fused) and lse (DDR, +inf where nothing was visible).
-  void store(Core& c, Slot& s, int64_t o, int seq, int h0, int h1, int part, int64_t) {
+  void store(Core& c, Slot& s, int64_t o, int seq, int h0, int h1, int part) {
     const int64_t ready = c.wait(s, o);
     c.check_read(s, o);
     const int nh = h1 - h0, rows = nh * (int)a_.s_q;
@@ -485,9 +485,8 @@ class Mla {
         from_f32<T>(O, dst16, (int64_t)rows_ * DV);
         std::copy(Lse, Lse + rows_, lse);
       }
-      const int64_t ev = c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows_ * DV, s.index, {dep});
-      c.end_fill(s, o, ev);
-      store(c, s, o, seq, 0, H, -1, ev);
+      c.end_fill(s, o, c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows_ * DV, s.index, {dep}));
+      store(c, s, o, seq, 0, H, -1);
     }
   }
 
