@@ -1,0 +1,66 @@
+"""`mlagen verify`: the arguments and the command, for mlagen/cli.py to wire in.
+
+    mlagen verify SCHEDULE [--examples N] [--profile ci|explore] [--seed S] [--no-progress]
+    mlagen verify --repro FILE
+
+Exit status: 0 all examples passed, 1 a failure was found, 2 the command could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import MlagenError
+from .profiles import ENV, PROFILES
+
+
+def add_verify_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("schedule", nargs="?", help="schedule file (TOML) to verify")
+    parser.add_argument("--examples", "-n", type=int, default=None,
+                        help="examples to draw (default: the profile's)")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default=None,
+                        help=f"ci (derandomized, small, time-bounded) or explore (random, "
+                             f"larger, remembers failures); default ${ENV} or ci")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="draw a different (reproducible) sequence of examples")
+    parser.add_argument("--repro", metavar="FILE", default=None,
+                        help="replay a saved failing example instead of drawing new ones")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def verify_main(args: argparse.Namespace, out=None) -> int:
+    out = out or sys.stdout
+    from .runner import replay, verify
+
+    try:
+        if args.repro:
+            if args.schedule:
+                print("error: give a schedule or --repro FILE, not both", file=out)
+                return 2
+            result = replay(args.repro)
+        else:
+            if not args.schedule:
+                print("error: give a schedule file (or --repro FILE)", file=out)
+                return 2
+            from .. import load_schedule
+
+            schedule = load_schedule(args.schedule)
+            result = verify(schedule, examples=args.examples, profile=args.profile,
+                            seed=args.seed, progress=not args.no_progress)
+    except (MlagenError, ValueError) as e:
+        print(f"error: {e}", file=out)
+        return 2
+    print(result.summary(), file=out)
+    return 0 if result.ok else 1
+
+
+def main(argv=None) -> int:
+    """Stand-alone entry (python -m mlagen.verify.cli) until the main CLI wires it in."""
+    parser = add_verify_arguments(argparse.ArgumentParser(prog="mlagen verify"))
+    return verify_main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Running each example in a child process (GPU targets).
+
+An illegal memory access poisons the CUDA context of the process it happens in: every later
+kernel call fails too.  So on a GPU target the kernel runs in a persistent worker process
+(spawned, as CUDA requires); when an example crashes the worker, raises, or hangs, that
+example fails with what happened and the next example gets a fresh worker.
+
+Tensors cross the pipe as torch.save bytes (CPU tensors); the worker moves inputs to its
+device, runs into NaN-poisoned outputs (calls.py), and sends the outputs back on the CPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import multiprocessing as mp
+import traceback
+from typing import Optional
+
+import torch
+
+from ..problem import MlaInputs, MlaOutputs
+from .calls import call_poisoned
+
+
+class ExampleCrashed(RuntimeError):
+    """The worker died, hung, or the kernel raised; the message says which."""
+
+
+def _dumps(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _loads(data: bytes):
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def _resolve(factory: str):
+    module, _, name = factory.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _worker(conn, schedule, factory: str, device: str) -> None:
+    """The child: make the runner once, then run examples until told to stop."""
+    try:
+        fn = _resolve(factory)(schedule)
+    except BaseException:   # report why the runner could not be made, then exit
+        conn.send(("error", "making the runner failed:\n" + traceback.format_exc()))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            msg = conn.recv_bytes()
+        except EOFError:
+            return
+        if not msg:
+            return
+        inputs, out_shape, lse_shape = _loads(msg)
+        try:
+            dev_inputs = inputs.to(device)
+            outs, poisoned = call_poisoned(fn, dev_inputs, out_shape, lse_shape)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            reply = MlaOutputs(out=outs.out.cpu(), lse=outs.lse.cpu())
+            conn.send_bytes(_dumps(("ok", (reply, poisoned))))
+        except BaseException:
+            # the context may be unusable now (CUDA): report and let the parent restart us
+            conn.send_bytes(_dumps(("error", traceback.format_exc())))
+            return
+
+
+class IsolatedRunner:
+    """A runner whose kernel calls happen in a worker process.
+
+    `factory` names a function ``schedule -> runner`` as "module:function" (the worker
+    imports it); `timeout_s` bounds one example.
+    """
+
+    accepts_out = False          # poisoning happens in the worker; see `poisoned`
+
+    def __init__(self, schedule, factory: str = "mlagen:runner", device: str = "cuda",
+                 timeout_s: float = 300.0, start_timeout_s: float = 600.0):
+        self.schedule, self.factory, self.device = schedule, factory, device
+        self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
+        self._ctx = mp.get_context("spawn")
+        self._proc: Optional[mp.process.BaseProcess] = None
+        self._conn = None
+        self.restarts = 0          # workers lost to a crash, a hang or an error
+        self.poisoned = True
+
+    # ---- worker lifetime -------------------------------------------------------------
+    def start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=_worker,
+                                       args=(child, self.schedule, self.factory, self.device),
+                                       daemon=True, name="mlagen-verify-worker")
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        if not parent.poll(self.start_timeout_s):
+            self._kill()
+            raise ExampleCrashed(f"the worker did not start within {self.start_timeout_s:g} s")
+        try:
+            kind, detail = parent.recv()
+        except EOFError:
+            code = self._proc.exitcode if self._proc else None
+            self._kill()
+            raise ExampleCrashed(f"the worker died while starting (exit code {code})") from None
+        if kind != "ready":
+            self._kill()
+            raise ExampleCrashed(detail)
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+        if self._proc is not None:
+            self._proc.join(5)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc, self._conn = None, None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send_bytes(b"")
+            except (OSError, BrokenPipeError):
+                pass
+            if self._proc is not None:
+                self._proc.join(5)
+        self._kill()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- one example ------------------------------------------------------------------
+    def run(self, inputs: MlaInputs, out_shape, lse_shape) -> MlaOutputs:
+        if self._proc is None or not self._proc.is_alive():
+            self._kill()
+            self.start()
+        conn = self._conn
+        try:
+            conn.send_bytes(_dumps((inputs.to("cpu"), tuple(out_shape), tuple(lse_shape))))
+            if not conn.poll(self.timeout_s):
+                self._kill()
+                self.restarts += 1
+                raise ExampleCrashed(f"the kernel did not finish within {self.timeout_s:g} s "
+                                     f"(worker killed)")
+            kind, detail = _loads(conn.recv_bytes())
+        except (EOFError, OSError, BrokenPipeError):
+            code = self._proc.exitcode if self._proc is not None else None
+            if self._proc is not None:
+                self._proc.join(5)
+                code = self._proc.exitcode
+            self._kill()
+            self.restarts += 1
+            raise ExampleCrashed(f"the worker process died (exit code {code}): the kernel "
+                                 f"crashed the process") from None
+        if kind == "error":
+            self._kill()
+            self.restarts += 1
+            raise ExampleCrashed("the kernel raised in the worker:\n" + detail)
+        outs, poisoned = detail
+        self.poisoned = self.poisoned and poisoned
+        return outs

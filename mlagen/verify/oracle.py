@@ -1,0 +1,98 @@
+"""What a kernel's outputs are compared with: the float64 reference, on the same inputs.
+
+Attention only: `mlagen.reference.run(inputs, float64)` on the kernel's own bf16/fp16 q and
+cache.  The fused operator has two more inputs to a stage that are rounded by design: the
+absorbed query [q_nope W_UK | rope(q_pe)] and the latent output o_lat are stored in L2 in
+the storage dtype between phases (templates/sc11/runtime/mla.h, phases A and C).  Comparing
+against an unrounded chain would measure that rounding (lse off by ~4e-3, far above the
+fp32-arithmetic bound), so the fused oracle rounds at exactly those two points and is
+float64 everywhere else.  Each stage is then checked on its own rounded inputs, as FlashMLA
+checks attention on bf16 inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..problem import MlaInputs, MlaOutputs
+
+
+# How far a kernel's fp32 intermediate may sit from our float64 one, relative to the
+# magnitude of its row: fp32 accumulation over <= a few thousand terms stays well inside.
+_FP32_WINDOW = 2.0 ** -14
+
+
+def _flip_room(x64: torch.Tensor, store: torch.dtype) -> torch.Tensor:
+    """Per element: by how much the kernel's rounding of x may differ from ours.
+
+    The kernel rounds its fp32 value, we round our float64 one; they can round to neighbours
+    only when x lies within the fp32 window of a rounding boundary.  There the difference is
+    one step of the storage format; everywhere else it is 0."""
+    row = x64.abs().mean(dim=-1, keepdim=True)
+    delta = _FP32_WINDOW * (x64.abs() + row)
+    lo, hi = (x64 - delta).to(store).double(), (x64 + delta).to(store).double()
+    return (hi - lo).abs()
+
+
+def _key_absmax(inputs: MlaInputs) -> torch.Tensor:
+    """[b, d]: the largest |k| of each sequence's valid tokens, per column (0 if empty)."""
+    page, d = inputs.page_size, inputs.k_cache.shape[-1]
+    rows = []
+    for i, n in enumerate(inputs.cache_seqlens.tolist()):
+        pages = max(1, -(-n // page))
+        kv = inputs.k_cache[inputs.block_table[i, :pages].long()].reshape(-1, d)[:n]
+        rows.append(kv.double().abs().amax(dim=0) if n else torch.zeros(d, dtype=torch.float64))
+    return torch.stack(rows)
+
+
+def fused_rounded(inputs: MlaInputs, dtype: torch.dtype = torch.float64) -> MlaOutputs:
+    """The fused (absorbed) operator in `dtype`, with the absorbed query and o_lat rounded
+    to the inputs' storage dtype as the kernel stores them.
+
+    Where the kernel's fp32 value and ours may round to neighbouring values, the result
+    carries a per-element allowance (extra["slack"], added to atol by compare): for lse,
+    scale * sum_i room(q_i) * max|k_i| bounds the change of every score and so of lse;
+    for out, the same score change bounds the change of the softmax weights, plus
+    sum_c room(o_lat_c) * |w_uv[c, v]|.  Rows with nothing near a boundary get none."""
+    from .. import reference
+
+    w = inputs.weights
+    store = inputs.q_lora.dtype
+    rank = w.w_uk.shape[-1]
+    rope_dim = inputs.k_cache.shape[-1] - rank
+    q64 = reference.absorb_query(inputs.q_lora, w, inputs.cache_seqlens,
+                                 inputs.q_lora.shape[1], rope_dim, dtype)
+    q = q64.to(store)                                # phase A writes bf16/fp16 rows to L2
+    o_lat, lse = reference.attention(q, inputs.k_cache, inputs.block_table,
+                                     inputs.cache_seqlens, dv=rank,
+                                     softmax_scale=inputs.softmax_scale,
+                                     causal=inputs.causal, dtype=dtype)
+    o_room = _flip_room(o_lat.double(), store)      # [b, s, h, rank]
+    o_lat = o_lat.to(store).to(dtype)                # phase B writes o_lat to L2
+    w_uv = w.w_uv.to(o_lat.device, dtype)
+    out = torch.einsum("bshc,hcv->bshv", o_lat, w_uv)
+
+    kmax = _key_absmax(inputs).to(q64.device)                          # [b, d]
+    q_room = _flip_room(q64.double(), store)                           # [b, s, h, d]
+    score = inputs.softmax_scale * torch.einsum("bshd,bd->bhs", q_room, kmax)
+    lse_slack = torch.where(torch.isfinite(lse), score, torch.zeros_like(score))
+    # softmax weights move by at most a factor exp(+-2 * score change)
+    vmax = kmax[:, :rank]                                               # [b, rank]
+    grow = torch.expm1(2 * score).transpose(1, 2)                       # [b, s, h]
+    out_slack = grow[..., None] * torch.einsum("bc,hcv->bhv", vmax, w_uv.abs())[:, None] \
+        + torch.einsum("bshc,hcv->bshv", o_room, w_uv.abs())
+    return MlaOutputs(out, lse, extra={"slack": {"lse": lse_slack, "out": out_slack}})
+
+
+def default_oracle() -> Callable[..., MlaOutputs]:
+    """reference(inputs, dtype=...) -> MlaOutputs for any MlaInputs."""
+    from .. import reference
+
+    def oracle(inputs: MlaInputs, dtype: torch.dtype = torch.float64) -> MlaOutputs:
+        if inputs.q is None and inputs.q_lora is not None:
+            return fused_rounded(inputs, dtype)
+        return reference.run(inputs, dtype=dtype)
+
+    return oracle

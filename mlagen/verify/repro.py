@@ -1,0 +1,87 @@
+"""Repro files: a failing example saved so that one command replays it exactly.
+
+A repro file (torch.save) holds the schedule as TOML text (plus its planted fault, which
+files cannot express), the input tensors exactly as the kernel got them (strides too: a
+strided q stays strided), how they were drawn, and the failure message.
+`mlagen verify --repro FILE` rebuilds the schedule, reruns the kernel on those tensors and
+compares again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from ..errors import InputError
+from ..paths import cache_dir
+from ..problem import FusedWeights, MlaInputs
+from ..schedule.parse import dumps, loads
+from ..schedule.records import Schedule
+
+FORMAT = "mlagen-verify-repro/1"
+
+
+def failures_dir() -> Path:
+    return cache_dir() / "verify" / "failures"
+
+
+def _tensors(inputs: MlaInputs) -> dict[str, Any]:
+    w = inputs.weights
+    return dict(q=inputs.q, k_cache=inputs.k_cache, block_table=inputs.block_table,
+                cache_seqlens=inputs.cache_seqlens, softmax_scale=inputs.softmax_scale,
+                causal=inputs.causal, q_lora=inputs.q_lora,
+                weights=None if w is None else dict(w_uq=w.w_uq, w_uk=w.w_uk, w_uv=w.w_uv,
+                                                     rope_theta=w.rope_theta),
+                meta=dict(inputs.meta))
+
+
+def _inputs(d: dict[str, Any]) -> MlaInputs:
+    w = d.get("weights")
+    return MlaInputs(q=d["q"], k_cache=d["k_cache"], block_table=d["block_table"],
+                     cache_seqlens=d["cache_seqlens"], softmax_scale=d["softmax_scale"],
+                     causal=d["causal"], q_lora=d.get("q_lora"),
+                     weights=None if w is None else FusedWeights(**w), meta=d.get("meta", {}))
+
+
+def save(schedule: Schedule, inputs: MlaInputs, message: str, case: Optional[dict] = None,
+         directory: Optional[Path] = None) -> Path:
+    """Write a repro file under <cache>/verify/failures/ and return its path."""
+    directory = Path(directory) if directory else failures_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{schedule.name}-{schedule.variant_name()}")
+    path = directory / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}.pt"
+    torch.save(dict(format=FORMAT, schedule_toml=dumps(schedule), schedule_name=schedule.name,
+                    schedule_source=schedule.source, fault=schedule.fault,
+                    inputs=_tensors(inputs.to("cpu")), case=case or {}, message=message),
+               path)
+    return path
+
+
+@dataclasses.dataclass
+class Repro:
+    schedule: Schedule
+    inputs: MlaInputs
+    message: str
+    case: dict
+    path: Path
+
+
+def load(path: str | Path) -> Repro:
+    path = Path(path)
+    try:
+        data = torch.load(path, weights_only=False)
+    except (OSError, RuntimeError, EOFError) as e:
+        raise InputError(f"{path}: cannot read repro file: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InputError(f"{path}: not an mlagen verify repro file (format {FORMAT})")
+    schedule = loads(data["schedule_toml"], source=data.get("schedule_source"),
+                     name=data.get("schedule_name", path.stem))
+    if data.get("fault", "none") != "none":
+        schedule = schedule.with_fault(data["fault"])
+    return Repro(schedule, _inputs(data["inputs"]), data.get("message", ""),
+                 data.get("case", {}), path)

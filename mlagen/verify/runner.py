@@ -1,0 +1,374 @@
+"""verify(schedule): build once, run hypothesis-drawn problems, compare with the reference.
+
+    result = verify(schedule, examples=200, profile="ci")
+    result.ok, result.examples_run, result.failure.summary, result.failure.repro_file
+
+On a failure hypothesis shrinks the case (fewer, shorter sequences, smaller seeds), the
+smallest failing inputs are saved to a repro file, and the result carries the one-line
+command that replays them.  On a GPU target every example runs in a worker process
+(isolate.py) so a crash is that example's failure, not the end of the session.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+from hypothesis import Phase, given
+from hypothesis import seed as hyp_seed
+from hypothesis import strategies as st
+from hypothesis import settings as hyp_settings
+
+from ..errors import MlagenError
+from ..problem import MlaInputs, MlaOutputs
+from ..schedule.parse import dumps
+from ..schedule.records import SC11_SCHEMES, Schedule
+from . import repro
+from .calls import accepts, call_poisoned
+from .compare import Comparison, Tolerance, compare
+from .isolate import IsolatedRunner
+from .profiles import Profile, get_profile, hypothesis_settings
+from .strategies import Bounds, Case, cases
+
+GPU_TARGETS = ("hopper",)
+
+
+class _BudgetSpent(BaseException):
+    """Raised inside an example to stop hypothesis at once (a BaseException passes through
+    hypothesis without being shrunk or reported as a failure)."""
+
+
+class _ExampleFailed(AssertionError):
+    """Every failure is raised from one place, so hypothesis treats them as one bug and
+    shrinks towards the smallest case that fails in any way."""
+
+
+@dataclass
+class Failure:
+    kind: str                        # "mismatch" | "error" | "crash" | "reference"
+    message: str                     # comparison summary or the exception
+    case: str                        # the case in words
+    case_fields: dict = field(default_factory=dict)
+    repro_file: Optional[Path] = None
+    command: str = ""                # one line that replays it
+    shrunk: bool = True              # False when the budget ran out while shrinking
+    comparison: Optional[Comparison] = None
+    inputs: Optional[MlaInputs] = field(default=None, repr=False)
+
+    def summary(self) -> str:
+        lines = [f"FAILED ({self.kind}) on {self.case}", self.message]
+        if not self.shrunk:
+            lines.append("(the time budget ran out while shrinking: the case may not be minimal)")
+        if self.command:
+            lines.append(f"reproduce: {self.command}")
+        return "\n".join(lines)
+
+
+@dataclass
+class VerifyResult:
+    schedule: str
+    variant: str
+    profile: str
+    ok: bool
+    examples_requested: int
+    examples_run: int                # examples that ran the kernel to the end
+    elapsed_s: float
+    setup_s: float                   # making the runner (includes the build, when not cached)
+    seed: Optional[int] = None
+    failure: Optional[Failure] = None
+    budget_spent: bool = False       # stopped early on the profile's time budget
+    poisoned: bool = True            # outputs were NaN-poisoned before every run
+    notes: list = field(default_factory=list)
+
+    def summary(self) -> str:
+        head = (f"{'PASS' if self.ok else 'FAIL'} {self.schedule} [{self.variant}] "
+                f"profile {self.profile}: {self.examples_run}/{self.examples_requested} "
+                f"examples in {self.elapsed_s:.1f} s (runner ready in {self.setup_s:.1f} s)")
+        if self.seed is not None:
+            head += f", seed {self.seed}"
+        lines = [head]
+        if self.budget_spent and self.ok:
+            lines.append(f"stopped at the profile's time budget after {self.examples_run} "
+                         f"examples")
+        lines += self.notes
+        if self.failure is not None:
+            lines.append(self.failure.summary())
+        return "\n".join(lines)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def _default_reference() -> Callable[..., MlaOutputs]:
+    try:
+        from .. import reference  # noqa: F401
+    except ImportError as e:
+        raise MlagenError("mlagen.reference is not available; verify needs it "
+                          f"(or pass reference=...): {e}") from None
+    from .oracle import default_oracle
+
+    return default_oracle()
+
+
+def repro_command(schedule: Schedule, path: Optional[Path], profile: str,
+                  examples: int, seed: Optional[int]) -> str:
+    if path is not None:
+        return f"mlagen verify --repro {path}"
+    if schedule.source and schedule.fault == "none":
+        cmd = f"mlagen verify {schedule.source} --profile {profile} --examples {examples}"
+        return cmd + (f" --seed {seed}" if seed is not None else "")
+    return ""
+
+
+class _Progress:
+    """A rich progress line, or nothing."""
+
+    def __init__(self, enabled: bool, total: int, label: str):
+        self.enabled = enabled
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=False)
+        self.task = self.bar.add_task(label, total=total)
+
+    def __enter__(self):
+        if self.enabled:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.bar.__exit__(*exc)
+
+    def advance(self):
+        if self.enabled:
+            self.bar.advance(self.task)
+
+    def describe(self, text: str):
+        if self.enabled:
+            self.bar.update(self.task, description=text)
+
+
+def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional[str] = None,
+           seed: Optional[int] = None, progress: bool = True, *,
+           runner: Optional[Callable] = None, reference: Optional[Callable] = None,
+           isolate: Optional[bool] = None, runner_factory: str = "mlagen:runner",
+           device: Optional[str] = None, bounds: Optional[Bounds] = None,
+           tolerances: Optional[dict[str, Tolerance]] = None,
+           time_budget_s: Optional[float] = None, shrink_budget_s: Optional[float] = 300.0,
+           save_failures: bool = True, failures_dir: Optional[Path] = None,
+           example_timeout_s: float = 300.0, draw_schemes: Optional[bool] = None
+           ) -> VerifyResult:
+    """Verify a checked schedule's kernel against the float64 reference on drawn problems.
+
+    runner:     a callable MlaInputs -> MlaOutputs (default: mlagen.runner(schedule));
+    isolate:    run each example in a worker process (default: on GPU targets); the worker
+                makes its runner with `runner_factory` ("module:function" of a schedule);
+    reference:  reference(inputs, dtype=torch.float64) -> MlaOutputs (mlagen.reference.run);
+    bounds, time_budget_s: override the profile's problem sizes and time budget;
+    draw_schemes: on SC11 with scheme = "auto", draw the run-time scheme per example
+                (default: when the runner takes a ``scheme=`` keyword), so one build is
+                checked under every multi-core scheme.
+    """
+    prof: Profile = get_profile(profile)
+    n = examples if examples is not None else prof.examples
+    if n < 1:
+        raise ValueError(f"examples = {n} must be >= 1")
+    bounds = bounds or prof.bounds
+    budget = time_budget_s if time_budget_s is not None else prof.time_budget_s
+    ref = reference or _default_reference()
+    gpu = schedule.target.name in GPU_TARGETS
+    isolate = gpu if isolate is None else isolate
+    device = device or ("cuda" if gpu else "cpu")
+
+    t0 = time.perf_counter()
+    worker: Optional[IsolatedRunner] = None
+    if isolate:
+        worker = IsolatedRunner(schedule, factory=runner_factory, device=device,
+                                timeout_s=example_timeout_s)
+        worker.start()                      # builds and loads once, before timing examples
+        kernel = None
+    else:
+        kernel = runner
+        if kernel is None:
+            from .. import runner as make_runner
+            kernel = make_runner(schedule)
+    setup_s = time.perf_counter() - t0
+    if draw_schemes is None:
+        draw_schemes = (schedule.target.name == "sc11" and schedule.mapping.scheme == "auto"
+                        and kernel is not None and accepts(kernel, "scheme"))
+    scheme_st = st.sampled_from(SC11_SCHEMES) if draw_schemes else st.none()
+
+    state = dict(run=0, failure=None, first_fail_t=None, poisoned=True, shrinking=False)
+
+    def run_kernel(inputs: MlaInputs, want: MlaOutputs, scheme: Optional[str]) -> MlaOutputs:
+        if worker is not None:
+            return worker.run(inputs, want.out.shape, want.lse.shape)
+        kw = {} if scheme is None else {"scheme": scheme}
+        outs, poisoned = call_poisoned(kernel, inputs, want.out.shape, want.lse.shape, **kw)
+        state["poisoned"] = state["poisoned"] and poisoned
+        return outs
+
+    start = time.perf_counter()
+    bar = _Progress(progress, n, f"verify {schedule.name}")
+
+    def check(case: Case, scheme: Optional[str]) -> None:
+        now = time.perf_counter()
+        if state["first_fail_t"] is None:
+            if budget is not None and now - start > budget:
+                raise _BudgetSpent()
+        elif shrink_budget_s is not None and now - state["first_fail_t"] > shrink_budget_s:
+            raise _BudgetSpent()
+        inputs = case.inputs()
+        where = case.describe() + (f", scheme {scheme}" if scheme else "")
+        failed: Optional[Failure] = None
+        try:
+            expected = ref(inputs, dtype=torch.float64)
+        except Exception as e:   # noqa: BLE001 - a drawn valid case the reference rejects
+            failed = Failure("reference", f"the reference raised {type(e).__name__}: {e}",
+                             where)
+        if failed is None:
+            try:
+                actual = run_kernel(inputs, expected, scheme)
+                cmp = compare(actual, expected, case.problem.dtype, tolerances)
+                if not cmp.ok:
+                    failed = Failure("mismatch", cmp.summary(), where, comparison=cmp)
+            except Exception as e:   # noqa: BLE001 - any error on a valid case is a failure
+                kind = "crash" if type(e).__name__ == "ExampleCrashed" else "error"
+                failed = Failure(kind, f"{type(e).__name__}: {e}", where)
+        if failed is None:
+            state["run"] += 1
+            if not state["shrinking"]:
+                bar.advance()
+            return
+        failed.case_fields = dict(_case_fields(case), scheme=scheme)
+        failed.inputs = inputs           # kept for the repro file (the last one is minimal)
+        state["failure"] = failed
+        if state["first_fail_t"] is None:
+            state["first_fail_t"] = time.perf_counter()
+            state["shrinking"] = True
+            bar.describe(f"verify {schedule.name}: failed, shrinking")
+        raise _ExampleFailed(failed.message)
+
+    settings = hypothesis_settings(prof, n)
+    settings = hyp_settings(settings, report_multiple_bugs=False,
+                            phases=[Phase.explicit, Phase.reuse, Phase.generate,
+                                    Phase.target, Phase.shrink])
+    # a stable identity per schedule for the example database (explore) and for the
+    # derandomized example sequence (ci)
+    check._hypothesis_internal_add_digest = (dumps(schedule) + schedule.fault).encode()
+    test = settings(given(case=cases(schedule, bounds), scheme=scheme_st)(check))
+    if seed is not None:
+        test = hyp_seed(seed)(test)
+
+    budget_spent, shrunk = False, True
+    try:
+        with bar:
+            test()
+    except _BudgetSpent:
+        budget_spent = True
+        shrunk = state["failure"] is None
+    except _ExampleFailed:
+        pass
+    except Exception as e:   # noqa: BLE001 - hypothesis's own errors (flaky, unsatisfiable)
+        if state["failure"] is None:
+            state["failure"] = Failure("error", f"hypothesis stopped: {type(e).__name__}: {e}",
+                                       "(no case)")
+    finally:
+        if worker is not None:
+            state["poisoned"] = worker.poisoned
+            worker.close()
+    elapsed = time.perf_counter() - start
+
+    failure: Optional[Failure] = state["failure"]
+    if failure is not None:
+        failure.shrunk = shrunk if state["first_fail_t"] is not None else True
+        inputs = getattr(failure, "inputs", None)
+        if save_failures and inputs is not None:
+            failure.repro_file = repro.save(schedule, inputs, failure.message,
+                                            failure.case_fields, failures_dir)
+        failure.command = repro_command(schedule, failure.repro_file, prof.name, n, seed)
+    result = VerifyResult(schedule=schedule.name, variant=schedule.variant_name(),
+                          profile=prof.name, ok=failure is None,
+                          examples_requested=n, examples_run=state["run"],
+                          elapsed_s=elapsed, setup_s=setup_s, seed=seed, failure=failure,
+                          budget_spent=budget_spent, poisoned=state["poisoned"])
+    if not state["poisoned"]:
+        result.notes.append("note: the runner has no out= hook, so outputs were not "
+                            "NaN-poisoned; an element it never writes may go unnoticed")
+    if draw_schemes:
+        result.notes.append(f"schemes drawn per example from {', '.join(SC11_SCHEMES)}")
+    if worker is not None and worker.restarts:
+        result.notes.append(f"note: the worker process was restarted {worker.restarts} times")
+    return result
+
+
+def _case_fields(case: Case) -> dict:
+    return dict(batch=case.batch, s_q=case.s_q, heads=case.heads, seqlens=list(case.seqlens),
+                seed=case.seed, q_noncontiguous=case.q_noncontiguous,
+                extra_table=case.extra_table, page_size=case.problem.page_size,
+                dtype=case.problem.dtype)
+
+
+def replay(path: str | Path, *, runner: Optional[Callable] = None,
+           reference: Optional[Callable] = None, isolate: Optional[bool] = None,
+           runner_factory: str = "mlagen:runner", device: Optional[str] = None,
+           tolerances: Optional[dict[str, Tolerance]] = None) -> VerifyResult:
+    """Run the saved case of a repro file once and compare again."""
+    rp = repro.load(path)
+    schedule = rp.schedule
+    ref = reference or _default_reference()
+    gpu = schedule.target.name in GPU_TARGETS
+    isolate = gpu if isolate is None else isolate
+    t0 = time.perf_counter()
+    expected = ref(rp.inputs, dtype=torch.float64)
+    failure = None
+    poisoned = True
+    try:
+        if isolate:
+            with IsolatedRunner(schedule, factory=runner_factory,
+                                device=device or ("cuda" if gpu else "cpu")) as w:
+                actual = w.run(rp.inputs, expected.out.shape, expected.lse.shape)
+                poisoned = w.poisoned
+        else:
+            if runner is None:
+                from .. import runner as make_runner
+                runner = make_runner(schedule)
+            scheme = rp.case.get("scheme")
+            kw = {"scheme": scheme} if scheme and accepts(runner, "scheme") else {}
+            actual, poisoned = call_poisoned(runner, rp.inputs, expected.out.shape,
+                                             expected.lse.shape, **kw)
+        cmp = compare(actual, expected, rp.inputs.k_cache.dtype, tolerances)
+        if not cmp.ok:
+            failure = Failure("mismatch", cmp.summary(), _describe(rp), comparison=cmp)
+    except Exception as e:   # noqa: BLE001
+        failure = Failure("crash" if type(e).__name__ == "ExampleCrashed" else "error",
+                          f"{type(e).__name__}: {e}", _describe(rp))
+    if failure is not None:
+        failure.repro_file, failure.command = rp.path, f"mlagen verify --repro {rp.path}"
+    return VerifyResult(schedule=schedule.name, variant=schedule.variant_name(),
+                        profile="repro", ok=failure is None, examples_requested=1,
+                        examples_run=1 if failure is None else 0,
+                        elapsed_s=time.perf_counter() - t0, setup_s=0.0, failure=failure,
+                        poisoned=poisoned)
+
+
+def _describe(rp: "repro.Repro") -> str:
+    c = rp.case
+    if not c:
+        return f"the case saved in {rp.path}"
+    return (f"batch {c.get('batch')}, s_q {c.get('s_q')}, heads {c.get('heads')}, "
+            f"page {c.get('page_size')}, {c.get('dtype')}, seqlens {c.get('seqlens')}, "
+            f"seed {c.get('seed')}" + (f", scheme {c['scheme']}" if c.get("scheme") else ""))
+
+
+# the CLI pair lives in cli.py; mlagen/cli.py imports it from here
+from .cli import add_verify_arguments, verify_main  # noqa: E402,F401

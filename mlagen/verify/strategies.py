@@ -1,0 +1,207 @@
+"""Hypothesis strategies: MLA decode problems and schedules.
+
+problems(spec)        -> MlaInputs   batch, s_q, heads, sequence lengths chosen to sit on the
+                                     edges kernels get wrong (0, 1, page +- 1, whole pages,
+                                     across KV tiles), shuffled block tables whose unused
+                                     entries point at NaN pages, NaN page tails, strided q
+schedules(target)     -> Schedule    knobs the target allows, illegal draws rejected with
+                                     assume(False) through the same rules a file goes through
+
+Tensors come from mlagen.problem.make_inputs with a drawn seed, so hypothesis shrinks the
+shape of a case (fewer, shorter sequences) and its data (seed towards 0) alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+import torch
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from ..errors import ScheduleError
+from ..problem import MlaInputs, make_inputs
+from ..schedule.records import DTYPES, SC11_SCHEMES, Problem, Schedule
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Size limits of drawn problems (CPU time grows with batch x length x heads)."""
+
+    max_batch: int = 4
+    max_len: int = 300            # ordinary lengths: 0 .. max_len
+    long_len: int = 1200          # "long" lengths reach up to this (crossing KV tiles)
+    max_extra_table: int = 3      # extra block-table columns pointing at NaN pages
+
+
+# ---------------------------------------------------------------- problems ---------
+@dataclass(frozen=True)
+class Case:
+    """The drawn description of one problem; `inputs()` makes its tensors."""
+
+    problem: Problem
+    batch: int
+    s_q: int
+    heads: int
+    seqlens: tuple[int, ...]
+    seed: int
+    q_noncontiguous: bool
+    extra_table: int
+
+    def inputs(self) -> MlaInputs:
+        inp = make_inputs(self.problem, self.batch, list(self.seqlens), s_q=self.s_q,
+                          heads=self.heads, seed=self.seed, shuffle=True, nan_fill=True,
+                          q_noncontiguous=self.q_noncontiguous)
+        if self.extra_table:
+            inp = widen_table(inp, self.extra_table, self.seed)
+        inp.meta.update(q_noncontiguous=self.q_noncontiguous, extra_table=self.extra_table,
+                        fused=self.problem.fused)
+        return inp
+
+    def describe(self) -> str:
+        return (f"batch {self.batch}, s_q {self.s_q}, heads {self.heads}, "
+                f"page {self.problem.page_size}, {self.problem.dtype}, seqlens "
+                f"{list(self.seqlens)}, seed {self.seed}"
+                + (", strided q" if self.q_noncontiguous else "")
+                + (f", +{self.extra_table} table columns" if self.extra_table else ""))
+
+
+def widen_table(inp: MlaInputs, extra: int, seed: int) -> MlaInputs:
+    """Add block-table columns that point at pages no sequence owns (NaN-filled), as a real
+    allocator's stale entries would; a kernel that reads past a sequence's pages sees NaN."""
+    table = inp.block_table
+    lens = inp.cache_seqlens.tolist()
+    page = inp.page_size
+    owned = set()
+    for i, s in enumerate(lens):
+        need = max(1, -(-s // page))
+        owned.update(table[i, :need].tolist())
+    spare = [p for p in range(inp.k_cache.shape[0]) if p not in owned]
+    assert spare, "make_paged_cache leaves spare pages"
+    g = torch.Generator().manual_seed(seed + 1)
+    pick = torch.tensor(spare, dtype=torch.int32)[
+        torch.randint(len(spare), (table.shape[0], extra), generator=g)]
+    return dataclasses.replace(inp, block_table=torch.cat([table, pick], dim=1).contiguous())
+
+
+def seqlen_strategy(page: int, bounds: Bounds, tile: Optional[int] = None) -> st.SearchStrategy:
+    """One sequence length, weighted towards the edges of pages and tiles."""
+    edges = sorted({0, 1, page - 1, page, page + 1, 2 * page - 1, 2 * page, 2 * page + 1}
+                   - {-1})
+    edges = [e for e in edges if 0 <= e <= bounds.long_len]
+    # plain integers first: hypothesis shrinks towards the first branch, where a failing
+    # length can shrink to its exact threshold; the other branches aim at the edges
+    choices = [st.integers(0, bounds.max_len),
+               st.sampled_from(edges),
+               st.integers(1, max(1, bounds.max_len // page)).map(lambda k: k * page)]
+    long_lo = min(bounds.max_len + 1, bounds.long_len)
+    if bounds.long_len > bounds.max_len:
+        choices.append(st.integers(long_lo, bounds.long_len))
+    if tile and tile <= bounds.long_len:
+        # around every multiple of the KV tile that fits: where buffers change hands
+        tiles = [k * tile + off for k in range(1, bounds.long_len // tile + 1)
+                 for off in (-1, 0, 1) if 0 <= k * tile + off <= bounds.long_len]
+        choices.append(st.sampled_from(tiles))
+    return st.one_of(*choices)
+
+
+def _problem_of(spec: Union[Schedule, Problem]) -> Problem:
+    return spec.problem if isinstance(spec, Schedule) else spec
+
+
+@st.composite
+def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
+          heads: Optional[int] = None, page_sizes: Sequence[int] = (1, 16, 64),
+          dtypes: Sequence[str] = DTYPES, head_counts: Sequence[int] = (1, 2, 3, 8, 16)
+          ) -> Case:
+    """A Case for a schedule (heads, page size and dtype fixed: they are compiled in) or for
+    a bare Problem (heads, page size and dtype drawn)."""
+    prob = _problem_of(spec)
+    if isinstance(spec, Schedule):
+        h = heads or spec.heads_per_device
+        tile = spec.mapping.seq_tile if spec.target.name == "sc11" else None
+    else:
+        h = heads or draw(st.sampled_from([c for c in head_counts if c <= prob.heads]
+                                          or [prob.heads]))
+        prob = dataclasses.replace(prob, page_size=draw(st.sampled_from(page_sizes)),
+                                   dtype=draw(st.sampled_from(dtypes)))
+        tile = None
+    batch = draw(st.integers(1, bounds.max_batch))
+    s_q = draw(st.integers(1, prob.max_s_q))
+    lens = draw(st.lists(seqlen_strategy(prob.page_size, bounds, tile),
+                         min_size=batch, max_size=batch))
+    noncontig = False if prob.fused else draw(st.booleans())
+    extra = draw(st.integers(0, bounds.max_extra_table))
+    seed = draw(st.integers(0, 2**31 - 1))
+    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra)
+
+
+def problems(spec: Union[Schedule, Problem], bounds: Bounds = Bounds(), **kw
+             ) -> st.SearchStrategy:
+    """MlaInputs drawn for a schedule or a problem (see `cases`)."""
+    return cases(spec, bounds, **kw).map(lambda c: c.inputs())
+
+
+# ---------------------------------------------------------------- schedules --------
+# Compile-time knobs (each distinct value is a build) come from short lists; run-time knobs
+# are drawn freely.  Values a target never allows are left out; the rest go through rules.
+COMPILE_KNOBS = {
+    "sc11": {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "cores": (1, 2, 4, 8),
+             "seq_tile": (256, 512, 1024), "heads_per_core": (0, 1, 2, 4)},
+    "hopper": {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "warps": (4, 8),
+               "rows_per_tile": (16, 32, 64)},
+}
+RUN_KNOBS = {
+    "sc11": {"scheme": SC11_SCHEMES},
+    "hopper": {"split_kv": ("auto", 1, 2, 3, 4, 8)},
+}
+
+
+def default_base(target: str) -> Schedule:
+    """A small starting schedule per target (16 heads a device, as TP8 DeepSeek-V3)."""
+    if target == "sc11":
+        return Schedule.build(name=f"drawn-{target}", target="sc11", heads=128, tp=8,
+                              max_s_q=2, cores=8, block_kv=64, buffers=2, seq_tile=512)
+    if target == "hopper":
+        return Schedule.build(name=f"drawn-{target}", target="hopper", heads=128, tp=8,
+                              max_s_q=2, block_kv=64, buffers=2, rows_per_tile=64, warps=8)
+    raise ValueError(f"unknown target {target!r}")
+
+
+def legal(s: Schedule) -> bool:
+    """Whether a schedule passes every rule and fits its target (the file path's checks)."""
+    from ..schedule.rules import check
+
+    try:
+        check(s)
+    except ScheduleError:
+        return False
+    return True
+
+
+@st.composite
+def schedules(draw, target: str, base: Optional[Schedule] = None,
+              neighbourhood: bool = True) -> Schedule:
+    """A legal schedule for `target`.  With `neighbourhood`, at most one compile-time knob
+    differs from `base` (so a run builds at most 1 + sum of the alternatives' count
+    variants); without it, every compile-time knob is drawn.  Run-time knobs are always
+    drawn.  Illegal draws are rejected (assume(False)), never failures."""
+    base = base or default_base(target)
+    if base.target.name != target:
+        raise ValueError(f"base schedule is for {base.target.name!r}, not {target!r}")
+    knobs: dict = {}
+    compile_knobs = COMPILE_KNOBS[target]
+    if neighbourhood:
+        name = draw(st.sampled_from((None,) + tuple(compile_knobs)))
+        if name is not None:
+            knobs[name] = draw(st.sampled_from(compile_knobs[name]))
+    else:
+        for name, values in compile_knobs.items():
+            knobs[name] = draw(st.sampled_from(values))
+    for name, values in RUN_KNOBS[target].items():
+        knobs[name] = draw(st.sampled_from(values))
+    s = dataclasses.replace(base.replace(**knobs), name=base.name + "-drawn")
+    assume(legal(s))
+    return s

@@ -1,0 +1,95 @@
+"""The verifier's power: every fault the SC11 backend can plant must make `verify` fail,
+and no schedule file can plant one."""
+
+import importlib
+
+import pytest
+
+from mlagen.errors import ScheduleError
+from mlagen.paths import SCHEDULES_DIR
+from mlagen.schedule import load, loads
+from mlagen.schedule.records import FAULTS
+
+
+def _sc11_backend():
+    try:
+        mod = importlib.import_module("mlagen.backends.sc11")
+        importlib.import_module("mlagen.reference")
+    except ImportError:
+        return None
+    return mod if hasattr(mod, "runner") else None
+
+
+BACKEND = _sc11_backend()
+needs_backend = pytest.mark.skipif(BACKEND is None,
+                                   reason="the SC11 backend or mlagen.reference is not merged")
+
+
+def implemented_faults():
+    """The faults the backend plants (it may list them; otherwise every planted fault)."""
+    names = getattr(BACKEND, "IMPLEMENTED_FAULTS", None) or getattr(BACKEND, "FAULTS", None)
+    return [f for f in (names or FAULTS) if f != "none"]
+
+
+# A scheme that splits sequences, so faults of the split/merge path are reachable.
+def fault_schedule(fault):
+    s = load(SCHEDULES_DIR / "sc11_attn.toml")
+    if fault == "bad_split_merge":
+        s = s.replace(scheme="seq")
+    return s.with_fault(fault)
+
+
+@needs_backend
+@pytest.mark.parametrize("fault", [f for f in FAULTS if f != "none"])
+def test_every_planted_fault_is_caught(fault):
+    from mlagen.errors import EmulatorError
+    from mlagen.verify import verify
+
+    if fault not in implemented_faults():
+        pytest.skip(f"the SC11 backend does not plant {fault}")
+    try:
+        r = verify(fault_schedule(fault), profile="ci", examples=200, progress=False,
+                   shrink_budget_s=60)
+    except EmulatorError:
+        return                    # the emulator itself caught it: that counts
+    assert not r.ok, f"verify did not catch the planted fault {fault}:\n{r.summary()}"
+    assert r.failure.repro_file is not None and r.failure.repro_file.exists()
+
+
+@needs_backend
+def test_the_unfaulted_example_passes():
+    from mlagen.verify import verify
+
+    r = verify(load(SCHEDULES_DIR / "sc11_attn.toml"), profile="ci", examples=30,
+               progress=False)
+    assert r.ok, r.summary()
+
+
+BASE = """
+[problem]
+heads = 128
+page_size = 64
+[target]
+name = "sc11"
+[schedule]
+tp = 8
+"""
+
+
+@pytest.mark.parametrize("where", ["problem", "schedule", "target"])
+def test_a_schedule_file_cannot_plant_a_fault(where):
+    text = BASE.replace(f"[{where}]\n", f"[{where}]\nfault = \"wrong_scale\"\n")
+    assert "fault" in text
+    with pytest.raises(ScheduleError, match="unknown key 'fault'"):
+        loads(text, source="x.toml")
+
+
+def test_a_top_level_fault_key_is_rejected():
+    with pytest.raises(ScheduleError):
+        loads('fault = "wrong_scale"\n' + BASE, source="x.toml")
+
+
+def test_loaded_schedules_carry_no_fault():
+    assert loads(BASE).fault == "none"
+    with pytest.raises(ValueError, match="unknown fault"):
+        loads(BASE).with_fault("typo")
