@@ -176,7 +176,9 @@ class Mla {
     c.rings.resize(1);  // keep the L2 ring
     c.make_ring(B.q, "LMEM q slot", NBUF, (int64_t)rows_ * D * EL);
     c.make_ring(B.kv, "LMEM kv slot", NBUF, TILE * D * EL);
-    c.make_ring(B.out, "LMEM out slot", 2, (int64_t)rows_ * (DV + 1) * 4);
+    // one output slot: its store overlaps the next piece's compute, which refills it only
+    // when that piece ends
+    c.make_ring(B.out, "LMEM out slot", 1, (int64_t)rows_ * (DV + 1) * 4);
     // scores of one block, the O accumulator, running max and sum
     B.work = c.lmem.alloc((int64_t)rows_ * (BKV + DV + 2) * 4, "the attention work buffer");
     c.lmem.commit();
@@ -378,7 +380,7 @@ class Mla {
     gemm(rows, DV, nb, S, BKV, v, DV, O, DV, true);
   }
 
-  // BDC normalises into an out slot; GDMA stores it (output, or a partial in L2).
+  // BDC normalises into the out slot; GDMA stores it (output, or a partial in L2).
   void finalize(Core& c, Bufs& B, const Piece& pc) {
     const int nh = pc.h1 - pc.h0, rows = nh * (int)a_.s_q;
     const int64_t o = B.outs++;
@@ -445,7 +447,7 @@ class Mla {
     c.lmem.reset();
     c.rings.resize(1);
     c.make_ring(B.mrg, "LMEM merge slot", 2, part_bytes());
-    c.make_ring(B.out, "LMEM out slot", 2, part_bytes());
+    c.make_ring(B.out, "LMEM out slot", 1, part_bytes());
     B.work = c.lmem.alloc((int64_t)rows_ * (DV + 2) * 4, "the merge accumulator");
     c.lmem.commit();
     for (int seq : plan_.merge_per_core[c.id]) {
