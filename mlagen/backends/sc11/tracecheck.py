@@ -76,10 +76,8 @@ def check_basic(trace: np.ndarray) -> list[str]:
 
 def phase_b_steps(trace: np.ndarray, core: int, d_bytes: int) -> Steps:
     """Reconstruct one core's phase B steps (issue order = id order within a queue)."""
-    mine = trace[trace["core"] == core]
-    # SDMA only gathers phase B's KV; the first gathers may be issued during phase A (setup)
-    sdma = mine["id"][mine["engine"] == Engine.SDMA].tolist()
-    t = mine[mine["phase"] == 2]
+    t = trace[(trace["core"] == core) & (trace["phase"] == 2)]
+    sdma = t["id"][(t["engine"] == Engine.SDMA)].tolist()
     g = t[(t["engine"] == Engine.GDMA) & (t["src"] == Mem.L2) & (t["dst"] == Mem.LMEM)]
     sset = set(sdma)   # the tile load waits for its gather (a q load from L2 does not)
     gdma = [int(e["id"]) for e in g if any(int(x) in sset for x in e["deps"])]

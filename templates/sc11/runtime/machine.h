@@ -98,7 +98,6 @@ struct Slot {
 
 struct Ring {
   std::vector<Slot> slots;
-  bool carry = false;   // may hold data across the next phase boundary (a prefetch)
   Slot& operator[](int64_t step) { return slots[step % (int64_t)slots.size()]; }
   int size() const { return (int)slots.size(); }
 };
@@ -213,7 +212,7 @@ struct Core {
     for (auto& l : last) l = to_global(l, base);
     for (Ring* r : rings)
       for (auto& s : r->slots) {
-        if (s.state != Slot::FREE && !r->carry)
+        if (s.state != Slot::FREE)
           fail("core %d: %s[%d] still holds step %lld at the end of a phase", id, s.name,
                s.index, (long long)s.step);
         s.fill_ev = to_global(s.fill_ev, base);

@@ -51,7 +51,6 @@ class Mla {
     Ring w, pin, pout;         // phases A and C, LMEM
     int64_t work = 0, pwork = 0;
     int64_t steps = 0, outs = 0, mrgs = 0;   // slot step counters
-    int64_t prefetched = 0;                  // phase B gathers issued ahead (in phase A)
   };
 
  public:
@@ -92,15 +91,8 @@ class Mla {
     chip_.l2.commit();
 
     if (Cfg::FUSED) {
-      // The first KV gathers of phase B need no q: each core issues them before its phase A
-      // work, so SDMA fills the L2 slots while GDMA loads weights (the seed's T0).
-      chip_.phase(PH_A, [&](Core& c) {
-        bufs_[c.id].l2kv.carry = true;
-        prefetch_b(c);
-        phase_a(c);
-      });
+      chip_.phase(PH_A, [&](Core& c) { phase_a(c); });
       chip_.barrier(PH_A);
-      for (auto& B : bufs_) B.l2kv.carry = false;
     }
     chip_.phase(PH_B, [&](Core& c) { phase_b(c); });
     if (plan_.n_parts) {
@@ -199,65 +191,41 @@ class Mla {
     bool first, last;
   };
 
-  // A core's phase B steps: its pieces cut into tiles of at most TILE keys; the steps with
-  // keys are numbered k = 0..nk-1 and use stage k % NBUF.
-  struct StepList {
-    std::vector<Step> steps;
-    std::vector<int64_t> kstep;    // per step: its k, or -1 (an empty piece)
-    std::vector<size_t> step_of_k;
-  };
-  StepList steps_of(int core) const {
-    StepList L;
-    const auto& pieces = plan_.per_core[core];
-    for (int p = 0; p < (int)pieces.size(); ++p) {
-      const Piece& pc = pieces[p];
-      if (pc.t1 <= pc.t0) {
-        L.steps.push_back({p, pc.t0, pc.t0, true, true});
-        continue;
-      }
-      for (int64_t t = pc.t0; t < pc.t1; t += TILE)
-        L.steps.push_back({p, t, std::min(pc.t1, t + TILE), t == pc.t0, t + TILE >= pc.t1});
-    }
-    L.kstep.assign(L.steps.size(), -1);
-    for (size_t i = 0; i < L.steps.size(); ++i)
-      if (L.steps[i].t1 > L.steps[i].t0) {
-        L.kstep[i] = (int64_t)L.step_of_k.size();
-        L.step_of_k.push_back(i);
-      }
-    return L;
-  }
-
-  // The pipeline's fill: gathers of the first NBUF - 1 steps.
-  void prefetch_b(Core& c) {
-    Bufs& B = bufs_[c.id];
-    const StepList L = steps_of(c.id);
-    const auto& pieces = plan_.per_core[c.id];
-    const int64_t nk = (int64_t)L.step_of_k.size();
-    for (int64_t k = B.prefetched; k < std::min<int64_t>(NBUF - 1, nk); ++k) {
-      const Step& st = L.steps[L.step_of_k[k]];
-      sdma_gather(c, B, pieces[st.piece], st, B.steps + k);
-    }
-    B.prefetched = std::max<int64_t>(B.prefetched, std::min<int64_t>(NBUF - 1, nk));
-  }
-
   void phase_b(Core& c) {
     lay_out_b(c);
     Bufs& B = bufs_[c.id];
     const auto& pieces = plan_.per_core[c.id];
-    const StepList L = steps_of(c.id);
-    const auto& steps = L.steps;
-    const int64_t nk = (int64_t)L.step_of_k.size();
+    std::vector<Step> steps;
+    for (int p = 0; p < (int)pieces.size(); ++p) {
+      const Piece& pc = pieces[p];
+      if (pc.t1 <= pc.t0) {
+        steps.push_back({p, pc.t0, pc.t0, true, true});
+        continue;
+      }
+      for (int64_t t = pc.t0; t < pc.t1; t += TILE)
+        steps.push_back({p, t, std::min(pc.t1, t + TILE), t == pc.t0, t + TILE >= pc.t1});
+    }
+    // KV steps (those with keys) are numbered k = 0..nk-1; slot of step k is k % NBUF
+    std::vector<int64_t> kstep(steps.size(), -1);
+    int64_t nk = 0;
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (steps[i].t1 > steps[i].t0) kstep[i] = nk++;
+    std::vector<size_t> step_of_k;
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (kstep[i] >= 0) step_of_k.push_back(i);
+
     Scratch sc;
     sc.init(rows_);
-    prefetch_b(c);   // (already done during phase A when fused)
+    for (int64_t k = 0; k < std::min<int64_t>(NBUF - 1, nk); ++k)
+      sdma_gather(c, B, pieces[steps[step_of_k[k]].piece], steps[step_of_k[k]], B.steps + k);
     for (size_t i = 0; i < steps.size(); ++i) {
       const Step& st = steps[i];
       const Piece& pc = pieces[st.piece];
       if (st.first) init_acc(c, pc);
-      if (L.kstep[i] >= 0) {
-        const int64_t k = L.kstep[i];
+      if (kstep[i] >= 0) {
+        const int64_t k = kstep[i];
         if (k + NBUF - 1 < nk) {
-          const Step& ahead = steps[L.step_of_k[k + NBUF - 1]];
+          const Step& ahead = steps[step_of_k[k + NBUF - 1]];
           sdma_gather(c, B, pieces[ahead.piece], ahead, B.steps + k + NBUF - 1);
         }
         gdma_load(c, B, pc, st, B.steps + k);
@@ -266,11 +234,9 @@ class Mla {
       if (st.last) finalize(c, B, pc);
     }
     B.steps += nk;
-    B.prefetched = 0;
   }
 
   // SDMA: the pages holding keys [t0, t1) of one sequence, DDR -> contiguous L2 slot.
-  // Issued during phase A (the pipeline's fill) it is tagged setup, like the weight loads.
   void sdma_gather(Core& c, Bufs& B, const Piece& pc, const Step& st, int64_t step) {
     Slot& s = B.l2kv[step];
     const int64_t dep = c.begin_fill(s, step);
@@ -285,8 +251,7 @@ class Mla {
       t += len;
       ++runs;
     }
-    const int64_t ev = c.emit(SDMA, OP_DMA, DDR, L2, n * D * EL, 0, 0, 0, 0, runs, {dep},
-                              c.phase == PH_A ? PH_SETUP : -1);
+    const int64_t ev = c.emit(SDMA, OP_DMA, DDR, L2, n * D * EL, 0, 0, 0, 0, runs, {dep});
     c.end_fill(s, step, ev);
   }
 
