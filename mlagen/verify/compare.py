@@ -79,8 +79,8 @@ class TensorReport:
     def summary(self) -> str:
         if self.problem:
             return f"{self.name}: {self.problem}"
-        head = (f"{self.name}: {self.n_bad}/{self.total} elements out of tolerance, "
-                f"max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}, "
+        head = (f"{self.name}: {self.n_bad}/{self.total} elements wrong; where both are "
+                f"finite: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}, "
                 f"cos-diff {self.cos_diff:.3g}")
         if self.tol is not None:
             head += (f" (atol {self.tol.atol:g} or rtol {self.tol.rtol:.3g}; "

@@ -19,9 +19,11 @@ import torch
 from ..problem import MlaInputs, MlaOutputs
 
 
-# How far a kernel's fp32 intermediate may sit from our float64 one, relative to the
-# magnitude of its row: fp32 accumulation over <= a few thousand terms stays well inside.
-_FP32_WINDOW = 2.0 ** -14
+# How far a kernel's fp32 intermediate may sit from our float64 one, relative to
+# |x| + the row's mean |x|.  Summing K terms in fp32 typically errs by ~eps32 * sqrt(K) of
+# that (2^-24 * sqrt(1536) ~ 2^-18.7 for W_UQ); the window is about twice that.  Wider
+# windows only add allowance; test_verify_oracle checks a 1% scale error stays visible.
+_FP32_WINDOW = 2.0 ** -17
 
 
 def _flip_room(x64: torch.Tensor, store: torch.dtype) -> torch.Tensor:
