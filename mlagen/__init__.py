@@ -18,6 +18,11 @@ from .schedule import Schedule, can_implement, check
 from .schedule import load as load_schedule
 from .version import __version__
 
+# Load the build subpackage now: importing it later would rebind ``mlagen.build`` from the
+# function below to the subpackage (Python sets a package's attribute on a submodule's
+# first import).
+from . import build as _build_package  # noqa: E402,F401  (dsl helper: additive fix)
+
 __all__ = ["__version__", "Schedule", "load_schedule", "check", "can_implement", "render",
            "generate", "build", "runner", "run", "MlagenError", "ScheduleError",
            "ResourceError", "TargetError", "BuildError", "InputError", "EmulatorError"]

@@ -6,6 +6,8 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import os
+import platform
 import shutil
 import subprocess
 import time
@@ -37,14 +39,39 @@ class CacheEntry:
     meta: dict
 
 
+def compiler_path(compiler: str) -> str:
+    """The compiler a SourceSet's ``compiler`` ("c++" or "nvcc") runs as: $CXX for C++;
+    $CUDA_HOME/bin/nvcc (or $CUDA_PATH, or PATH) for nvcc."""
+    if compiler == "nvcc":
+        home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+        if home and (Path(home) / "bin" / "nvcc").exists():
+            return str(Path(home) / "bin" / "nvcc")
+        return shutil.which("nvcc") or "nvcc"
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
+
+
 @functools.lru_cache(maxsize=None)
 def compiler_version(compiler: str) -> str:
+    """``compiler --version`` (once per process and compiler path)."""
     try:
         out = subprocess.run([compiler, "--version"], capture_output=True, text=True,
                              timeout=30)
         return out.stdout.strip() or out.stderr.strip()
     except (OSError, subprocess.TimeoutExpired):
         return f"{compiler}: not found"
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu() -> str:
+    """The CPU model and feature flags: code built with -march=native runs only on such a
+    CPU, so a cache shared between machines must not hand it to another."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    keep = [ln for ln in lines if ln.split(":")[0].strip() in ("model name", "flags",
+                                                               "Features", "CPU part")]
+    return "\n".join(dict.fromkeys(keep)) or platform.machine()
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,11 +83,20 @@ def torch_version() -> str:
 
 
 def cache_key(sources: SourceSet, extra_flags: tuple[str, ...] = ()) -> str:
+    """``<variant>-<16 hex>``: the readable variant name, then a hash of everything that
+    changes the binary: rendered files, the target's templates and headers, which files are
+    compiled, include folders, flags, the compiler actually run and its version, torch's
+    version and mlagen's version; with ``-march=native`` also the host CPU's model and
+    feature flags."""
+    cc = compiler_path(sources.compiler)
     h = hashlib.sha256()
     for part in (sources.digest(), template_digest(sources.target),
-                 " ".join(sources.flags + extra_flags), compiler_version(sources.compiler),
+                 " ".join(sources.sources), " ".join(sources.include_dirs),
+                 " ".join(sources.flags + extra_flags), cc, compiler_version(cc),
                  torch_version(), __version__):
         h.update(part.encode() + b"\0")
+    if any("native" in f for f in sources.flags + extra_flags):
+        h.update(host_cpu().encode())
     return f"{sources.variant}-{h.hexdigest()[:16]}"
 
 

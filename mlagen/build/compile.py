@@ -20,8 +20,8 @@ from filelock import FileLock
 
 from ..codegen import SourceSet, write
 from ..errors import BuildError
-from .cache import (LIB_NAME, Artifact, builds_dir, cache_key, compiler_version, locks_dir,
-                    staging_dir, torch_version)
+from .cache import (LIB_NAME, Artifact, builds_dir, cache_key, compiler_path,
+                    compiler_version, locks_dir, staging_dir, torch_version)
 
 _ERROR_LINE = re.compile(r"(error|Error|fatal error)\b.*")
 
@@ -37,18 +37,9 @@ HINTS = [
 ]
 
 
-def _compiler_path(compiler: str) -> str:
-    if compiler == "nvcc":
-        home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-        if home and (Path(home) / "bin" / "nvcc").exists():
-            return str(Path(home) / "bin" / "nvcc")
-        return shutil.which("nvcc") or "nvcc"
-    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
-
-
 def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, list[str]]:
     """The ninja file and the human-readable compile commands of a SourceSet."""
-    cc = _compiler_path(sources.compiler)
+    cc = compiler_path(sources.compiler)
     incs = " ".join(f"-I{shlex.quote(d)}" for d in (str(out_dir),) + sources.include_dirs)
     flags = " ".join(sources.flags)
     pic = "-Xcompiler -fPIC" if sources.compiler == "nvcc" else "-fPIC"
@@ -76,13 +67,24 @@ def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, lis
 
 
 def _first_error(log: str) -> str:
-    for line in log.splitlines():
-        if " error" in line or "error:" in line or line.startswith("error"):
+    """The compiler's first ``error:`` line (gcc, clang and nvcc all write one)."""
+    lines = log.splitlines()
+    for line in lines:
+        if "error:" in line or line.lstrip().startswith("error"):
             return line.strip()
-    for line in log.splitlines():
-        if _ERROR_LINE.search(line):
+    for line in lines:
+        if _ERROR_LINE.search(line) and not line.startswith("FAILED:"):
             return line.strip()
     return (log.strip().splitlines() or ["(no output)"])[-1]
+
+
+def _failed_command(log: str) -> str | None:
+    """The command ninja ran for the first failed edge: the line after ``FAILED: ...``."""
+    lines = log.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("FAILED:"):
+            return lines[i + 1].strip()
+    return None
 
 
 def _hint(log: str) -> str | None:
@@ -92,7 +94,10 @@ def _hint(log: str) -> str | None:
     return None
 
 
-def _run_ninja(sources: SourceSet, work: Path, shared: bool) -> None:
+def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool) -> None:
+    """Write the sources and a build.ninja into ``work`` and run ninja there.  On failure
+    raise BuildError; with ``move_failed`` the tree is first renamed to ``<work>.failed``
+    so the log survives the clean-up of ``work``."""
     write(sources, work)
     ninja_file, shown = _commands(sources, work, shared)
     (work / "build.ninja").write_text(ninja_file)
@@ -102,11 +107,13 @@ def _run_ninja(sources: SourceSet, work: Path, shared: bool) -> None:
     log = proc.stdout + proc.stderr
     (work / "build.log").write_text("\n".join(shown) + "\n\n" + log)
     if proc.returncode != 0:
-        # Keep the failed tree for the user to inspect; its log is where the error says.
-        failed = work.parent / (work.name + ".failed")
-        shutil.rmtree(failed, ignore_errors=True)
-        os.replace(work, failed)
-        raise BuildError(sources.variant, shown[0] if shown else " ".join(cmd),
+        failed = work
+        if move_failed:   # keep the failed tree for the user; its log is where we say
+            failed = work.parent / (work.name + ".failed")
+            shutil.rmtree(failed, ignore_errors=True)
+            os.replace(work, failed)
+        command = _failed_command(log) or (shown[0] if shown else " ".join(cmd))
+        raise BuildError(sources.variant, command,
                          _first_error(log), str(failed / "build.log"), _hint(log))
 
 
@@ -141,25 +148,32 @@ def build(sources: SourceSet, progress: bool = False) -> Artifact:
         work = staging_dir() / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         work.mkdir(parents=True)
         with _progress(f"mlagen: building {sources.variant} ...", progress):
-            _run_ninja(sources, work, shared=True)
+            _run_ninja(sources, work, shared=True, move_failed=True)
         (work / "meta.json").write_text(json.dumps({
             "variant": sources.variant, "target": sources.target, "created": time.time(),
-            "compiler": compiler_version(sources.compiler).splitlines()[0],
+            "compiler": (compiler_version(compiler_path(sources.compiler)).splitlines()
+                         or ["?"])[0],
             "torch": torch_version(), "flags": list(sources.flags), "meta": sources.meta,
         }, indent=1, default=str))
         final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():       # an entry without its library (removed by hand): replace
+            shutil.rmtree(final)
         os.rename(work, final)   # atomic publish: readers see nothing or everything
     return Artifact(key, lib, final, True, time.perf_counter() - t0)
 
 
 def compile_only(sources: SourceSet, out_dir: str | Path | None = None) -> list[Path]:
     """Compile every source to an object file (no link, no cache): CI's check that a
-    template compiles where the target's hardware is absent (nvcc on a CPU machine)."""
+    template compiles where the target's hardware is absent (nvcc on a CPU machine).
+
+    Without ``out_dir`` the objects go to a temporary folder that is removed again (the
+    returned paths are then only names); a failed build keeps ``<folder>.failed`` for its
+    log, which the BuildError names."""
     own = out_dir is None
     work = Path(tempfile.mkdtemp(prefix="mlagen-cc-")) if own else Path(out_dir)
     work.mkdir(parents=True, exist_ok=True)
     try:
-        _run_ninja(sources, work, shared=False)
+        _run_ninja(sources, work, shared=False, move_failed=own)
         return [work / Path(s).with_suffix(".o").name for s in sources.sources]
     finally:
         if own:

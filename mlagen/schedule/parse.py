@@ -21,36 +21,175 @@ TABLES = {"problem": Problem, "target": TargetRef, "schedule": Mapping}
 # Keys a file may not set although the record has them.
 _HIDDEN = {"schedule": set(), "problem": set(), "target": set()}
 
-_HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.-]+)\s*\]\s*(#.*)?$")
-_KEY = re.compile(r"^\s*([A-Za-z0-9_-]+|\"[^\"]*\")\s*=")
+Positions = dict[tuple[str, "str | None"], int]
 
 
-def _positions(text: str) -> dict[tuple[str, str | None], int]:
-    """Line (1-based) of each table header and of each ``key =`` inside a table."""
-    pos: dict[tuple[str, str | None], int] = {}
-    table = ""
-    for lineno, line in enumerate(text.splitlines(), 1):
-        m = _HEADER.match(line)
-        if m:
-            table = m.group(1)
-            pos.setdefault((table, None), lineno)
-            continue
-        m = _KEY.match(line)
-        if m:
-            pos.setdefault((table, m.group(1).strip('"')), lineno)
+class _Scanner:
+    """Finds the line of every table header and key of a TOML text that tomllib accepted.
+
+    It follows TOML's structure (dotted keys, inline tables, multi-line arrays and strings,
+    comments), so a key inside ``problem = { heads = 129 }`` or after a multi-line array
+    gets its own line, and text inside a string is never taken for a key.
+    """
+
+    def __init__(self, text: str):
+        self.s, self.i, self.line = text, 0, 1
+        self.paths: dict[tuple[str, ...], int] = {}
+
+    # -- characters ----------------------------------------------------------------
+    def _peek(self, k: int = 0) -> str:
+        j = self.i + k
+        return self.s[j] if j < len(self.s) else ""
+
+    def _advance(self, n: int = 1) -> None:
+        self.line += self.s.count("\n", self.i, self.i + n)
+        self.i += n
+
+    def _space(self, newlines: bool) -> None:
+        while self.i < len(self.s):
+            c = self.s[self.i]
+            if c in " \t" or (newlines and c in "\r\n"):
+                self._advance()
+            elif c == "#":
+                while self.i < len(self.s) and self.s[self.i] != "\n":
+                    self.i += 1
+            else:
+                return
+
+    def _string(self) -> str:
+        q = self.s[self.i]
+        if self.s.startswith(q * 3, self.i):          # multi-line string
+            end = self.i + 3
+            while not self.s.startswith(q * 3, end):
+                end += 2 if q == '"' and self.s[end] == "\\" else 1
+            while self.s.startswith(q, end + 3):      # up to two quotes may close it
+                end += 1
+            text = self.s[self.i + 3:end]
+            self._advance(end + 3 - self.i)
+            return text
+        j = self.i + 1
+        while self.s[j] != q:
+            j += 2 if q == '"' and self.s[j] == "\\" else 1
+        text = self.s[self.i + 1:j]
+        self._advance(j + 1 - self.i)
+        return text
+
+    # -- grammar -------------------------------------------------------------------
+    def _key(self) -> tuple[str, ...]:
+        parts = []
+        while True:
+            self._space(False)
+            if self._peek() in "\"'":
+                parts.append(self._string())
+            else:
+                j = self.i
+                while j < len(self.s) and (self.s[j].isalnum() or self.s[j] in "_-"):
+                    j += 1
+                parts.append(self.s[self.i:j])
+                self.i = j
+            self._space(False)
+            if self._peek() != ".":
+                return tuple(parts)
+            self.i += 1
+
+    def _record(self, path: tuple[str, ...]) -> None:
+        for n in range(1, len(path) + 1):
+            self.paths.setdefault(path[:n], self.line)
+
+    def _keyval(self, prefix: tuple[str, ...]) -> None:
+        key = prefix + self._key()
+        self._record(key)
+        self._space(False)
+        self.i += 1                                    # "="
+        self._space(False)
+        self._value(key)
+
+    def _value(self, path: tuple[str, ...]) -> None:
+        c = self._peek()
+        if c == "{":
+            self.i += 1
+            while True:
+                self._space(True)
+                if self._peek() in ("}", ""):
+                    self.i += 1
+                    return
+                if self._peek() == ",":
+                    self.i += 1
+                    continue
+                self._keyval(path)
+        elif c == "[":
+            self.i += 1
+            while True:
+                self._space(True)
+                if self._peek() in ("]", ""):
+                    self.i += 1
+                    return
+                if self._peek() == ",":
+                    self.i += 1
+                    continue
+                self._value(path)
+        elif c in "\"'":
+            self._string()
+        else:                                          # number, bool, date
+            start = self.i
+            while self.i < len(self.s) and self.s[self.i] not in ",]}#\r\n":
+                self.i += 1
+            if self.i == start:                        # not TOML after all: give up
+                raise ValueError(f"no value at offset {start}")
+
+    def scan(self) -> dict[tuple[str, ...], int]:
+        table: tuple[str, ...] = ()
+        while True:
+            self._space(True)
+            if self.i >= len(self.s):
+                return self.paths
+            if self._peek() == "[":
+                double = self._peek(1) == "["
+                self.i += 2 if double else 1
+                table = self._key()
+                self._record(table)
+                self.i += 2 if double else 1
+            else:
+                self._keyval(table)
+
+
+def _positions(text: str) -> Positions:
+    """Line (1-based) of each table and of each key inside a table, keyed (table, key);
+    (table, None) is where the table starts (its header, or ``table = {`` ...)."""
+    try:
+        paths = _Scanner(text).scan()
+    except (ValueError, IndexError):   # never let a message helper hide the real error
+        return {}
+    pos: Positions = {}
+    for path, line in sorted(paths.items(), key=lambda kv: kv[1]):
+        pos.setdefault((path[0], path[1] if len(path) > 1 else None), line)
     return pos
+
+
+_NAMED = re.compile(r"\b([a-z_]+) = ")
 
 
 class Located:
     """Where each key of a schedule came from, so rules can point at a line."""
 
-    def __init__(self, source: str | None, positions: dict[tuple[str, str | None], int]):
+    def __init__(self, source: str | None, positions: Positions):
         self.source = source
         self.positions = positions
 
-    def error(self, table: str, key: str | None, message: str) -> ScheduleError:
-        line = self.positions.get((table, key)) or self.positions.get((table, None))
-        return ScheduleError(message, file=self.source, line=line)
+    def line_of(self, table: str, key: str | None, message: str = "") -> int | None:
+        """The key's line; else the line of a key the message names (``page_size = 48``
+        when the rule's own key kept its default); else the table's header."""
+        if (table, key) in self.positions:
+            return self.positions[(table, key)]
+        for named in _NAMED.findall(message):
+            for t in TABLES:
+                if (t, named) in self.positions:
+                    return self.positions[(t, named)]
+        return self.positions.get((table, None))
+
+    def error(self, table: str, key: str | None, message: str,
+              cls: type[ScheduleError] = ScheduleError) -> ScheduleError:
+        return cls(message, file=self.source, line=self.line_of(table, key, message))
 
 
 def _field_kinds(record: type) -> dict[str, tuple[type, ...]]:
@@ -79,43 +218,73 @@ def _type_name(kinds: tuple[type, ...]) -> str:
     return " or ".join(dict.fromkeys(names[k] for k in kinds))
 
 
+def _kind_of(value: Any) -> str:
+    """What TOML type a value has, in words (for "must be an integer, not a string")."""
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
+                       (str, "a string"), (list, "an array"), (dict, "a table")):
+        if isinstance(value, kind):
+            return name
+    return "a date/time"
+
+
+def _shown(key: str, value: Any) -> str:
+    """``key = value`` as the file spells it (scalars only: arrays and tables are long)."""
+    if isinstance(value, (bool, int, float, str)):
+        return f"{key} = {_toml_value(value)}"
+    return key
+
+
+def _owner(key: str) -> str | None:
+    for table, record in TABLES.items():
+        if key in _field_kinds(record):
+            return table
+    return None
+
+
 def schedule_from_tables(tables: dict[str, Any], source: str | None, name: str,
-                         positions: dict[tuple[str, str | None], int] | None = None
-                         ) -> Schedule:
+                         positions: Positions | None = None) -> Schedule:
     """Tables (as TOML gives them) to a checked Schedule; every error names its line."""
     from .rules import check  # rules import records only; no cycle at import time
 
     loc = Located(source, positions or {})
-    for table in tables:
-        if table not in TABLES:
-            hint = difflib.get_close_matches(table, TABLES, n=1)
-            extra = f"; did you mean [{hint[0]}]?" if hint else \
-                f"; tables are {', '.join('[' + t + ']' for t in TABLES)}"
-            raise loc.error(table, None, f"unknown table [{table}]{extra}")
+    for table, given in tables.items():
+        if table in TABLES:
+            if not isinstance(given, dict):
+                raise loc.error(table, None, f"[{table}] must be a table, not {_kind_of(given)}"
+                                + ("" if not isinstance(given, list) else
+                                   f" (write [{table}], not [[{table}]])"))
+            continue
+        owner = _owner(table)
+        if not isinstance(given, dict):
+            where = f"in [{owner}]" if owner else \
+                f"in one of {', '.join('[' + t + ']' for t in TABLES)}"
+            raise loc.error(table, None, f"'{table}' is outside any table; keys go {where}")
+        hint = difflib.get_close_matches(table, TABLES, n=1)
+        extra = f"; did you mean [{hint[0]}]?" if hint else \
+            f"; tables are {', '.join('[' + t + ']' for t in TABLES)}"
+        raise loc.error(table, None, f"unknown table [{table}]{extra}")
     values: dict[str, dict[str, Any]] = {}
     for table, record in TABLES.items():
         given = tables.get(table, {})
-        if not isinstance(given, dict):
-            raise loc.error(table, None, f"[{table}] must be a table")
         kinds = _field_kinds(record)
         allowed = [k for k in kinds if k not in _HIDDEN[table]]
         for key, value in given.items():
             if key not in allowed:
                 hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-                others = [t for t, r in TABLES.items() if t != table and
-                          key in _field_kinds(r)]
-                if hint:
+                other = _owner(key)
+                if other and other != table:
+                    extra = f"; '{key}' belongs in [{other}]"
+                elif hint:
                     extra = f"; did you mean '{hint[0]}'?"
-                elif others:
-                    extra = f"; '{key}' belongs in [{others[0]}]"
                 else:
                     extra = f"; known keys: {', '.join(allowed)}"
                 raise loc.error(table, key, f"unknown key '{key}' in [{table}]{extra}")
             ok = kinds[key]
             if isinstance(value, bool) and bool not in ok or not isinstance(value, ok):
-                raise loc.error(table, key, f"{key} = {value!r} must be {_type_name(ok)}")
+                raise loc.error(table, key, f"{_shown(key, value)} must be {_type_name(ok)}, "
+                                            f"not {_kind_of(value)}")
         values[table] = dict(given)
-    if "name" not in values["target"] and tables:
+    if "name" not in values["target"]:
         raise loc.error("target", None, "[target] needs name = \"sc11\" or \"hopper\"")
     if values["problem"].get("softmax_scale") is not None:
         values["problem"]["softmax_scale"] = float(values["problem"]["softmax_scale"])
@@ -126,12 +295,25 @@ def schedule_from_tables(tables: dict[str, Any], source: str | None, name: str,
     return schedule
 
 
+# tomllib's terse phrases, said the way a schedule's author thinks of them
+_TOML_HINTS = [
+    (re.compile(r"Illegal character '\\n'"), "unexpected end of line (a string left open?)"),
+    (re.compile(r"Cannot overwrite a value"), "a key given twice"),
+    (re.compile(r"Cannot declare \('?([^)]*?)'?,?\) twice"), r"table [\1] given twice"),
+]
+
+
 def loads(text: str, source: str | None = None, name: str = "unnamed") -> Schedule:
     try:
         tables = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        m = re.search(r"line (\d+)", str(e))
-        raise ScheduleError(f"not valid TOML: {e}", file=source,
+        # tomllib says "Invalid value (at line 4, column 12)": the line goes in front
+        m = re.search(r"\s*\(at line (\d+), column (\d+)\)", str(e))
+        what = str(e)[:m.start()] if m else str(e)
+        for pattern, said in _TOML_HINTS:
+            what = pattern.sub(said, what)
+        what += f" (column {m.group(2)})" if m else ""
+        raise ScheduleError(f"not valid TOML: {what}", file=source,
                             line=int(m.group(1)) if m else None) from None
     return schedule_from_tables(tables, source, name, _positions(text))
 
@@ -154,7 +336,13 @@ def _toml_value(value: Any) -> str:
 
 
 def dumps(schedule: Schedule) -> str:
-    """The schedule as a TOML file; ``loads(dumps(s))`` equals ``s`` (name and source aside)."""
+    """The schedule as a TOML file; ``loads(dumps(s), name=s.name)`` equals ``s`` (for a
+    schedule loaded from a file, source aside).  The other target's knobs are left out
+    while they hold their defaults (the only legal value for them)."""
+    from .rules import _HOPPER_ONLY, _SC11_ONLY
+
+    foreign = {"sc11": _HOPPER_ONLY, "hopper": _SC11_ONLY}.get(schedule.target.name, ())
+    defaults = Mapping()
     out = [f"# mlagen schedule '{schedule.name}'"]
     for table, record in (("problem", schedule.problem), ("target", schedule.target),
                           ("schedule", schedule.mapping)):
@@ -162,6 +350,8 @@ def dumps(schedule: Schedule) -> str:
         for f in dataclasses.fields(record):
             value = getattr(record, f.name)
             if value is None:
+                continue
+            if table == "schedule" and f.name in foreign and value == getattr(defaults, f.name):
                 continue
             out.append(f"{f.name} = {_toml_value(value)}")
     return "\n".join(out) + "\n"

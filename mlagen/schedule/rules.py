@@ -7,10 +7,12 @@ resource rules (does it fit in shared memory / LMEM ...) are in resources.py and
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import ScheduleError, TargetError
-from ..targets import Target, load_target
+from ..errors import ResourceError, TargetError
+from ..targets import Target, load_target, target_path
 from .records import DTYPES, HOPPER_MAINLOOPS, SC11_SCHEMES, Mapping, Schedule
 
 Violation = tuple[str, str, str]
@@ -51,8 +53,10 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "problem", "dtype", f"dtype = {p.dtype!r} must be one of {', '.join(DTYPES)}"
     if not 1 <= p.max_s_q <= 8:
         yield "problem", "max_s_q", f"max_s_q = {p.max_s_q} must be between 1 and 8"
-    if p.softmax_scale is not None and not p.softmax_scale > 0:
-        yield "problem", "softmax_scale", f"softmax_scale = {p.softmax_scale} must be > 0"
+    if p.softmax_scale is not None and not (p.softmax_scale > 0 and
+                                            math.isfinite(p.softmax_scale)):
+        yield "problem", "softmax_scale", \
+            f"softmax_scale = {p.softmax_scale} must be a finite number > 0"
     if p.h_kv != 1:
         yield "problem", "h_kv", f"h_kv = {p.h_kv}: MLA has one latent KV head; h_kv must be 1"
 
@@ -92,7 +96,9 @@ def common_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
 
 
 _SC11_ONLY = ("cores", "heads_per_core", "scheme", "seq_tile")
-_HOPPER_ONLY = ("rows_per_tile", "warps", "mainloop")
+# split_kv is hopper's: on sc11 the phase-B scheme decides how a sequence is cut over cores
+_HOPPER_ONLY = ("rows_per_tile", "warps", "mainloop", "split_kv")
+_WHY_FOREIGN = {"split_kv": " (its multi-core scheme splits sequences; see scheme)"}
 
 
 @rule
@@ -102,7 +108,8 @@ def foreign_knobs(s: Schedule, t: Target) -> Iterator[Violation]:
     foreign = _HOPPER_ONLY if t.kind == "sc11" else _SC11_ONLY
     for key in foreign:
         if getattr(s.mapping, key) != getattr(defaults, key):
-            yield "schedule", key, f"{key} is not a knob of target {t.kind}"
+            yield "schedule", key, (f"{key} is not a knob of target {t.kind}"
+                                    + (_WHY_FOREIGN.get(key, "") if t.kind == "sc11" else ""))
 
 
 @rule
@@ -134,6 +141,9 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                                        f"multiple of block_kv = {m.block_kv}")
     if m.block_kv > 1024:
         yield "schedule", "block_kv", f"block_kv = {m.block_kv} must be <= 1024 on sc11"
+    if m.split_kv != "auto":
+        yield "schedule", "split_kv", ("split_kv is not a knob of target sc11: the seq and "
+                                       "batch_seq schemes split sequences over the cores")
 
 
 @rule
@@ -171,17 +181,22 @@ def check(s: Schedule, loc=None) -> Target:
     from .resources import can_implement
 
     loc = loc or Located(s.source, {})
-    base = None
-    if s.source:
-        from pathlib import Path
-        base = Path(s.source).resolve().parent
+    base = Path(s.source).resolve().parent if s.source else None
+    if s.target.file is not None and not target_path(s.target.name, s.target.file,
+                                                     base).exists():
+        raise loc.error("target", "file", (
+            f"file = {s.target.file!r}: no such target description (looked in "
+            + ("the schedule's folder, " if base else "")
+            + "the working directory, the repository and targets/)"))
     try:
         t = load_target(s.target.name, s.target.file, base)
     except TargetError as e:
         raise loc.error("target", "file" if s.target.file else "name", str(e)) from None
-    for table, key, message in violations(s, t):
-        raise loc.error(table, key, message)
+    # first broken rule only: later rules may assume what earlier ones checked (tp >= 1)
+    for r in RULES:
+        for table, key, message in r(s, t):
+            raise loc.error(table, key, message)
     report = can_implement(s, t)
     if not report.ok:
-        raise loc.error("schedule", report.worst_key, report.message())
+        raise loc.error("schedule", report.worst_key, report.message(), cls=ResourceError)
     return t

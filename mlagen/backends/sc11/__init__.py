@@ -141,31 +141,42 @@ class Sc11Runner:
             tensor("q", inp.q, (b, s_q, h, p.d), dt)
         need(inp.softmax_scale is not None and inp.softmax_scale > 0, "softmax_scale must be > 0")
         cap = max_blocks * p.page_size
-        lens = sl.tolist()
-        for i, n in enumerate(lens):
-            need(0 <= n <= cap, f"cache_seqlens[{i}] = {n} must be in [0, {cap}] "
-                                f"(block_table holds {max_blocks} pages of {p.page_size})")
-        used = bt[:, :]
+        bad = ((sl < 0) | (sl > cap)).nonzero().flatten()
+        if len(bad):
+            i = int(bad[0])
+            need(False, f"cache_seqlens[{i}] = {int(sl[i])} must be in [0, {cap}] "
+                        f"(block_table holds {max_blocks} pages of {p.page_size})")
+        # every page a sequence uses must exist (entries past its length are never read)
+        pages = (sl.long() + p.page_size - 1) // p.page_size
+        used = torch.arange(max_blocks)[None, :] < pages[:, None]
         nb = kc.shape[0]
-        for i, n in enumerate(lens):
-            pages = -(-n // p.page_size)
-            row = used[i, :pages]
-            if pages and (int(row.min()) < 0 or int(row.max()) >= nb):
-                raise InputError(f"{s.variant_name()}: block_table[{i}] has page indices outside "
-                                 f"[0, {nb}) among its first {pages} entries")
+        wrong = used & ((bt < 0) | (bt >= nb))
+        if wrong.any():
+            i, j = (int(x) for x in wrong.nonzero()[0])
+            need(False, f"block_table[{i}, {j}] = {int(bt[i, j])} is not a page of k_cache "
+                        f"[0, {nb}) but sequence {i} uses it")
 
     def resolve_scheme(self, inp: MlaInputs, scheme: Optional[str]) -> str:
+        """A concrete scheme: the given one, the schedule's, or auto's pick for `inp`."""
+        return self._resolve(inp, scheme)[0]
+
+    def _resolve(self, inp: MlaInputs, scheme: Optional[str]) -> tuple[str, dict]:
         scheme = scheme or self.schedule.mapping.scheme
         if scheme == "auto":
             try:
                 from .schemes import choose_scheme
             except ImportError:
-                # TODO(schemes.py): the cost-model helper's choose_scheme replaces this default
-                return "batch_seq"
-            return choose_scheme(self.schedule, inp, lambda sc: self.dry_run(inp, sc))
+                # TODO(schemes.py): until the cost model's choose_scheme is there
+                return "batch_seq", {}
+            picked = choose_scheme(self.schedule, inp,
+                                   lambda sc: self.dry_run(inp, sc, validate=False))
+            # choose_scheme gives (scheme, {scheme: simulated seconds}) or a bare name
+            if isinstance(picked, tuple):
+                return picked[0], dict(picked[1])
+            return picked, {}
         if scheme not in SCHEME_IDS:
             raise InputError(f"scheme = {scheme!r} must be one of auto, {', '.join(SCHEME_IDS)}")
-        return scheme
+        return scheme, {}
 
     # ---- running -----------------------------------------------------------------------
     def _call(self, inp: MlaInputs, scheme: str, dry: bool, threads: Optional[int]):
@@ -216,18 +227,22 @@ class Sc11Runner:
                  "l2_capacity": res.l2_capacity, "n_parts": res.n_parts}
         return out, lse, trace, stats
 
-    def dry_run(self, inp: MlaInputs, scheme: str, validate: bool = True) -> np.ndarray:
+    def dry_run(self, inp: MlaInputs, scheme: Optional[str], validate: bool = True) -> np.ndarray:
         """The trace of a run (EVENT_DTYPE records) without doing the data work."""
         if validate:
             self.validate(inp)
-        return self._call(inp, self.resolve_scheme(inp, scheme), True, 1)[2]
+        name = scheme if scheme in SCHEME_IDS else self._resolve(inp, scheme)[0]
+        return self._call(inp, name, True, 1)[2]
 
     def __call__(self, inp: MlaInputs, scheme: Optional[str] = None,
                  threads: Optional[int] = None) -> MlaOutputs:
         self.validate(inp)
-        name = self.resolve_scheme(inp, scheme)
+        name, times = self._resolve(inp, scheme)
         out, lse, trace, stats = self._call(inp, name, False, threads)
-        return MlaOutputs(out, lse, extra={"trace": trace, **stats})
+        extra = {"trace": trace, **stats}
+        if times:
+            extra["scheme_times"] = times    # auto: simulated seconds of every scheme
+        return MlaOutputs(out, lse, extra=extra)
 
 
 def runner(schedule: Schedule, progress: bool = False) -> Sc11Runner:

@@ -1,0 +1,367 @@
+"""The SC11 benchmark: the seed's Table 2 as it should have been, and its 30% claim.
+
+    bench_grid(schedule)   batch {1..128} x seqlen {128..16384}: every scheme's simulated
+                           time with single and double buffering, the best, auto's pick
+    seed_point(schedule)   batch 128, seqlen 512: double vs single buffering, the pipelined
+                           bound, which engine dominates, and the timeline charts
+
+Traces come from the emulator in dry mode (same control flow and trace as a real run, no
+data), so the grid's large points cost only the simulation.  Every number is simulated time
+of the cost model (costmodel.py) on targets/sc11.toml; parameters marked "assumed" there are
+named in the report.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ...errors import MlagenError
+from ...paths import SCHEDULES_DIR
+from ...problem import TORCH_DTYPES, FusedWeights, MlaInputs
+from ...schedule import check, load
+from ...schedule.records import Schedule
+from .costmodel import simulate
+from .schemes import SCHEMES, choose_scheme, machine_for
+
+BATCHES = (1, 4, 8, 16, 32, 64, 128)
+SEQLENS = (128, 512, 1024, 4096, 16384)
+DEFAULT_SCHEDULE = SCHEDULES_DIR / "sc11_fused_tp4.toml"
+SEED = dict(batch=128, seqlen=512)
+
+# dry(schedule, inputs, scheme) -> trace (EVENT_DTYPE array)
+DryRun = Callable[[Schedule, MlaInputs, str], np.ndarray]
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs and traces
+# ---------------------------------------------------------------------------------------
+def dry_inputs(schedule: Schedule, batch: int, seqlens: Sequence[int], s_q: int = 1
+               ) -> MlaInputs:
+    """Inputs of the right shapes for a dry run.  The cache is torch.empty: its pages are
+    never touched in dry mode, so even 128 x 16384 tokens cost no memory."""
+    p = schedule.problem
+    dtype = TORCH_DTYPES[p.dtype]
+    h = schedule.heads_per_device
+    page = p.page_size
+    need = [max(1, -(-int(s) // page)) for s in seqlens]
+    max_blocks = max(need)
+    table = torch.zeros(batch, max_blocks, dtype=torch.int32)
+    pos = 0
+    for i, k in enumerate(need):
+        table[i, :k] = torch.arange(pos, pos + k, dtype=torch.int32)
+        pos += k
+    cache = torch.empty(pos, page, 1, p.d, dtype=dtype)
+    seq = torch.tensor([int(s) for s in seqlens], dtype=torch.int32)
+    meta = dict(batch=batch, seqlens=[int(s) for s in seqlens], s_q=s_q, heads=h, dry=True)
+    if p.fused:
+        nope, rope, r = p.qk_nope_head_dim, p.rope_dim, p.q_lora_rank
+        w = FusedWeights(w_uq=torch.zeros(r, h, nope + rope, dtype=dtype),
+                         w_uk=torch.zeros(h, nope, p.kv_lora_rank, dtype=dtype),
+                         w_uv=torch.zeros(h, p.kv_lora_rank, p.v_head_dim, dtype=dtype))
+        return MlaInputs(None, cache, table, seq, p.default_scale(), p.causal,
+                         q_lora=torch.zeros(batch, s_q, r, dtype=dtype), weights=w, meta=meta)
+    q = torch.zeros(batch, s_q, h, p.d, dtype=dtype)
+    return MlaInputs(q, cache, table, seq, p.default_scale(), p.causal, meta=meta)
+
+
+_RUNNERS: dict = {}
+
+
+def emulator_dry_run(schedule: Schedule, inputs: MlaInputs, scheme: str) -> np.ndarray:
+    """The emulator's trace of `inputs` under `scheme`, in dry mode (one build per variant)."""
+    from . import runner  # the emulator's backend (mlagen/backends/sc11/__init__.py)
+
+    key = (schedule.variant_name(), schedule.target.file)
+    if key not in _RUNNERS:
+        _RUNNERS[key] = runner(schedule)
+    return _RUNNERS[key].dry_run(inputs, scheme)
+
+
+# ---------------------------------------------------------------------------------------
+# One grid point
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Point:
+    batch: int
+    seqlen: int
+    times: dict = field(default_factory=dict)     # buffers -> {scheme: seconds}
+    refused: dict = field(default_factory=dict)   # buffers -> {scheme: why}
+    auto: dict = field(default_factory=dict)      # buffers -> scheme auto picked
+    bound: dict = field(default_factory=dict)     # buffers -> bound seconds (best scheme)
+    dominant: dict = field(default_factory=dict)  # buffers -> dominant engine (best scheme)
+    seconds: float = 0.0                          # wall time spent on this point
+
+    def best(self, buffers: int) -> tuple:
+        t = self.times[buffers]
+        s = min(t, key=lambda k: (t[k], SCHEMES.index(k)))
+        return s, t[s]
+
+    def saving(self, single: int = 1, double: int = 2) -> float:
+        """1 - best double-buffered time / best single-buffered time."""
+        return 1.0 - self.best(double)[1] / self.best(single)[1]
+
+    def auto_excess(self, buffers: int) -> float:
+        """auto's time / the best time - 1."""
+        return self.times[buffers][self.auto[buffers]] / self.best(buffers)[1] - 1.0
+
+
+def _with_buffers(schedule: Schedule, buffers: int) -> Schedule:
+    s = schedule.replace(buffers=buffers, scheme="auto")
+    check(s)
+    return s
+
+
+def run_point(schedule: Schedule, batch: int, seqlen: int, buffers=(1, 2),
+              dry: DryRun = emulator_dry_run, keep: bool = False):
+    """Every scheme at every buffer count; with keep, also {(buffers, scheme): SimResult}."""
+    t0 = time.perf_counter()
+    pt = Point(batch, seqlen)
+    sims = {}
+    inputs = dry_inputs(schedule, batch, [seqlen] * batch)
+    for nb in buffers:
+        sched = _with_buffers(schedule, nb)
+        mc = machine_for(sched)
+        traces, why, res = {}, {}, {}
+        for s in SCHEMES:
+            try:
+                traces[s] = dry(sched, inputs, s)
+            except MlagenError as e:
+                why[s] = str(e).splitlines()[0]
+                continue
+            res[s] = simulate(traces[s], mc)
+        if not res:
+            raise MlagenError(f"batch {batch} seqlen {seqlen} buffers {nb}: no scheme runs: "
+                              f"{why}")
+        pt.times[nb] = {s: r.total_s for s, r in res.items()}
+        pt.refused[nb] = why
+
+        def again(s, traces=traces, why=why):
+            if s in why:
+                raise MlagenError(why[s])
+            return traces[s]
+
+        # what "auto" picks: choose_scheme on the same dry-run traces
+        pt.auto[nb], _ = choose_scheme(sched, inputs, again)
+        best = pt.best(nb)[0]
+        pt.bound[nb] = res[best].bound_s
+        pt.dominant[nb] = res[best].dominant_engine().name
+        if keep:
+            sims.update({(nb, s): r for s, r in res.items()})
+        del traces, res
+    pt.seconds = time.perf_counter() - t0
+    return (pt, sims) if keep else pt
+
+
+# ---------------------------------------------------------------------------------------
+# The grid
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Grid:
+    schedule: str
+    points: list
+    buffers: tuple
+    assumed: list
+    seconds: float = 0.0
+
+    def markdown(self) -> str:
+        nb2, nb1 = max(self.buffers), min(self.buffers)
+        us = 1e6
+        head = ("| batch | seqlen | best | time (us) | " + " | ".join(SCHEMES) +
+                f" | best, {nb1} buffer (us) | saving | time / bound | dominant | auto |")
+        sep = "|" + "---|" * (head.count("|") - 1)
+        rows = [head, sep]
+        for p in self.points:
+            best, t = p.best(nb2)
+            cells = [f"{p.times[nb2][s] * us:.1f}" if s in p.times[nb2] else "n/a"
+                     for s in SCHEMES]
+            b1, t1 = p.best(nb1)
+            auto = p.auto[nb2]
+            auto_s = auto if auto == best else f"{auto} (+{p.auto_excess(nb2):.1%})"
+            rows.append(f"| {p.batch} | {p.seqlen} | **{best}** | {t * us:.1f} | "
+                        + " | ".join(cells)
+                        + f" | {t1 * us:.1f} ({b1}) | {p.saving(nb1, nb2):.0%} | "
+                        f"{t / p.bound[nb2]:.2f} | {p.dominant[nb2]} | {auto_s} |")
+        return "\n".join(rows)
+
+    def best_map(self) -> str:
+        """A compact batch x seqlen map of the best scheme (double buffered)."""
+        nb2 = max(self.buffers)
+        seqlens = sorted({p.seqlen for p in self.points})
+        batches = sorted({p.batch for p in self.points})
+        by = {(p.batch, p.seqlen): p for p in self.points}
+        rows = ["| batch \\ seqlen | " + " | ".join(map(str, seqlens)) + " |",
+                "|---|" + "---|" * len(seqlens)]
+        for b in batches:
+            rows.append(f"| {b} | " + " | ".join(
+                by[(b, s)].best(nb2)[0] if (b, s) in by else "" for s in seqlens) + " |")
+        return "\n".join(rows)
+
+    def auto_ok(self, tol: float = 0.05) -> bool:
+        nb2 = max(self.buffers)
+        return all(p.auto_excess(nb2) <= tol for p in self.points)
+
+
+def _schedule(schedule) -> Schedule:
+    if schedule is None:
+        schedule = DEFAULT_SCHEDULE
+    if isinstance(schedule, (str, Path)):
+        return load(schedule)
+    return schedule
+
+
+def bench_grid(schedule=None, batches=BATCHES, seqlens=SEQLENS, buffers=(1, 2),
+               out: Optional[Path] = None, dry: DryRun = emulator_dry_run,
+               progress: Optional[Callable[[str], None]] = None) -> Grid:
+    """The grid; with `out`, writes its markdown there."""
+    sched = _schedule(schedule)
+    t0 = time.perf_counter()
+    pts = []
+    for b in batches:
+        for s in seqlens:
+            pt = run_point(sched, b, s, buffers, dry)
+            pts.append(pt)
+            if progress:
+                best, t = pt.best(max(buffers))
+                progress(f"batch {b:4d} seqlen {s:6d}: {best:<9} {t * 1e6:9.1f} us "
+                         f"({pt.seconds:.1f} s)")
+    g = Grid(sched.source or sched.name, pts, tuple(buffers),
+             machine_assumed(sched), time.perf_counter() - t0)
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(grid_report(g))
+    return g
+
+
+def machine_assumed(schedule: Schedule) -> list:
+    from ...targets import load_target
+
+    base = Path(schedule.source).parent if schedule.source else None
+    t = load_target(schedule.target.name, schedule.target.file, base)
+    return [f"{k} = {t.params[k]}" for k in t.assumed()]
+
+
+def grid_report(g: Grid) -> str:
+    return "\n".join([
+        f"# SC11 multi-core schemes by batch and sequence length (simulated)",
+        "",
+        f"Schedule {g.schedule}; fused MLA decode, 32 heads per card, one chip (8 cores), "
+        f"s_q 1, every sequence of the batch the same length.  Times are the cost model's "
+        f"simulated time of the emulator's dry-run trace, in microseconds; buffers "
+        f"{max(g.buffers)} unless named.  `saving` = 1 - best({max(g.buffers)} buffers) / "
+        f"best({min(g.buffers)} buffer); `time / bound` against max(DDR bytes / chip DDR "
+        f"bandwidth, FLOPs / peak).",
+        "",
+        "Assumed target parameters (targets/sc11.toml): " + ", ".join(g.assumed) + ".",
+        "",
+        "## Best scheme",
+        "",
+        g.best_map(),
+        "",
+        "## Every scheme",
+        "",
+        g.markdown(),
+        "",
+        f"auto within 5% of the best at every point: {'yes' if g.auto_ok() else 'NO'}.  "
+        f"Grid took {g.seconds:.0f} s.",
+        "",
+    ])
+
+
+# ---------------------------------------------------------------------------------------
+# The seed's point
+# ---------------------------------------------------------------------------------------
+@dataclass
+class SeedReport:
+    point: Point
+    sims: dict                      # (buffers, scheme) -> SimResult
+    scheme: str                     # the best double-buffered scheme
+    single: float
+    double: float
+    pipelined: float
+    saving: float
+    files: list = field(default_factory=list)
+
+    @property
+    def within_bound(self) -> float:
+        """double-buffered time / pipelined bound - 1."""
+        return self.double / self.pipelined - 1.0
+
+    def checks(self) -> dict:
+        return {"double buffering saves >= 30%": self.saving >= 0.30,
+                "double-buffered within 15% of the pipelined bound": self.within_bound <= 0.15,
+                "auto within 5% of the best": self.point.auto_excess(2) <= 0.05}
+
+    def sensitivity(self, factors=(0.5, 2.0)) -> list:
+        """The seed's saving and distance to the pipelined bound with each assumed machine
+        parameter scaled: [(param, factor, saving, double / pipelined - 1)]."""
+        mc = self.sims[(2, self.scheme)].machine
+        ev1, ev2 = self.sims[(1, self.scheme)].events, self.sims[(2, self.scheme)].events
+        knobs = {"sdma_bw": "sdma_bw", "l2_bw": "l2_bw", "issue_cycles": "issue",
+                 "barrier_s": "barrier_s", "l2_latency_s": None}
+        rows = []
+        for name, field_ in knobs.items():
+            for f in factors:
+                if field_ is None:
+                    lat = list(mc.latency)
+                    lat[2] *= f
+                    m2 = mc.replace(latency=tuple(lat))
+                else:
+                    v = getattr(mc, field_) * f
+                    m2 = mc.replace(**{field_: int(round(v)) if field_ == "issue" else v})
+                a, b = simulate(ev1, m2), simulate(ev2, m2)
+                rows.append((name, f, 1 - b.total_s / a.total_s,
+                             b.total_s / b.pipelined_bound_s() - 1))
+        return rows
+
+    def text(self) -> str:
+        us = 1e6
+        d = self.sims[(2, self.scheme)]
+        s1 = self.sims[(1, self.scheme)]
+        lines = [f"## The seed's point: batch {self.point.batch}, seqlen {self.point.seqlen}, "
+                 f"32 heads per card", "",
+                 f"best scheme (double buffered): {self.scheme}", "",
+                 "| scheme | 1 buffer (us) | 2 buffers (us) | saving |", "|---|---|---|---|"]
+        for s in SCHEMES:
+            if (1, s) in self.sims and (2, s) in self.sims:
+                a, b = self.sims[(1, s)].total_s, self.sims[(2, s)].total_s
+                lines.append(f"| {s} | {a * us:.1f} | {b * us:.1f} | {1 - b / a:.1%} |")
+        lines += ["",
+                  f"saving of double buffering ({self.scheme}): {self.saving:.1%} "
+                  f"(seed: 30%)",
+                  f"pipelined bound: {self.pipelined * us:.1f} us; double-buffered time is "
+                  f"{self.within_bound:+.1%} from it",
+                  "", "checks:"]
+        lines += [f"- {k}: {'ok' if v else 'MISSED'}" for k, v in self.checks().items()]
+        lines += ["", "sensitivity to the assumed parameters (each scaled alone):", "",
+                  "| parameter | x | saving | double / pipelined bound |", "|---|---|---|---|"]
+        lines += [f"| {n} | {f:g} | {sv:.1%} | {wb:+.1%} |" for n, f, sv, wb in
+                  self.sensitivity()]
+        lines += ["", "### double buffered", "", "```", d.summary(), "```",
+                  "", "### single buffered", "", "```", s1.summary(), "```"]
+        if self.files:
+            lines += ["", "charts: " + ", ".join(str(f) for f in self.files)]
+        return "\n".join(lines)
+
+
+def seed_point(schedule=None, dry: DryRun = emulator_dry_run, charts: Optional[Path] = None,
+               batch: int = SEED["batch"], seqlen: int = SEED["seqlen"]) -> SeedReport:
+    sched = _schedule(schedule)
+    pt, sims = run_point(sched, batch, seqlen, (1, 2), dry, keep=True)
+    scheme = pt.best(2)[0]
+    d, s = sims[(2, scheme)], sims[(1, scheme)]
+    rep = SeedReport(pt, sims, scheme, s.total_s, d.total_s, d.pipelined_bound_s(),
+                     1.0 - d.total_s / s.total_s)
+    if charts is not None:
+        from .timeline import plot_all, plot_core
+        charts = Path(charts)
+        for nb in (1, 2):
+            r = sims[(nb, scheme)]
+            rep.files += plot_core(r, 0, charts / f"seed_{scheme}_buf{nb}_core0")
+            rep.files += plot_all(r, charts / f"seed_{scheme}_buf{nb}_all")
+    return rep

@@ -1,0 +1,171 @@
+"""Every malformed schedule under tests/schedules/bad/ fails with the message and line its
+first line promises:  ``# expect: LINE: MESSAGE``  (``...`` in MESSAGE stands for any text,
+e.g. an absolute path)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mlagen.errors import ResourceError, ScheduleError
+from mlagen.schedule import load, loads
+
+BAD = Path(__file__).parent / "schedules" / "bad"
+FILES = sorted(BAD.glob("*.toml"))
+_EXPECT = re.compile(r"^# expect: (\d+): (.+)$")
+
+
+def _expectation(path: Path) -> tuple[int, re.Pattern]:
+    first = path.read_text().splitlines()[0]
+    m = _EXPECT.match(first)
+    assert m, f"{path.name}: first line must be '# expect: LINE: MESSAGE', got {first!r}"
+    pattern = ".*".join(re.escape(part) for part in m.group(2).split("..."))
+    return int(m.group(1)), re.compile(pattern)
+
+
+def test_enough_bad_schedules():
+    assert len(FILES) >= 30
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_bad_schedule(path: Path):
+    line, message = _expectation(path)
+    with pytest.raises(ScheduleError) as info:
+        load(str(path))
+    e = info.value
+    assert e.file == str(path)
+    assert e.line == line, f"line {e.line}, expected {line}: {e.message}"
+    assert message.fullmatch(e.message), f"message {e.message!r}"
+    # what a user sees: file:line: message
+    assert str(e) == f"{path}:{line}: {e.message}"
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if "overflow" in p.stem],
+                         ids=lambda p: p.stem)
+def test_resource_overflow_is_a_resource_error(path: Path):
+    with pytest.raises(ResourceError) as info:
+        load(str(path))
+    found = re.findall(r"needs (\d+) (.+?) but the target has (\d+)", info.value.message)
+    assert found, info.value.message
+    for needed, _, available in found:
+        assert int(needed) > int(available)
+
+
+def test_missing_schedule_file_names_the_file(tmp_path):
+    path = tmp_path / "nowhere.toml"
+    with pytest.raises(ScheduleError) as info:
+        load(path)
+    assert info.value.file == str(path)
+    assert "cannot read schedule: No such file or directory" in str(info.value)
+
+
+def test_empty_file_needs_a_target():
+    with pytest.raises(ScheduleError, match=r'\[target\] needs name = "sc11" or "hopper"'):
+        loads("", source="empty.toml")
+
+
+def test_builder_errors_have_no_line():
+    """A schedule made in Python has no file: the message says <schedule> and no line."""
+    from mlagen.schedule import Schedule
+
+    with pytest.raises(ScheduleError) as info:
+        Schedule.build(target="sc11", page_size=64, block_kv=48)
+    assert info.value.line is None
+    assert str(info.value) == ("<schedule>: block_kv = 48 must divide page_size = 64 "
+                               "or be a multiple of it")
+    with pytest.raises(ScheduleError, match="unknown key 'blok_kv' in \\[schedule\\]; "
+                                            "did you mean 'block_kv'"):
+        Schedule.build(target="sc11", blok_kv=32)
+
+
+def test_every_rule_is_exercised_by_a_bad_file(monkeypatch):
+    """Each rule function in rules.py is the one that rejects at least one bad file, so a
+    new rule without a bad example shows up here."""
+    from mlagen.schedule import rules
+
+    fired: set[str] = set()
+
+    def spy(r):
+        def watched(s, t):
+            for violation in r(s, t):
+                fired.add(r.__name__)
+                yield violation
+        return watched
+
+    names = {r.__name__ for r in rules.RULES}
+    monkeypatch.setattr(rules, "RULES", [spy(r) for r in rules.RULES])
+    for path in FILES:
+        with pytest.raises(ScheduleError):
+            load(str(path))
+    assert names - fired == set()
+
+
+def test_positions_follow_toml_structure():
+    """Lines of tables and keys where a line-by-line regex would be fooled."""
+    from mlagen.schedule.parse import _positions
+
+    text = "\n".join([
+        '# [schedule] in a comment is not a table',          # 1
+        'problem = { heads = 16, "page_size" = 32 }',        # 2
+        '[target]  # trailing comment',                      # 3
+        "name = 'sc11' # block_kv = 1",                      # 4
+        'file = "a#b.toml"',                                  # 5
+        '[ schedule ]',                                      # 6
+        'split_kv = [',                                      # 7
+        '  { buffers = 9 },',                                # 8
+        ']',                                                 # 9
+        'scheme = """',                                      # 10
+        'tp = 99',                                           # 11
+        '"""',                                               # 12
+        'tp = 2',                                            # 13
+        'cores.x = 1',                                       # 14
+    ]) + "\n"
+    pos = _positions(text)
+    assert pos[("problem", None)] == 2 and pos[("problem", "heads")] == 2
+    assert pos[("problem", "page_size")] == 2
+    assert pos[("target", None)] == 3 and pos[("target", "name")] == 4
+    assert pos[("target", "file")] == 5
+    assert pos[("schedule", None)] == 6 and pos[("schedule", "split_kv")] == 7
+    assert pos[("schedule", "scheme")] == 10 and pos[("schedule", "tp")] == 13
+    assert pos[("schedule", "cores")] == 14
+    assert ("schedule", "block_kv") not in pos and ("schedule", "buffers") not in pos
+
+
+def _any_value():
+    from hypothesis import strategies as st
+
+    return st.one_of(st.integers(-3, 5000), st.sampled_from([0, 1, 2, 16, 64, 512]),
+                     st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+                     st.sampled_from(["auto", "bf16", "fp16", "seq", "wgmma", "", "x"]),
+                     st.lists(st.integers(0, 9), max_size=2))
+
+
+def test_arbitrary_values_give_schedule_errors_not_crashes():
+    """Any value for any key, on either target: a schedule or a ScheduleError, nothing else
+    (a rule must not divide by a zero an earlier rule already rejected)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from mlagen.schedule.parse import TABLES, _toml_value
+
+    keys = [(t, f) for t, r in TABLES.items() for f in r.__dataclass_fields__ if t != "target"]
+
+    def toml(v):
+        return "[" + ", ".join(map(str, v)) + "]" if isinstance(v, list) else _toml_value(v)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.sampled_from(["sc11", "hopper"]),
+           st.dictionaries(st.sampled_from(keys), _any_value(), max_size=4))
+    def check(target, knobs):
+        lines = [f'[target]\nname = "{target}"']
+        for table in ("problem", "schedule"):
+            lines.append(f"[{table}]")
+            lines += [f"{k} = {toml(v)}" for (t, k), v in knobs.items() if t == table]
+        try:
+            loads("\n".join(lines) + "\n", source="fuzz.toml")
+        except ScheduleError as e:
+            assert e.file == "fuzz.toml" and e.line is not None, str(e)
+
+    check()
