@@ -25,7 +25,17 @@ from . import build as _build_package  # noqa: E402,F401  (dsl helper: additive 
 
 __all__ = ["__version__", "Schedule", "load_schedule", "check", "can_implement", "render",
            "generate", "build", "runner", "run", "MlagenError", "ScheduleError",
-           "ResourceError", "TargetError", "BuildError", "InputError", "EmulatorError"]
+           "ResourceError", "TargetError", "BuildError", "InputError", "EmulatorError",
+           "get_mla_metadata", "flash_mla_with_kvcache"]
+
+
+def __getattr__(name: str):
+    # The FlashMLA-compatible calls, imported on first use (they register torch ops).
+    if name in ("get_mla_metadata", "flash_mla_with_kvcache"):
+        from .backends.hopper import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'mlagen' has no attribute {name!r}")
 
 
 def render(schedule: Schedule):

@@ -120,14 +120,21 @@ def _sc11(s: Schedule, t: Target) -> list[Need]:
 
 
 def hopper_smem(s: Schedule) -> dict[str, int]:
-    """Shared memory of the mma_sync split-KV kernel (templates/hopper/include)."""
+    """Shared memory of the mma_sync split-KV kernel: the same formulas as SplitConfig in
+    templates/hopper/include/mla_split.cuh (Q, the K pipeline, P, fp32 scores, row stats)."""
     p, m = s.problem, s.mapping
     el = 2
-    q = m.rows_per_tile * p.d * el
-    kv = m.buffers * m.block_kv * p.d * el
-    probs = m.rows_per_tile * m.block_kv * el
-    stats = m.rows_per_tile * 4 * 4 * (m.warps // 4 if m.warps > 4 else 1)
-    return {"q": q, "kv": kv, "p": probs, "stats": stats, "total": q + kv + probs + stats}
+    rows, bkv = m.rows_per_tile, m.block_kv
+    tiles = (rows // 16) * (bkv // 8)            # 16x8 score tiles of one block
+    # 16-row tiles split the reduction over every warp (Q in registers); see kQInRegs
+    ksplit = m.warps if rows == 16 else (m.warps // tiles if tiles < m.warps else 1)
+    q = rows * p.d * el
+    kv = m.buffers * bkv * p.d * el
+    probs = rows * (bkv + 8) * el
+    scores = ksplit * rows * (bkv + 4) * 4
+    stats = 2 * rows * 4
+    return {"q": q, "kv": kv, "p": probs, "scores": scores, "stats": stats,
+            "total": q + kv + probs + scores + stats}
 
 
 def _hopper(s: Schedule, t: Target) -> list[Need]:

@@ -1,0 +1,53 @@
+"""The Hopper (sm_90a) backend: paged split-KV MLA decode, a drop-in for FlashMLA.
+
+    render(schedule) -> SourceSet     four translation units (scheduler, split, combine, C ABI)
+    runner(schedule) -> callable      MlaInputs -> MlaOutputs through the FlashMLA-style API
+
+The algorithm lives in templates/hopper/include/*.cuh; the .cu.j2 templates only pick the
+variant's constants.  api.py holds get_mla_metadata / flash_mla_with_kvcache.
+"""
+
+from __future__ import annotations
+
+from mlagen.codegen import SourceSet, render_template
+from mlagen.paths import TEMPLATES_DIR
+from mlagen.schedule.records import Schedule
+
+DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}
+DTYPE_CODE = {"bf16": 1, "fp16": 2}
+TEMPLATES = ("scheduler", "split", "combine", "api")
+FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-lineinfo",
+         "--use_fast_math")
+
+
+def render(schedule: Schedule) -> SourceSet:
+    m, p = schedule.mapping, schedule.problem
+    ctx = dict(dtype_cpp=DTYPE_CPP[p.dtype], dtype_code=DTYPE_CODE[p.dtype],
+               rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps)
+    files = {f"{t}.cu": render_template(schedule, f"{t}.cu.j2", f"{t}.cu", **ctx)
+             for t in TEMPLATES}
+    return SourceSet(variant=schedule.variant_name(), target="hopper", files=files,
+                     include_dirs=(str(TEMPLATES_DIR / "hopper" / "include"),),
+                     compiler="nvcc", flags=FLAGS, sources=tuple(f"{t}.cu" for t in TEMPLATES),
+                     meta=dict(ctx, dtype=p.dtype))
+
+
+def runner(schedule: Schedule):
+    """A callable MlaInputs -> MlaOutputs running this schedule through the public API."""
+    from mlagen.problem import MlaOutputs
+
+    from . import api
+
+    def run(inputs) -> MlaOutputs:
+        if inputs.q is None:
+            raise ValueError("the hopper target runs attention only (inputs.q is None)")
+        q = inputs.q
+        s_q, h_q = q.shape[1], q.shape[2]
+        md, ns = api.get_mla_metadata(inputs.cache_seqlens, s_q * h_q, 1, schedule=schedule)
+        out, lse = api.flash_mla_with_kvcache(
+            q, inputs.k_cache, inputs.block_table, inputs.cache_seqlens,
+            schedule.problem.dv, md, ns, softmax_scale=inputs.softmax_scale,
+            causal=inputs.causal, schedule=schedule)
+        return MlaOutputs(out, lse, extra={"metadata": md, "num_splits": ns})
+
+    return run

@@ -1,0 +1,220 @@
+"""FlashMLA-compatible calls on the Hopper kernels (re-exported as mlagen.get_mla_metadata and
+mlagen.flash_mla_with_kvcache).
+
+    tile_scheduler_metadata, num_splits = get_mla_metadata(cache_seqlens, s_q * h_q // h_kv, h_kv)
+    out, lse = flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, 512,
+                                      tile_scheduler_metadata, num_splits, causal=True)
+
+Conventions are FlashMLA's: q [b, s_q, h_q, 576], k_cache [num_blocks, page, 1, 576] (V is
+its first 512 columns), out [b, s_q, h_q, 512] in q's dtype, lse fp32 [b, h_q, s_q] (natural
+log); a query with no visible key gives out = 0 and lse = +inf; causal is bottom-right
+aligned.  Beyond FlashMLA: page sizes 1..256, any h_q in 1..128, s_q 1..8, bf16 and fp16,
+and an optional ``schedule=`` (a hopper Schedule) that replaces the default per shape.
+
+Every input is checked before launch; a bad one raises mlagen.errors.InputError.  Set
+MLAGEN_HOPPER_CHECK_INDICES=0 to skip the block-table range check (one host sync per call;
+it is skipped anyway during CUDA-graph capture): the kernel still never reads outside the
+cache, and a sequence with a bad page gets NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Optional
+
+import torch
+
+from mlagen.errors import InputError
+from mlagen.schedule.records import Schedule
+
+from . import defaults, ops, scheduler
+
+D, DV = 576, 512
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+ops.CHECK_INDICES = os.environ.get("MLAGEN_HOPPER_CHECK_INDICES", "1") != "0"
+
+
+def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> Schedule:
+    if schedule is None:
+        return defaults.default_schedule(rows_total, dtype)
+    if schedule.target.name != "hopper":
+        raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.name!r}, "
+                         "not hopper")
+    if schedule.problem.dtype != dtype:
+        schedule = schedule.replace(dtype=dtype)
+    return defaults.canonical(schedule)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> tuple[str, int, int]:
+    """(library key, rows_per_tile, fixed splits) of a shape and an optional schedule: built
+    (cached) and loaded once; memoized because checking a schedule costs about a
+    millisecond, more than a decode step."""
+    s = _schedule_for(rows_total, dtype, schedule)
+    return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s)
+
+
+def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> str:
+    return _resolve(rows_total, dtype, schedule)[0]
+
+
+def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
+                   schedule: Optional[Schedule]) -> tuple[int, int, str]:
+    key, rows, n = _resolve(rows_total, "bf16", schedule)
+    b = cache_seqlens.shape[0]
+    if n:
+        return b * n, n, key
+    slots = ops.sm_count(cache_seqlens.device) * ops.get(key).ctas_per_sm()
+    return scheduler.num_parts(slots, rows_total, rows), n, key
+
+
+# Under torch.compile: a build, a dlopen and a device query are side effects it must not
+# trace, so they run outside the graph.
+_library_key_compiled = torch.compiler.disable(_library_key)
+_metadata_plan_compiled = torch.compiler.disable(_metadata_plan)
+
+
+def _fixed_splits(s: Schedule) -> int:
+    return 0 if s.mapping.split_kv == "auto" else int(s.mapping.split_kv)
+
+
+def _int_vector(name: str, t: torch.Tensor, n: Optional[int] = None) -> None:
+    if not (isinstance(t, torch.Tensor)):
+        raise InputError(f"{name} must be a torch.Tensor")
+    if not (t.dtype == torch.int32):
+        raise InputError(f"{name} must be int32, got {t.dtype}")
+    if not (t.dim() == 1):
+        raise InputError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+    if n is not None:
+        if not (t.shape[0] == n):
+            raise InputError(f"{name} must have {n} entries, got {t.shape[0]}")
+    if not (t.is_contiguous()):
+        raise InputError(f"{name} must be contiguous")
+
+
+def _on_cuda(tensors: dict[str, torch.Tensor]) -> torch.device:
+    dev = None
+    for name, t in tensors.items():
+        if not (t.is_cuda):
+            raise InputError(f"{name} must be on a CUDA device, got {t.device}")
+        if dev is None:
+            dev = t.device
+        if not (t.device == dev):
+            raise InputError(f"{name} is on {t.device} but the other inputs on {dev}")
+    return dev
+
+
+def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num_heads_k: int,
+                     schedule: Optional[Schedule] = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split of a decode step, computed on the GPU: (tile_scheduler_metadata int32
+    [num_sm_parts, 8], num_splits int32 [b + 1]).  Once per step, shared by all layers."""
+    _int_vector("cache_seqlens", cache_seqlens)
+    if not (cache_seqlens.shape[0] >= 1):
+        raise InputError("cache_seqlens must hold at least one sequence")
+    if not (cache_seqlens.shape[0] <= 8192):
+        raise InputError("at most 8192 sequences per call")
+    if not (num_heads_k == 1):
+        raise InputError(f"num_heads_k = {num_heads_k}: MLA has one latent KV head")
+    if not (1 <= num_heads_per_head_k <= 1024):
+        raise InputError(f"num_heads_per_head_k = s_q * h_q // h_kv = {num_heads_per_head_k} "
+                         "must be in 1..1024 (h_q <= 128, s_q <= 8)")
+    _on_cuda({"cache_seqlens": cache_seqlens})
+    if torch.compiler.is_compiling():
+        parts, n, key = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule)
+        return ops.get_mla_metadata_op(cache_seqlens, parts, n, key)
+    parts, n, key = _metadata_plan(cache_seqlens, num_heads_per_head_k, schedule)
+    return ops.get_mla_metadata_impl(cache_seqlens, parts, n, key)
+
+
+def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                 num_splits, softmax_scale) -> None:
+    """Raise InputError for anything the kernels cannot take (dtype, shape, device, stride).
+    Shape and dtype checks come first, so they run on CPU tensors too."""
+    if not (isinstance(q, torch.Tensor) and isinstance(k_cache, torch.Tensor)):
+        raise InputError("q and k_cache must be torch.Tensors")
+    if not (q.dtype in _DTYPES):
+        raise InputError(f"q must be bfloat16 or float16, got {q.dtype}")
+    if not (k_cache.dtype == q.dtype):
+        raise InputError(f"k_cache is {k_cache.dtype} but q is {q.dtype}")
+    if not (q.dim() == 4):
+        raise InputError(f"q must be [b, s_q, h_q, {D}], got shape {tuple(q.shape)}")
+    b, s_q, h_q, d = q.shape
+    if not (d == D):
+        raise InputError(f"q's last dimension must be {D} (kv_lora_rank 512 + rope 64), "
+                         f"got {d}")
+    if not (b >= 1):
+        raise InputError("q must hold at least one sequence")
+    if not (1 <= s_q <= 8):
+        raise InputError(f"s_q = {s_q} must be in 1..8")
+    if not (k_cache.dim() == 4):
+        raise InputError(f"k_cache must be [num_blocks, page_size, h_kv, {D}], "
+                         f"got shape {tuple(k_cache.shape)}")
+    nb, page, h_kv, dk = k_cache.shape
+    if not (dk == D):
+        raise InputError(f"k_cache's last dimension must be {D}, got {dk}")
+    if not (h_kv == 1):
+        raise InputError(f"k_cache has h_kv = {h_kv}: MLA has one latent KV head")
+    if not (1 <= h_q <= 128 and h_q % h_kv == 0):
+        raise InputError(f"h_q = {h_q} must be in 1..128")
+    if not (1 <= page <= 256):
+        raise InputError(f"page size {page} must be in 1..256")
+    if not (nb >= 1):
+        raise InputError("k_cache has no blocks")
+    if not (head_dim_v == DV):
+        raise InputError(f"head_dim_v = {head_dim_v}: the kernels are built for {DV}")
+    if not (q.stride(-1) == 1):
+        raise InputError("q's last dimension must be contiguous (stride 1)")
+    if not (k_cache.stride(-1) == 1):
+        raise InputError("k_cache's last dimension must be contiguous (stride 1)")
+    if not (k_cache.stride(1) % 8 == 0 and k_cache.stride(0) % 8 == 0):
+        raise InputError("k_cache's block and token strides must be multiples of 8 elements "
+                         "(16 bytes)")
+    if not (isinstance(block_table, torch.Tensor) and block_table.dtype == torch.int32):
+        raise InputError("block_table must be an int32 tensor")
+    if not (block_table.dim() == 2 and block_table.shape[0] == b):
+        raise InputError(f"block_table must be [b = {b}, max_blocks], "
+                         f"got shape {tuple(block_table.shape)}")
+    if not (block_table.shape[1] >= 1):
+        raise InputError("block_table has no columns")
+    if not (block_table.stride(-1) == 1):
+        raise InputError("block_table's last dimension must be contiguous")
+    _int_vector("cache_seqlens", cache_seqlens, b)
+    if not (isinstance(tile_scheduler_metadata, torch.Tensor)
+            and tile_scheduler_metadata.dtype == torch.int32
+            and tile_scheduler_metadata.dim() == 2
+            and tile_scheduler_metadata.shape[1] == scheduler.META_INTS
+            and tile_scheduler_metadata.shape[0] >= 1
+            and tile_scheduler_metadata.is_contiguous()):
+        raise InputError("tile_scheduler_metadata must be the contiguous int32 "
+                         "[num_sm_parts, 8] tensor from get_mla_metadata")
+    _int_vector("num_splits", num_splits, b + 1)
+    if softmax_scale is not None:
+        if not (float(softmax_scale) > 0 and float(softmax_scale) != float("inf")):
+            raise InputError(f"softmax_scale = {softmax_scale} must be a positive finite number")
+
+
+def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
+                           cache_seqlens: torch.Tensor, head_dim_v: int,
+                           tile_scheduler_metadata: torch.Tensor, num_splits: torch.Tensor,
+                           softmax_scale: Optional[float] = None, causal: bool = False,
+                           schedule: Optional[Schedule] = None
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paged MLA decode: (out [b, s_q, h_q, 512] in q's dtype, lse fp32 [b, h_q, s_q])."""
+    check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                 num_splits, softmax_scale)
+    _on_cuda({"q": q, "k_cache": k_cache, "block_table": block_table,
+              "cache_seqlens": cache_seqlens, "tile_scheduler_metadata": tile_scheduler_metadata,
+              "num_splits": num_splits})
+    if any(st % 8 for st in q.stride()[:3]):
+        q = q.contiguous()           # the kernel loads 16-byte pieces of q's rows
+    scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
+    b, s_q, h_q, _ = q.shape
+    if torch.compiler.is_compiling():
+        key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule)
+        return ops.mla_decode_op(q, k_cache, block_table, cache_seqlens,
+                                 tile_scheduler_metadata, num_splits, scale, bool(causal), key)
+    key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule)
+    return ops.mla_decode_impl(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                               num_splits, scale, bool(causal), key)

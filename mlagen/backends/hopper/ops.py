@@ -1,0 +1,214 @@
+"""The kernel libraries (built once through mlagen.build, loaded once per process) and the
+torch ops over them (torch.library.custom_op + register_fake), so the calls work under
+torch.compile and inside CUDA-graph capture.
+
+A library is named by a key (its canonical variant name); the ops take that key as a string
+argument and find the loaded library in a registry here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+
+import torch
+
+from mlagen.errors import InputError
+from mlagen.schedule.records import Schedule
+
+from . import scheduler
+
+_LOCK = threading.Lock()
+_LIBS: dict[str, "KernelLib"] = {}
+_SMS: dict[int, int] = {}
+
+P, I, F, LL = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
+
+
+class KernelLib:
+    """One built variant: its ctypes entry points and the constants it was built with."""
+
+    def __init__(self, schedule: Schedule):
+        from mlagen.build import build
+        from mlagen.runtime import load_library
+
+        from . import render
+
+        self.schedule = schedule
+        self.artifact = build(render(schedule))
+        lib = load_library(self.artifact.path)
+        lib.mlagen_hopper_error_string.restype = ctypes.c_char_p
+        lib.mlagen_hopper_error_string.argtypes = [I]
+        lib.mlagen_hopper_metadata.restype = I
+        lib.mlagen_hopper_metadata.argtypes = [P, I, I, I, I, P, P, P]
+        lib.mlagen_hopper_decode.restype = I
+        lib.mlagen_hopper_decode.argtypes = ([P] * 10 + [LL] * 5 + [I] * 8 + [F, I, P])
+        self.lib = lib
+        self._ctas_per_sm: int | None = None
+        self.rows_per_tile = lib.mlagen_hopper_rows_per_tile()
+        if self.rows_per_tile != schedule.mapping.rows_per_tile:
+            raise RuntimeError(f"library {self.artifact.path} was built for "
+                               f"{self.rows_per_tile} rows, expected "
+                               f"{schedule.mapping.rows_per_tile}")
+
+    def ctas_per_sm(self) -> int:
+        """Split-kernel CTAs that fit on one SM (asked of the CUDA runtime once)."""
+        if self._ctas_per_sm is None:
+            n = self.lib.mlagen_hopper_ctas_per_sm()
+            if n <= 0:
+                self.check(-n or 1, "occupancy query")
+            self._ctas_per_sm = n
+        return self._ctas_per_sm
+
+    def check(self, code: int, what: str) -> None:
+        if code != 0:
+            msg = self.lib.mlagen_hopper_error_string(code).decode()
+            raise RuntimeError(f"mlagen hopper {what}: CUDA error {code}: {msg}")
+
+
+def library(schedule: Schedule) -> str:
+    """Build (cached) and load the library of a canonical schedule; returns its key."""
+    key = schedule.variant_name()
+    with _LOCK:
+        if key not in _LIBS:
+            _LIBS[key] = KernelLib(schedule)
+    return key
+
+
+def get(key: str) -> KernelLib:
+    try:
+        return _LIBS[key]
+    except KeyError:
+        raise InputError(f"no hopper kernel library {key!r} is loaded in this process") from None
+
+
+def sm_count(device: torch.device) -> int:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SMS:
+        _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SMS[idx]
+
+
+def _stream(device: torch.device) -> ctypes.c_void_p:
+    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
+class _on_device:
+    """torch.cuda.device(dev), entered only when dev is not already current (the common
+    case costs one query instead of two device switches)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.ctx = None
+
+    def __enter__(self):
+        if self.device.index is not None and self.device.index != torch.cuda.current_device():
+            self.ctx = torch.cuda.device(self.device)
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+# --------------------------------------------------------------------------- metadata ----
+def get_mla_metadata_impl(cache_seqlens: torch.Tensor, num_parts: int, fixed_splits: int,
+                          kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+    lib = get(kernel)
+    b = cache_seqlens.shape[0]
+    dev = cache_seqlens.device
+    sched = torch.empty(num_parts, scheduler.META_INTS, dtype=torch.int32, device=dev)
+    num_splits = torch.empty(b + 1, dtype=torch.int32, device=dev)
+    with _on_device(dev):
+        code = lib.lib.mlagen_hopper_metadata(cache_seqlens.data_ptr(), b, num_parts,
+                                              scheduler.FIXED_COST, fixed_splits,
+                                              sched.data_ptr(), num_splits.data_ptr(),
+                                              _stream(dev))
+    lib.check(code, "scheduler launch")
+    return sched, num_splits
+
+
+# The torch ops: what torch.compile traces.  Eager calls go to the *_impl functions directly
+# (api.py), skipping the dispatcher's tens of microseconds per call.
+get_mla_metadata_op = torch.library.custom_op("mlagen_hopper::get_mla_metadata",
+                                              get_mla_metadata_impl, mutates_args=())
+
+
+@get_mla_metadata_op.register_fake
+def _(cache_seqlens, num_parts, fixed_splits, kernel):
+    b = cache_seqlens.shape[0]
+    return (cache_seqlens.new_empty((num_parts, scheduler.META_INTS)),
+            cache_seqlens.new_empty((b + 1,)))
+
+
+# --------------------------------------------------------------------------- decode ------
+CHECK_INDICES = True   # api sets it from MLAGEN_HOPPER_CHECK_INDICES
+
+
+def _check_indices(k_cache, block_table, cache_seqlens) -> None:
+    """Seqlens within the table's capacity and the pages they use within the cache.  One
+    host sync, so it is skipped while a CUDA graph is being captured; the kernel never
+    dereferences a bad entry anyway (it zero-fills and returns NaN for that sequence)."""
+    page = k_cache.shape[1]
+    max_blocks = block_table.shape[1]
+    lens = cache_seqlens.long()
+    used = (lens + page - 1).clamp(min=0) // page
+    cols = torch.arange(max_blocks, device=block_table.device)
+    in_use = cols[None, :] < used[:, None]
+    bad_page = ((block_table < 0) | (block_table >= k_cache.shape[0])) & in_use
+    bad_len = (lens < 0) | (lens > max_blocks * page)
+    flags = torch.stack([bad_len.any(), bad_page.any()]).cpu()
+    if flags[0]:
+        i = int(torch.nonzero(bad_len)[0])
+        raise InputError(f"cache_seqlens[{i}] = {int(lens[i])} is outside [0, {max_blocks * page}]"
+                         f" (block_table has {max_blocks} pages of {page} tokens per sequence)")
+    if flags[1]:
+        r, c = (int(x) for x in torch.nonzero(bad_page)[0])
+        raise InputError(f"block_table[{r}, {c}] = {int(block_table[r, c])} is outside "
+                         f"[0, {k_cache.shape[0]}) (num_blocks of k_cache) but sequence {r} "
+                         f"uses that page")
+
+
+def mla_decode_impl(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
+                  cache_seqlens: torch.Tensor, sched: torch.Tensor, num_splits: torch.Tensor,
+                  softmax_scale: float, causal: bool, kernel: str
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    lib = get(kernel)
+    b, s_q, h_q, _ = q.shape
+    dv = 512
+    dev = q.device
+    if CHECK_INDICES and not torch.cuda.is_current_stream_capturing():
+        _check_indices(k_cache, block_table, cache_seqlens)
+    if k_cache.data_ptr() % 16:
+        raise InputError("k_cache's data must start on a 16-byte boundary")
+    if q.data_ptr() % 16:
+        q = q.clone()                # 16-byte aligned rows for cp.async
+    parts = sched.shape[0]
+    rows_total = s_q * h_q
+    out = torch.empty(b, s_q, h_q, dv, dtype=q.dtype, device=dev)
+    lse = torch.empty(b, h_q, s_q, dtype=torch.float32, device=dev)
+    slots = b + parts     # each part adds at most one split beyond one per request
+    o_acc = torch.empty(slots, rows_total, dv, dtype=torch.float32, device=dev)
+    lse_acc = torch.empty(slots, rows_total, dtype=torch.float32, device=dev)
+    with _on_device(dev):
+        code = lib.lib.mlagen_hopper_decode(
+            q.data_ptr(), k_cache.data_ptr(), block_table.data_ptr(), cache_seqlens.data_ptr(),
+            sched.data_ptr(), num_splits.data_ptr(), out.data_ptr(), lse.data_ptr(),
+            o_acc.data_ptr(), lse_acc.data_ptr(), q.stride(0), q.stride(1), q.stride(2),
+            k_cache.stride(0), k_cache.stride(1), block_table.stride(0), b, s_q, h_q,
+            k_cache.shape[1], k_cache.shape[0], block_table.shape[1], parts,
+            softmax_scale * math.log2(math.e), int(causal), _stream(dev))
+    lib.check(code, "decode launch")
+    return out, lse
+
+
+mla_decode_op = torch.library.custom_op("mlagen_hopper::mla_decode", mla_decode_impl,
+                                        mutates_args=())
+
+
+@mla_decode_op.register_fake
+def _(q, k_cache, block_table, cache_seqlens, sched, num_splits, softmax_scale, causal, kernel):
+    b, s_q, h_q, _ = q.shape
+    return (q.new_empty((b, s_q, h_q, 512)),
+            q.new_empty((b, h_q, s_q), dtype=torch.float32))

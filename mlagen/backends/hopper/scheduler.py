@@ -1,0 +1,100 @@
+"""The Python model of the GPU split scheduler (templates/hopper/include/mla_scheduler.cuh).
+
+The tests compare the CUDA/C++ scheduler with this model, and use it to explain a split:
+which part runs which tokens of which request, and which partial slot each piece fills.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+SCHED_BLOCK = 64        # tokens per scheduler unit (any block_kv of 16/32/64 divides it)
+FIXED_COST = 5          # blocks' worth of cost per split (load Q, write and combine a partial)
+META_INTS = 8
+
+
+def blocks(seqlen: int) -> int:
+    return (seqlen + SCHED_BLOCK - 1) // SCHED_BLOCK if seqlen > 0 else 0
+
+
+def row_tiles(rows_total: int, rows_per_tile: int) -> int:
+    return -(-rows_total // rows_per_tile)
+
+
+def num_parts(sms: int, rows_total: int, rows_per_tile: int) -> int:
+    """Parts of the split: one CTA per (part, row tile), so about one CTA per SM."""
+    return max(1, sms // row_tiles(rows_total, rows_per_tile))
+
+
+def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST
+         ) -> tuple[list[list[int]], list[int]]:
+    """(metadata rows [parts][8], num_splits [b+1]): the arithmetic of plan_splits."""
+    nblk = [blocks(s) for s in seqlens]
+    b = len(nblk)
+    total = sum(n + fixed_cost for n in nblk)
+    payload = -(-total // parts) + fixed_cost
+    req = blk = piece = cum = 0
+    num_splits = [0] * (b + 1)
+    meta = []
+    for _ in range(parts):
+        md = [req, blk * SCHED_BLOCK, 0, 0, piece, 0, 0, 0]
+        budget = payload
+        while req < b:
+            rest = nblk[req] - blk
+            if budget >= rest + fixed_cost:
+                cum += piece + 1
+                num_splits[req + 1] = cum
+                budget -= rest + fixed_cost
+                req, blk, piece = req + 1, 0, 0
+            else:
+                if budget > fixed_cost:
+                    blk += budget - fixed_cost
+                    piece += 1
+                break
+        if blk > 0:
+            md[2], md[3] = req, blk * SCHED_BLOCK
+        else:
+            md[2], md[3] = req - 1, (nblk[req - 1] * SCHED_BLOCK if req > 0 else 0)
+        meta.append(md)
+    return meta, num_splits
+
+
+@dataclass(frozen=True)
+class Piece:
+    part: int
+    request: int
+    start: int      # first token
+    end: int        # end token (exclusive), clamped to the sequence
+    slot: int       # partial-result slot
+    direct: bool    # the request's only split: written straight to the output
+
+
+def pieces(seqlens: Sequence[int], meta: Sequence[Sequence[int]], num_splits: Sequence[int]
+           ) -> list[Piece]:
+    """What the split kernel does with a plan: every (part, request) piece."""
+    out = []
+    b = len(seqlens)
+    for p, md in enumerate(meta):
+        first, last = md[0], md[2]
+        for r in range(first, min(last, b - 1) + 1):
+            s = max(seqlens[r], 0)
+            start = md[1] if r == first else 0
+            end = min(md[3] if r == last else s, s)
+            start = min(start, end)
+            slot = num_splits[r] + (md[4] if r == first else 0)
+            out.append(Piece(p, r, start, end, slot, num_splits[r + 1] - num_splits[r] == 1))
+    return out
+
+
+def plan_fixed(seqlens: Sequence[int], n: int) -> tuple[list[list[int]], list[int]]:
+    """A fixed split (split_kv = n): n near-equal pieces per request, parts = b * n."""
+    meta, num_splits = [], [0]
+    for r, s in enumerate(seqlens):
+        nb = blocks(s)
+        per = -(-nb // n)
+        for i in range(n):
+            b0, b1 = min(per * i, nb), min(per * (i + 1), nb)
+            meta.append([r, b0 * SCHED_BLOCK, r, b1 * SCHED_BLOCK, i, 0, 0, 0])
+        num_splits.append((r + 1) * n)
+    return meta, num_splits

@@ -1,0 +1,111 @@
+// Common pieces of the Hopper MLA decode kernels: the parameter record shared by the
+// launchers, and thin wrappers over the PTX instructions the main loop uses
+// (cp.async with zero-fill, ldmatrix, mma.sync m16n8k16 with fp32 accumulate).
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace mlagen {
+namespace hopper {
+
+constexpr int kD = 576;              // key width: kv_lora_rank 512 + rope 64
+constexpr int kDV = 512;             // value width: the first 512 columns of the key
+constexpr int kChunks = kD / 8;      // 16-byte chunks per key row
+constexpr int kSchedBlock = 64;      // tokens per scheduler unit (independent of block_kv)
+constexpr int kMetaInts = 8;         // ints per part in the scheduler metadata
+
+// Everything the split and combine kernels read; filled by the C entry point.
+struct MlaParams {
+  const void* q;             // [b, s_q, h_q, 576], last dim contiguous
+  const void* k;             // [num_blocks, page, 1, 576], last dim contiguous
+  const int* block_table;    // [b, max_blocks]
+  const int* seqlens;        // [b]
+  const int* sched;          // [num_parts, 8] (see mla_scheduler.cuh)
+  const int* num_splits;     // [b + 1] prefix sums of splits per request
+  void* out;                 // [b, s_q, h_q, 512] contiguous, q's dtype
+  float* lse;                // [b, h_q, s_q] contiguous
+  float* o_acc;              // [slots, s_q*h_q, 512] fp32 partial outputs
+  float* lse_acc;            // [slots, s_q*h_q] fp32 partial lse (natural log)
+  int64_t q_stride_b, q_stride_s, q_stride_h;   // elements
+  int64_t k_stride_block, k_stride_token;       // elements
+  int bt_stride;
+  int batch, s_q, h_q, page_size, num_blocks, max_blocks, num_parts;
+  float scale_log2;          // softmax_scale * log2(e)
+  int causal;
+};
+
+// Launchers, one translation unit each (split.cu, combine.cu, scheduler.cu).
+cudaError_t launch_split(const MlaParams& p, cudaStream_t stream);
+cudaError_t split_ctas_per_sm(int* n);
+cudaError_t launch_combine(const MlaParams& p, cudaStream_t stream);
+cudaError_t launch_scheduler(const int* seqlens, int batch, int num_parts, int fixed_cost,
+                             int fixed_splits, int* sched, int* num_splits, cudaStream_t stream);
+
+template <typename T> struct Pair;
+template <> struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static __device__ __forceinline__ type make(float a, float b) {
+    return __floats2bfloat162_rn(a, b);
+  }
+};
+template <> struct Pair<__half> {
+  using type = __half2;
+  static __device__ __forceinline__ type make(float a, float b) {
+    return __floats2half2_rn(a, b);
+  }
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared; src_bytes = 0 fills the 16 bytes with zeros and
+// reads nothing (how slots outside a sequence never reach the tensor cores).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+
+// D += A * B, m16n8k16, fp32 accumulate.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                        uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4],
+                                                 uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace hopper
+}  // namespace mlagen

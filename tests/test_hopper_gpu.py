@@ -1,0 +1,206 @@
+"""The Hopper kernels on a GPU against a torch reference (FlashMLA's tolerances), with NaN in
+unused pages and page tails, shuffled block tables, odd lengths, head counts and page sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mlagen.errors import InputError
+from mlagen.problem import make_inputs
+from mlagen.schedule.records import Problem, Schedule
+
+from hopper_util import check_against_reference, flashmla_data
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+SEQLENS = (0, 1, 63, 64, 65, 127, 1000, 4097)
+
+
+def api():
+    from mlagen.backends.hopper import api as a
+    return a
+
+
+def inputs(batch, seqlens, s_q, h_q, page, dtype="bf16", seed=0, sharp=False):
+    """make_inputs' workload (NaN in unused pages and page tails, shuffled table); unless
+    sharp, scaled to FlashMLA's test distribution."""
+    prob = Problem(page_size=page, dtype=dtype, max_s_q=s_q)
+    inp = make_inputs(prob, batch, seqlens, s_q=s_q, heads=h_q, seed=seed, device="cuda")
+    if not sharp:
+        inp.q, inp.k_cache = flashmla_data(inp.q, inp.k_cache)
+    inp.meta["sharp"] = sharp
+    return inp
+
+
+def run(inp, causal=True, schedule=None):
+    a = api()
+    s_q, h_q = inp.q.shape[1], inp.q.shape[2]
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, s_q * h_q, 1, schedule=schedule)
+    return a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
+                                    512, md, ns, softmax_scale=inp.softmax_scale,
+                                    causal=causal, schedule=schedule)
+
+
+def check(inp, causal=True, schedule=None):
+    out, lse = run(inp, causal, schedule)
+    torch.cuda.synchronize()
+    check_against_reference(out, lse, inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
+                            inp.softmax_scale, causal, sharp=inp.meta["sharp"])
+    return out, lse
+
+
+CASES = [
+    # batch, seqlens, s_q, h_q, page, dtype, causal
+    (4, [0, 1, 63, 64], 1, 16, 64, "bf16", True),
+    (3, [65, 4097, 1000], 1, 128, 64, "bf16", True),
+    (2, [127, 2000], 2, 64, 16, "bf16", True),
+    (3, [5, 300, 64], 3, 63, 1, "bf16", True),
+    (2, [1000, 1], 8, 3, 32, "fp16", True),
+    (2, [700, 65], 1, 1, 128, "fp16", False),
+    (2, [3000, 0], 2, 128, 256, "bf16", False),
+    (1, [20000], 1, 128, 64, "bf16", True),
+    (1, [1, ], 8, 16, 64, "bf16", True),     # fewer keys than queries: rows that see nothing
+    (64, [2048] * 64, 1, 16, 64, "bf16", True),
+]
+
+
+@pytest.mark.parametrize("sharp", [False, True], ids=["flashmla_data", "randn"])
+@pytest.mark.parametrize("batch,seqlens,s_q,h_q,page,dtype,causal", CASES)
+def test_cases(batch, seqlens, s_q, h_q, page, dtype, causal, sharp):
+    check(inputs(batch, seqlens, s_q, h_q, page, dtype, sharp=sharp), causal)
+
+
+SCHEDULES = [None,
+             dict(rows_per_tile=16, block_kv=16, buffers=1, warps=4),
+             dict(rows_per_tile=32, block_kv=32, buffers=3, warps=4, split_kv=3),
+             dict(rows_per_tile=64, block_kv=64, buffers=1, warps=8, split_kv=1)]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(batch=st.integers(1, 5), data=st.data(),
+       s_q=st.sampled_from([1, 2, 3, 8]), h_q=st.sampled_from([1, 3, 16, 63, 64, 128]),
+       page=st.sampled_from([1, 16, 32, 64, 128]), dtype=st.sampled_from(["bf16", "fp16"]),
+       causal=st.booleans(), knobs=st.sampled_from(SCHEDULES), seed=st.integers(0, 99),
+       sharp=st.booleans())
+def test_hypothesis(batch, data, s_q, h_q, page, dtype, causal, knobs, seed, sharp):
+    seqlens = data.draw(st.lists(st.sampled_from(SEQLENS), min_size=batch, max_size=batch))
+    sched = None if knobs is None else Schedule.build(target="hopper", dtype=dtype, **knobs)
+    check(inputs(batch, seqlens, s_q, h_q, page, dtype, seed, sharp=sharp), causal, sched)
+
+
+def test_noncontiguous_q():
+    inp = inputs(3, [100, 1, 2000], 2, 16, 64)
+    wide = torch.zeros(3, 2, 32, 576, dtype=inp.q.dtype, device="cuda")
+    wide[:, :, 1::2] = inp.q
+    inp.q = wide[:, :, 1::2]              # every other head of a wider tensor
+    assert not inp.q.is_contiguous()
+    check(inp)
+    inp.q = inp.q.transpose(1, 2).contiguous().transpose(1, 2)   # s_q stride < h stride
+    assert not inp.q.is_contiguous()
+    check(inp)
+
+
+def test_metadata_matches_python_model():
+    from mlagen.backends.hopper import scheduler
+    seqlens = [0, 1, 64, 65, 5000, 300, 12000, 7]
+    t = torch.tensor(seqlens, dtype=torch.int32, device="cuda")
+    md, ns = api().get_mla_metadata(t, 128, 1)
+    meta, splits = scheduler.plan(seqlens, md.shape[0])
+    assert md.cpu().tolist() == meta
+    assert ns.cpu().tolist() == splits
+
+
+def test_cuda_graph_replay():
+    a = api()
+    inp = inputs(4, [100, 2000, 65, 4000], 1, 64, 64)
+    run(inp)                       # build and warm up outside the capture
+    seqlens = inp.cache_seqlens.clone()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g):
+            md, ns = a.get_mla_metadata(seqlens, 64, 1)
+            out, lse = a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, seqlens,
+                                                512, md, ns, softmax_scale=inp.softmax_scale,
+                                                causal=True)
+    torch.cuda.current_stream().wait_stream(s)
+    for lens in ([100, 2000, 65, 4000], [1, 1500, 0, 3999]):
+        seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
+        g.replay()
+        torch.cuda.synchronize()
+        check_against_reference(out, lse, inp.q, inp.k_cache, inp.block_table, seqlens,
+                                inp.softmax_scale, True)
+
+
+def test_torch_compile():
+    a = api()
+    inp = inputs(2, [300, 2500], 1, 16, 64)
+
+    def step(q, k, bt, lens):
+        md, ns = a.get_mla_metadata(lens, 16, 1)
+        out, lse = a.flash_mla_with_kvcache(q, k, bt, lens, 512, md, ns,
+                                            softmax_scale=inp.softmax_scale, causal=True)
+        return out * 2, lse
+
+    compiled = torch.compile(step, fullgraph=False)
+    out2, lse = compiled(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens)
+    check_against_reference(out2 / 2, lse, inp.q, inp.k_cache, inp.block_table,
+                            inp.cache_seqlens, inp.softmax_scale, True)
+
+
+def test_bad_block_table_is_rejected():
+    inp = inputs(2, [100, 200], 1, 16, 64)
+    inp.block_table[1, 2] = inp.k_cache.shape[0] + 5     # page 2 of sequence 1 is used
+    with pytest.raises(InputError, match="block_table"):
+        run(inp)
+    inp.block_table[1, 2] = -1
+    with pytest.raises(InputError, match="block_table"):
+        run(inp)
+
+
+def test_seqlen_beyond_table_is_rejected():
+    inp = inputs(2, [100, 200], 1, 16, 64)
+    inp.cache_seqlens[0] = inp.block_table.shape[1] * 64 + 1
+    with pytest.raises(InputError, match="cache_seqlens"):
+        run(inp)
+
+
+def test_bad_page_unchecked_gives_nan_not_a_crash():
+    from mlagen.backends.hopper import ops
+    inp = inputs(2, [100, 5000], 1, 16, 64)
+    inp.block_table[1, 3] = 1 << 30
+    ops.CHECK_INDICES = False
+    try:
+        out, lse = run(inp)
+        torch.cuda.synchronize()
+    finally:
+        ops.CHECK_INDICES = True
+    assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
+    assert torch.isfinite(out[0]).all()
+
+
+def test_wrong_device_mix():
+    inp = inputs(1, [10], 1, 16, 64)
+    a = api()
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, 16, 1)
+    with pytest.raises(InputError, match="CUDA"):
+        a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table.cpu(), inp.cache_seqlens,
+                                 512, md, ns)
+
+
+def test_runner_through_mlagen_run():
+    import mlagen
+    s = mlagen.load_schedule(Path(mlagen.paths.SCHEDULES_DIR) / "hopper_h200.toml")
+    inp = inputs(2, [70, 900], 1, 128, 64)
+    res = mlagen.run(s, inp)
+    torch.cuda.synchronize()
+    check_against_reference(res.out, res.lse, inp.q, inp.k_cache, inp.block_table,
+                            inp.cache_seqlens, inp.softmax_scale, True)

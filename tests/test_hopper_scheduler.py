@@ -1,0 +1,207 @@
+"""The split scheduler's arithmetic on the CPU: the C++ code the GPU runs (plan_splits in
+templates/hopper/include/mla_scheduler.cuh, compiled here with g++) against the Python model
+(mlagen/backends/hopper/scheduler.py), and the properties a split must have.  Also the
+input checks of the API that run without a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mlagen.backends.hopper import scheduler
+from mlagen.errors import InputError, ScheduleError
+from mlagen.paths import TEMPLATES_DIR
+from mlagen.schedule.records import Schedule
+
+HARNESS = r"""
+#include "mla_scheduler.cuh"
+extern "C" void plan(const int* seqlens, int batch, int parts, int fixed, int fixed_splits,
+                     int* sched, int* num_splits) {
+  int* nblk = new int[batch];
+  for (int i = 0; i < batch; ++i) nblk[i] = mlagen::hopper::sched_blocks(seqlens[i]);
+  if (fixed_splits > 0)
+    mlagen::hopper::plan_fixed_splits(nblk, batch, fixed_splits, sched, num_splits);
+  else
+    mlagen::hopper::plan_splits(nblk, batch, parts, fixed, sched, num_splits);
+  delete[] nblk;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def cpp_plan(tmp_path_factory):
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler")
+    d = tmp_path_factory.mktemp("sched")
+    (d / "h.cpp").write_text(HARNESS)
+    subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC",
+                    f"-I{TEMPLATES_DIR / 'hopper' / 'include'}", str(d / "h.cpp"), "-o",
+                    str(d / "h.so")], check=True)
+    lib = ctypes.CDLL(str(d / "h.so"))
+
+    def plan(seqlens, parts, fixed_splits=0):
+        b = len(seqlens)
+        n_parts = b * fixed_splits if fixed_splits else parts
+        s = (ctypes.c_int * b)(*seqlens)
+        md = (ctypes.c_int * (n_parts * 8))()
+        ns = (ctypes.c_int * (b + 1))()
+        lib.plan(s, b, parts, scheduler.FIXED_COST, fixed_splits, md, ns)
+        return [list(md[i * 8:(i + 1) * 8]) for i in range(n_parts)], list(ns)
+
+    return plan
+
+
+seqlens_st = st.lists(st.one_of(st.integers(0, 200), st.integers(0, 40000)), min_size=1,
+                      max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seqlens=seqlens_st, parts=st.integers(1, 140))
+def test_cpp_matches_python_model(cpp_plan, seqlens, parts):
+    assert cpp_plan(seqlens, parts) == scheduler.plan(seqlens, parts)
+
+
+@settings(max_examples=50, deadline=None)
+@given(seqlens=seqlens_st, n=st.integers(1, 6))
+def test_cpp_fixed_split_matches_python_model(cpp_plan, seqlens, n):
+    assert cpp_plan(seqlens, 0, n) == scheduler.plan_fixed(seqlens, n)
+
+
+def _check_split(seqlens, meta, num_splits, parts_limit=None):
+    """Every token of every request is covered exactly once; slots are unique, in range,
+    and a request's pieces fill slots num_splits[r] .. num_splits[r+1]-1; one split <=>
+    direct."""
+    b = len(seqlens)
+    pcs = scheduler.pieces(seqlens, meta, num_splits)
+    assert num_splits[0] == 0 and all(x <= y for x, y in zip(num_splits, num_splits[1:]))
+    assert num_splits[-1] <= b + len(meta)            # the workspace the op allocates
+    for r in range(b):
+        mine = sorted((p for p in pcs if p.request == r), key=lambda p: p.start)
+        assert len(mine) == num_splits[r + 1] - num_splits[r] >= 1
+        assert sorted(p.slot for p in mine) == list(range(num_splits[r], num_splits[r + 1]))
+        pos = 0
+        for p in mine:
+            assert p.start == pos and p.end >= p.start
+            pos = p.end
+            assert p.direct == (len(mine) == 1)
+        assert pos == max(seqlens[r], 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seqlens=seqlens_st, parts=st.integers(1, 140))
+def test_split_covers_every_token_once(seqlens, parts):
+    meta, ns = scheduler.plan(seqlens, parts)
+    _check_split(seqlens, meta, ns)
+
+
+@settings(max_examples=50, deadline=None)
+@given(seqlens=seqlens_st, n=st.integers(1, 6))
+def test_fixed_split_covers_every_token_once(seqlens, n):
+    meta, ns = scheduler.plan_fixed(seqlens, n)
+    _check_split(seqlens, meta, ns)
+
+
+def test_split_is_balanced():
+    """Equal requests over 132 parts: no part carries more than the payload."""
+    seqlens = [8192] * 128
+    meta, ns = scheduler.plan(seqlens, 132)
+    loads = [0] * 132
+    for p in scheduler.pieces(seqlens, meta, ns):
+        loads[p.part] += scheduler.blocks(p.end - p.start) + scheduler.FIXED_COST
+    payload = -(-sum(scheduler.blocks(s) + scheduler.FIXED_COST for s in seqlens) // 132) \
+        + scheduler.FIXED_COST
+    assert max(loads) <= payload + scheduler.FIXED_COST
+    used = [x for x in loads if x]          # the payload's slack leaves the last parts empty
+    assert len(used) >= 120
+    assert min(used[:-1]) >= payload - 2 * scheduler.FIXED_COST - 1
+
+
+def test_known_plan():
+    """A hand-checked case: 2 requests of 100 and 5000 tokens over 132 parts."""
+    meta, ns = scheduler.plan([100, 5000], 132)
+    # total cost (2 + 5) + (79 + 5) = 91 -> payload ceil(91/132) + 5 = 6 blocks
+    assert meta[0] == [0, 0, 0, 64, 0, 0, 0, 0]        # 1 block of request 0
+    assert meta[1] == [0, 64, 0, 128, 1, 0, 0, 0]      # its 2nd block; budget used up
+    assert meta[2] == [1, 0, 1, 64, 0, 0, 0, 0]
+    assert ns[:2] == [0, 2]
+
+
+# --------------------------------------------------------------- input checks (CPU) -----
+def _api():
+    from mlagen.backends.hopper import api
+    return api
+
+
+def _args(**over):
+    b, s_q, h = 2, 1, 16
+    a = dict(q=torch.zeros(b, s_q, h, 576, dtype=torch.bfloat16),
+             k_cache=torch.zeros(4, 64, 1, 576, dtype=torch.bfloat16),
+             block_table=torch.zeros(b, 2, dtype=torch.int32),
+             cache_seqlens=torch.zeros(b, dtype=torch.int32), head_dim_v=512,
+             tile_scheduler_metadata=torch.zeros(132, 8, dtype=torch.int32),
+             num_splits=torch.zeros(b + 1, dtype=torch.int32))
+    a.update(over)
+    return a
+
+
+@pytest.mark.parametrize("over,match", [
+    (dict(q=torch.zeros(2, 1, 16, 576, dtype=torch.float32)), "bfloat16 or float16"),
+    (dict(k_cache=torch.zeros(4, 64, 1, 576, dtype=torch.float16)), "k_cache is"),
+    (dict(q=torch.zeros(2, 1, 16, 512, dtype=torch.bfloat16)), "576"),
+    (dict(q=torch.zeros(2, 9, 16, 576, dtype=torch.bfloat16)), "s_q"),
+    (dict(q=torch.zeros(2, 1, 129, 576, dtype=torch.bfloat16)), "h_q"),
+    (dict(k_cache=torch.zeros(4, 64, 2, 576, dtype=torch.bfloat16)), "h_kv"),
+    (dict(k_cache=torch.zeros(4, 512, 1, 576, dtype=torch.bfloat16)), "page size"),
+    (dict(head_dim_v=128), "head_dim_v"),
+    (dict(block_table=torch.zeros(2, 2, dtype=torch.int64)), "int32"),
+    (dict(block_table=torch.zeros(3, 2, dtype=torch.int32)), "block_table"),
+    (dict(cache_seqlens=torch.zeros(3, dtype=torch.int32)), "cache_seqlens"),
+    (dict(num_splits=torch.zeros(2, dtype=torch.int32)), "num_splits"),
+    (dict(tile_scheduler_metadata=torch.zeros(132, 4, dtype=torch.int32)), "metadata"),
+    (dict(q=torch.zeros(2, 1, 16, 1152, dtype=torch.bfloat16)[..., ::2]), "contiguous"),
+    ({}, "CUDA device"),
+])
+def test_bad_inputs_raise_input_error(over, match):
+    with pytest.raises(InputError, match=match):
+        _api().flash_mla_with_kvcache(**_args(**over))
+
+
+def test_bad_softmax_scale():
+    with pytest.raises(InputError, match="softmax_scale"):
+        _api().flash_mla_with_kvcache(**_args(), softmax_scale=-1.0)
+
+
+def test_metadata_input_checks():
+    api = _api()
+    with pytest.raises(InputError, match="int32"):
+        api.get_mla_metadata(torch.zeros(2, dtype=torch.int64), 16, 1)
+    with pytest.raises(InputError, match="num_heads_k"):
+        api.get_mla_metadata(torch.zeros(2, dtype=torch.int32), 16, 2)
+    with pytest.raises(InputError, match="CUDA device"):
+        api.get_mla_metadata(torch.zeros(2, dtype=torch.int32), 16, 1)
+
+
+def test_input_error_is_a_value_error():
+    assert issubclass(InputError, ValueError)
+
+
+def test_wgmma_mainloop_is_rejected_until_it_exists():
+    with pytest.raises(ScheduleError, match="wgmma"):
+        Schedule.build(target="hopper", mainloop="wgmma")
+
+
+@pytest.mark.parametrize("knobs,key", [
+    (dict(rows_per_tile=64, block_kv=64, buffers=2, warps=8), "shared memory"),
+    (dict(rows_per_tile=64, block_kv=32, buffers=2, warps=4), "registers"),
+    (dict(rows_per_tile=48), "rows_per_tile"),
+])
+def test_schedules_that_do_not_fit_are_rejected(knobs, key):
+    with pytest.raises(ScheduleError, match=key):
+        Schedule.build(target="hopper", **knobs)
