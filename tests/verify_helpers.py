@@ -93,7 +93,7 @@ def hopper_with_illegal_access_factory(schedule):
 
     @triton.jit
     def _wild_store(ptr):
-        tl.store(ptr + 1 << 40, 1.0)
+        tl.store(ptr + 0x10000000000, 1.0)
 
     inner = runner(schedule)
 
