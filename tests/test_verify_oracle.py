@@ -104,3 +104,50 @@ def test_unrounded_chain_would_be_too_strict():
     err = float((got.lse.double() - plain.lse)[fin].abs().max())
     assert err > 1e-4 and not math.isnan(err)
     assert compare(got, fused_rounded(inp), "bf16").ok
+
+
+def p_rounding_runner(scale_factor=1.0):
+    """Attention as a tensor-core kernel does it: fp32 scores, P = exp(s - max) rounded to
+    bf16 for P @ V, the row sum from the fp32 weights."""
+    def run(inp, out=None):
+        b, s_q, h, d = inp.q.shape
+        o = torch.zeros(b, s_q, h, 512)
+        lse = torch.full((b, h, s_q), math.inf)
+        for i, n in enumerate(inp.cache_seqlens.tolist()):
+            if n == 0:
+                continue
+            pages = -(-n // inp.page_size)
+            kv = inp.k_cache[inp.block_table[i, :pages].long()].reshape(-1, d)[:n].float()
+            s = torch.einsum("shd,td->sht", inp.q[i].float(), kv) * inp.softmax_scale \
+                * scale_factor
+            last = n - s_q + torch.arange(s_q)
+            s = s.masked_fill(~(torch.arange(n)[None, :] <= last[:, None])[:, None], -math.inf)
+            m = s.amax(-1, keepdim=True).clamp_min(-1e30)
+            p = torch.exp(s - m)
+            den = p.sum(-1, keepdim=True)
+            o[i] = torch.einsum("sht,tc->shc", p.bfloat16().float(), kv[:, :512]) / den
+            o[i] = torch.nan_to_num(o[i], nan=0.0)
+            lse[i] = torch.where(den[..., 0] > 0, (m[..., 0] + den[..., 0].log()),
+                                 torch.full_like(den[..., 0], math.inf)).transpose(0, 1)
+        return MlaOutputs(o.bfloat16(), lse)
+    return run
+
+
+HOPPERISH = Schedule.build(name="h16", target="hopper", heads=16, max_s_q=2,
+                           rows_per_tile=32, warps=4, block_kv=32)
+
+
+def test_p_rounding_needs_its_allowance_and_gets_only_that():
+    from mlagen.verify.oracle import oracle_for
+
+    bounds = Bounds(max_batch=2, max_len=80, long_len=200, max_extra_table=1)
+    ok = verify(HOPPERISH, examples=25, runner=p_rounding_runner(), isolate=False,
+                reference=oracle_for(HOPPERISH), progress=False, bounds=bounds)
+    assert ok.ok, ok.summary()
+    # the same kernel against the oracle of a target that keeps P in fp32 fails (few keys)
+    strict = verify(HOPPERISH, examples=25, runner=p_rounding_runner(), isolate=False,
+                    reference=oracle_for(SMALL_FUSED), progress=False, bounds=bounds)
+    assert not strict.ok and "out" in strict.failure.message
+    wrong = verify(HOPPERISH, examples=25, runner=p_rounding_runner(1.01), isolate=False,
+                   reference=oracle_for(HOPPERISH), progress=False, bounds=bounds)
+    assert not wrong.ok
