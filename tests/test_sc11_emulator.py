@@ -80,6 +80,16 @@ def test_runtime_protocol_checks_standalone(tmp_path):
     assert "capacity exceeded" in proc.stdout and "in use" in proc.stdout
 
 
+@pytest.mark.parametrize("header", ["trace.h", "machine.h", "numeric.h", "plan.h", "abi.h",
+                                    "mla.h"])
+def test_runtime_headers_compile_on_their_own(header):
+    cxx = shutil.which("c++") or shutil.which("g++")
+    proc = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
+                           f"-I{RUNTIME}", "-x", "c++", "-"], input=f'#include "{header}"\n',
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_trace_header_matches_event_dtype():
     """trace.h lists the fields of EVENT_DTYPE in the same order with the same widths."""
     text = (RUNTIME / "trace.h").read_text()
@@ -138,13 +148,12 @@ def test_trace_deterministic_over_threads(fused):
     assert (tr["op"] == Op.BARRIER).sum() % s.mapping.cores == 0
 
 
-def test_buffers_one_has_no_overlap_and_two_overlaps():
-    base = dict(ATTN, seq_tile=16)
-    inp = None
+def test_buffers_one_has_no_overlap_and_two_overlaps(attn):
     got = {}
     for nbuf in (1, 2, 3):
-        r = sc11.runner(Schedule.build(**dict(base, buffers=nbuf)))
-        inp = inp or inputs(r.schedule, [100, 70], s_q=1)
+        r = attn if nbuf == attn.schedule.mapping.buffers else \
+            sc11.runner(Schedule.build(name="attn", **dict(ATTN, buffers=nbuf)))
+        inp = inputs(r.schedule, [300, 200], s_q=1)
         tr = r(inp, scheme="batch").extra["trace"]
         hb = tracecheck.HappensBefore(tr)
         st = tracecheck.phase_b_steps(tr, 0, r.schedule.problem.d * 2)
@@ -222,14 +231,14 @@ def test_input_validation(attn, fused):
 @pytest.mark.parametrize("scheme", ["batch", "seq"])
 def test_unfaulted_variant_passes_the_fault_inputs(scheme):
     """The fault tests' inputs and tolerance pass without a fault (so a failure is the fault)."""
-    s = Schedule.build(name="fault", **dict(ATTN, buffers=2))
+    s = Schedule.build(name="attn", **ATTN)
     inp = inputs(s, [37, 150, 5, 64], s_q=2, seed=11)
     close(sc11.runner(s)(inp, scheme=scheme), _ref(inp))
 
 
 @pytest.mark.parametrize("fault", [f for f in FAULTS if f != "none"])
 def test_planted_fault_is_caught(fault):
-    s = Schedule.build(name="fault", **dict(ATTN, buffers=2)).with_fault(fault)
+    s = Schedule.build(name="attn", **ATTN).with_fault(fault)
     r = sc11.runner(s)
     inp = inputs(s, [37, 150, 5, 64], s_q=2, seed=11)
     scheme = "seq" if fault == "bad_split_merge" else "batch"

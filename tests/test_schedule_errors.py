@@ -169,3 +169,54 @@ def test_arbitrary_values_give_schedule_errors_not_crashes():
             assert e.file == "fuzz.toml" and e.line is not None, str(e)
 
     check()
+
+
+def test_positions_match_generated_toml():
+    """Random TOML documents (tables, dotted keys, inline tables, multi-line arrays and
+    strings, comments, strings holding '#', '=', quotes and newlines): every table and key
+    is found at the line it was written on."""
+    import tomllib
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from mlagen.schedule.parse import _positions, _toml_value
+
+    names = st.sampled_from(["heads", "tp", "block_kv", "a", "b-c", "x_1"])
+    text = st.text(st.sampled_from('ab#=[]{}"\'\\\n\t ,.'), max_size=8)
+    scalar = st.one_of(st.one_of(st.integers(-9, 99), st.booleans(), text).map(_toml_value),
+                       st.just("1979-05-27T07:32:00"), st.just("6.5e-3"))
+
+    def lines_of(kind: int, key: str, value: str) -> list[str]:
+        """One key written one of five ways; returns its lines (the key is on the first)."""
+        if kind == 0:
+            return [f"{key} = {value}  # {key} = 1 [t]"]
+        if kind == 1:
+            return [f"{key} = [", f"  {value},", "  # k = 2", f"  {value}", "]"]
+        if kind == 2:
+            return [f'{key} = """', f"{key} = 3", '[not.a.table]"""']
+        if kind == 3:
+            return [f"{key} = {{ inner = {value}, other = [1, 2] }}"]
+        return [f"{key} = '''", "x = 4''' # done"]
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(["problem", "target", "schedule", "z"]),
+                              st.lists(st.tuples(st.integers(0, 4), names, scalar),
+                                       max_size=4, unique_by=lambda kv: kv[1])),
+                    max_size=4, unique_by=lambda t: t[0]))
+    def check(tables):
+        out: list[str] = ["# generated"]
+        want = {}
+        for table, keys in tables:
+            out += ["", f"[ {table} ]  # header"]
+            want[(table, None)] = len(out)
+            for kind, key, value in keys:
+                want[(table, key)] = len(out) + 1
+                out += lines_of(kind, key, value)
+        doc = "\n".join(out) + "\n"
+        tomllib.loads(doc)                     # the generator writes valid TOML
+        got = _positions(doc)
+        for where, line in want.items():
+            assert got.get(where) == line, (where, doc)
+
+    check()

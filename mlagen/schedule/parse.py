@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 import sys
 from pathlib import Path
@@ -332,7 +333,8 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    # JSON's string escapes (\\ \" \n \uXXXX ...) are TOML's too; TOML also wants DEL escaped
+    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def dumps(schedule: Schedule) -> str:

@@ -87,9 +87,9 @@ def sc11_layout(s: Schedule, t: Target) -> dict[str, int | str]:
     phases = {
         "B": {"q": nb * r(rows * d * el),               # q rows, one slot per KV stage
               "kv": nb * r(tile * d * el),              # KV tiles: every multi-buffer slot
-              "out": 2 * r(part),                       # output staging (double)
+              "out": r(part),                           # output staging (one slot)
               "work": r(rows * (m.block_kv + dv + 2) * 4)},   # scores, O acc, max, sum
-        "merge": {"partials": 2 * r(part), "out": 2 * r(part), "work": r(rows * (dv + 2) * 4)},
+        "merge": {"partials": 2 * r(part), "out": r(part), "work": r(rows * (dv + 2) * 4)},
     }
     if p.fused:
         nope, rope, vh, ql = p.qk_nope_head_dim, p.rope_dim, p.v_head_dim, p.q_lora_rank

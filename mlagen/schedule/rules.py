@@ -141,9 +141,6 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                                        f"multiple of block_kv = {m.block_kv}")
     if m.block_kv > 1024:
         yield "schedule", "block_kv", f"block_kv = {m.block_kv} must be <= 1024 on sc11"
-    if m.split_kv != "auto":
-        yield "schedule", "split_kv", ("split_kv is not a knob of target sc11: the seq and "
-                                       "batch_seq schemes split sequences over the cores")
 
 
 @rule

@@ -12,7 +12,7 @@ flow and trace, no data work; what the scheme chooser simulates).
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -163,17 +163,11 @@ class Sc11Runner:
     def _resolve(self, inp: MlaInputs, scheme: Optional[str]) -> tuple[str, dict]:
         scheme = scheme or self.schedule.mapping.scheme
         if scheme == "auto":
-            try:
-                from .schemes import choose_scheme
-            except ImportError:
-                # TODO(schemes.py): until the cost model's choose_scheme is there
-                return "batch_seq", {}
-            picked = choose_scheme(self.schedule, inp,
-                                   lambda sc: self.dry_run(inp, sc, validate=False))
-            # choose_scheme gives (scheme, {scheme: simulated seconds}) or a bare name
-            if isinstance(picked, tuple):
-                return picked[0], dict(picked[1])
-            return picked, {}
+            from .schemes import choose_scheme
+
+            picked, times = choose_scheme(self.schedule, inp,
+                                          lambda sc: self.dry_run(inp, sc, validate=False))
+            return picked, dict(times)
         if scheme not in SCHEME_IDS:
             raise InputError(f"scheme = {scheme!r} must be one of auto, {', '.join(SCHEME_IDS)}")
         return scheme, {}
@@ -270,5 +264,3 @@ def runner(schedule: Schedule, progress: bool = False) -> Sc11Runner:
     """Build (cached) and load the schedule's kernel; the result runs MlaInputs."""
     return Sc11Runner(schedule, progress=progress)
 
-
-DryRun = Callable[[str], np.ndarray]

@@ -100,7 +100,7 @@ class Mla {
       chip_.phase(PH_MERGE, [&](Core& c) { merge(c); });
     }
     if (Cfg::FUSED) {
-      chip_.barrier(PH_MERGE);
+      chip_.barrier(plan_.n_parts ? PH_MERGE : PH_B);
       chip_.phase(PH_C, [&](Core& c) { phase_c(c); });
     }
 
@@ -176,7 +176,9 @@ class Mla {
     c.rings.resize(1);  // keep the L2 ring
     c.make_ring(B.q, "LMEM q slot", NBUF, (int64_t)rows_ * D * EL);
     c.make_ring(B.kv, "LMEM kv slot", NBUF, TILE * D * EL);
-    c.make_ring(B.out, "LMEM out slot", 2, (int64_t)rows_ * (DV + 1) * 4);
+    // one output slot: its store overlaps the next piece's compute, which refills it only
+    // when that piece ends
+    c.make_ring(B.out, "LMEM out slot", 1, (int64_t)rows_ * (DV + 1) * 4);
     // scores of one block, the O accumulator, running max and sum
     B.work = c.lmem.alloc((int64_t)rows_ * (BKV + DV + 2) * 4, "the attention work buffer");
     c.lmem.commit();
@@ -219,7 +221,7 @@ class Mla {
     for (size_t i = 0; i < steps.size(); ++i) {
       const Step& st = steps[i];
       const Piece& pc = pieces[st.piece];
-      if (st.first) init_acc(c, B, pc);
+      if (st.first) init_acc(c, pc);
       if (kstep[i] >= 0) {
         const int64_t k = kstep[i];
         if (k + NBUF - 1 < nk) {
@@ -229,7 +231,7 @@ class Mla {
         gdma_load(c, B, pc, st, B.steps + k);
         compute(c, B, pc, st, B.steps + k, sc);
       }
-      if (st.last) finalize(c, B, pc, sc);
+      if (st.last) finalize(c, B, pc);
     }
     B.steps += nk;
   }
@@ -295,7 +297,7 @@ class Mla {
   float* mx(Core& c) { return acc(c) + (int64_t)rows_ * DV; }
   float* sm(Core& c) { return mx(c) + rows_; }
 
-  void init_acc(Core& c, Bufs& B, const Piece& pc) {
+  void init_acc(Core& c, const Piece& pc) {
     const int rows = (pc.h1 - pc.h0) * (int)a_.s_q;
     if (!dry_) {
       std::fill(acc(c), acc(c) + (int64_t)rows * DV, 0.f);
@@ -378,8 +380,8 @@ class Mla {
     gemm(rows, DV, nb, S, BKV, v, DV, O, DV, true);
   }
 
-  // BDC normalises into an out slot; GDMA stores it (output, or a partial in L2).
-  void finalize(Core& c, Bufs& B, const Piece& pc, Scratch& sc) {
+  // BDC normalises into the out slot; GDMA stores it (output, or a partial in L2).
+  void finalize(Core& c, Bufs& B, const Piece& pc) {
     const int nh = pc.h1 - pc.h0, rows = nh * (int)a_.s_q;
     const int64_t o = B.outs++;
     Slot& s = B.out[o];
@@ -405,12 +407,12 @@ class Mla {
     }
     const int64_t ev = c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows * DV, s.index, {dep});
     c.end_fill(s, o, ev);
-    store(c, s, o, pc.seq, pc.h0, pc.h1, partial ? pc.part : -1, ev);
+    store(c, s, o, pc.seq, pc.h0, pc.h1, partial ? pc.part : -1);
   }
 
   // GDMA: an out slot to its destination.  part >= 0: the partial's place in L2; else the
   // output (DDR, or o_lat in L2 when fused) and lse (DDR, +inf where nothing was visible).
-  void store(Core& c, Slot& s, int64_t o, int seq, int h0, int h1, int part, int64_t) {
+  void store(Core& c, Slot& s, int64_t o, int seq, int h0, int h1, int part) {
     const int64_t ready = c.wait(s, o);
     c.check_read(s, o);
     const int nh = h1 - h0, rows = nh * (int)a_.s_q;
@@ -445,7 +447,7 @@ class Mla {
     c.lmem.reset();
     c.rings.resize(1);
     c.make_ring(B.mrg, "LMEM merge slot", 2, part_bytes());
-    c.make_ring(B.out, "LMEM out slot", 2, part_bytes());
+    c.make_ring(B.out, "LMEM out slot", 1, part_bytes());
     B.work = c.lmem.alloc((int64_t)rows_ * (DV + 2) * 4, "the merge accumulator");
     c.lmem.commit();
     for (int seq : plan_.merge_per_core[c.id]) {
@@ -485,9 +487,8 @@ class Mla {
         from_f32<T>(O, dst16, (int64_t)rows_ * DV);
         std::copy(Lse, Lse + rows_, lse);
       }
-      const int64_t ev = c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows_ * DV, s.index, {dep});
-      c.end_fill(s, o, ev);
-      store(c, s, o, seq, 0, H, -1, ev);
+      c.end_fill(s, o, c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows_ * DV, s.index, {dep}));
+      store(c, s, o, seq, 0, H, -1);
     }
   }
 
