@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 from hypothesis import HealthCheck, find, given, settings
-from hypothesis import strategies as st
 
 from mlagen.schedule.records import Problem, Schedule
 from mlagen.schedule.rules import check

@@ -10,7 +10,6 @@ from.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -184,12 +183,3 @@ def compare(actual: MlaOutputs, expected: MlaOutputs, dtype,
 def _expected_out_dtype(dtype):
     name = _DTYPE_NAMES.get(dtype, dtype)
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(name)
-
-
-def is_poisoned(t: torch.Tensor) -> bool:
-    """True when every element still holds the poison (NaN): the kernel wrote nothing."""
-    return bool(torch.isnan(t).all()) if t.numel() else False
-
-
-def finite_or_nan(x: float) -> str:
-    return "nan" if math.isnan(x) else f"{x:.4g}"
