@@ -60,9 +60,31 @@ def test_every_planted_fault_is_caught(fault):
 def test_the_unfaulted_example_passes():
     from mlagen.verify import verify
 
-    r = verify(load(SCHEDULES_DIR / "sc11_attn.toml"), profile="ci", examples=30,
+    r = verify(load(SCHEDULES_DIR / "sc11_attn.toml"), profile="ci", examples=15,
                progress=False)
     assert r.ok, r.summary()
+    assert r.poisoned, "the SC11 runner should write into the verifier's NaN-poisoned out="
+
+
+@needs_backend
+def test_sc11_runner_writes_into_given_outputs():
+    import torch
+
+    from mlagen import runner
+    from mlagen.errors import InputError
+    from mlagen.problem import make_inputs
+    from mlagen.verify.calls import poisoned_like
+
+    s = load(SCHEDULES_DIR / "sc11_attn.toml")
+    run = runner(s)
+    inp = make_inputs(s.problem, 2, [3, 70], s_q=1, heads=s.heads_per_device, seed=2)
+    dest = poisoned_like(inp, (2, 1, 16, 512), (2, 16, 1))
+    res = run(inp, out=dest)
+    assert res.out.data_ptr() == dest.out.data_ptr() and not torch.isnan(dest.out).any()
+    assert not torch.isnan(dest.lse).any()
+    bad = poisoned_like(inp, (2, 1, 16, 256), (2, 16, 1))
+    with pytest.raises(InputError, match="out.out"):
+        run(inp, out=bad)
 
 
 BASE = """

@@ -44,7 +44,7 @@ def test_wrong_scale_fails_and_shrinks():
     f = r.failure.case_fields
     # the smallest failing case: one sequence of one key, one query token
     assert f["batch"] == 1 and f["s_q"] == 1 and f["seqlens"] == [1], r.failure.case
-    assert "lse" in r.failure.message and "out of tolerance" in r.failure.message
+    assert "lse" in r.failure.message and "elements wrong" in r.failure.message
 
 
 def test_dropped_key_fails_and_repro_replays_it():

@@ -80,3 +80,28 @@ def crash_on_long_factory(schedule):
         return inner(inp, out=out)
 
     return run
+
+
+def hopper_with_illegal_access_factory(schedule):
+    """The hopper runner, except that a sequence over 100 keys first runs a kernel that
+    writes far outside its buffer: an illegal memory access that poisons the CUDA context."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from mlagen import runner
+
+    @triton.jit
+    def _wild_store(ptr):
+        tl.store(ptr + 0x10000000000, 1.0)
+
+    inner = runner(schedule)
+
+    def run(inp, out=None):
+        if int(inp.cache_seqlens.max()) > 100:
+            buf = torch.zeros(1, device="cuda")
+            _wild_store[(1,)](buf)
+            torch.cuda.synchronize()
+        return inner(inp)
+
+    return run

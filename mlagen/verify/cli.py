@@ -1,6 +1,7 @@
 """`mlagen verify`: the arguments and the command, for mlagen/cli.py to wire in.
 
-    mlagen verify SCHEDULE [--examples N] [--profile ci|explore] [--seed S] [--no-progress]
+    mlagen verify SCHEDULE [--examples N] [--profile ci|explore] [--seed S]
+                           [--time-budget SECONDS] [--no-progress]
     mlagen verify --repro FILE
 
 Exit status: 0 all examples passed, 1 a failure was found, 2 the command could not run.
@@ -24,6 +25,9 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
                              f"larger, remembers failures); default ${ENV} or ci")
     parser.add_argument("--seed", type=int, default=None,
                         help="draw a different (reproducible) sequence of examples")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="stop drawing new examples after this long (default: the "
+                             "profile's; ci 900 s, explore none)")
     parser.add_argument("--repro", metavar="FILE", default=None,
                         help="replay a saved failing example instead of drawing new ones")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -48,7 +52,8 @@ def verify_main(args: argparse.Namespace, out=None) -> int:
 
             schedule = load_schedule(args.schedule)
             result = verify(schedule, examples=args.examples, profile=args.profile,
-                            seed=args.seed, progress=not args.no_progress)
+                            seed=args.seed, progress=not args.no_progress,
+                            time_budget_s=getattr(args, "time_budget", None))
     except (MlagenError, ValueError) as e:
         print(f"error: {e}", file=out)
         return 2

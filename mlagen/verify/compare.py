@@ -10,7 +10,6 @@ from.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -79,8 +78,8 @@ class TensorReport:
     def summary(self) -> str:
         if self.problem:
             return f"{self.name}: {self.problem}"
-        head = (f"{self.name}: {self.n_bad}/{self.total} elements out of tolerance, "
-                f"max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}, "
+        head = (f"{self.name}: {self.n_bad}/{self.total} elements wrong; where both are "
+                f"finite: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}, "
                 f"cos-diff {self.cos_diff:.3g}")
         if self.tol is not None:
             head += (f" (atol {self.tol.atol:g} or rtol {self.tol.rtol:.3g}; "
@@ -184,12 +183,3 @@ def compare(actual: MlaOutputs, expected: MlaOutputs, dtype,
 def _expected_out_dtype(dtype):
     name = _DTYPE_NAMES.get(dtype, dtype)
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(name)
-
-
-def is_poisoned(t: torch.Tensor) -> bool:
-    """True when every element still holds the poison (NaN): the kernel wrote nothing."""
-    return bool(torch.isnan(t).all()) if t.numel() else False
-
-
-def finite_or_nan(x: float) -> str:
-    return "nan" if math.isnan(x) else f"{x:.4g}"

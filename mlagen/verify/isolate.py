@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 
 from ..problem import MlaInputs, MlaOutputs
-from .calls import call_poisoned
+from .calls import accepts_out, call_poisoned, poisoned_like
 
 
 class ExampleCrashed(RuntimeError):
@@ -42,6 +42,17 @@ def _resolve(factory: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _poison_allocator(inputs: MlaInputs, out_shape, lse_shape, device: str):
+    """For a GPU runner without out=: leave NaN-filled blocks of exactly the outputs' sizes
+    in torch's caching allocator, where the runner's own torch.empty for out and lse will
+    most likely find them.  Returns their addresses; the caller checks that the outputs
+    really landed there before calling them poisoned."""
+    dev_out = poisoned_like(inputs, out_shape, lse_shape, device=device)
+    ptrs = (dev_out.out.data_ptr(), dev_out.lse.data_ptr())
+    del dev_out          # freed on the current stream: the fill runs before any later kernel
+    return ptrs
+
+
 def _worker(conn, schedule, factory: str, device: str) -> None:
     """The child: make the runner once, then run examples until told to stop."""
     try:
@@ -60,7 +71,12 @@ def _worker(conn, schedule, factory: str, device: str) -> None:
         inputs, out_shape, lse_shape = _loads(msg)
         try:
             dev_inputs = inputs.to(device)
-            outs, poisoned = call_poisoned(fn, dev_inputs, out_shape, lse_shape)
+            if accepts_out(fn) or not device.startswith("cuda"):
+                outs, poisoned = call_poisoned(fn, dev_inputs, out_shape, lse_shape)
+            else:
+                ptrs = _poison_allocator(dev_inputs, out_shape, lse_shape, device)
+                outs = fn(dev_inputs)
+                poisoned = (outs.out.data_ptr(), outs.lse.data_ptr()) == ptrs
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             reply = MlaOutputs(out=outs.out.cpu(), lse=outs.lse.cpu())

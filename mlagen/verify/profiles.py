@@ -38,7 +38,7 @@ class Profile:
 
 PROFILES = {
     "ci": Profile("ci", examples=100, derandomize=True, use_database=False,
-                  time_budget_s=600.0,
+                  time_budget_s=900.0,
                   bounds=Bounds(max_batch=4, max_len=300, long_len=1100, max_extra_table=3)),
     "explore": Profile("explore", examples=2000, derandomize=False, use_database=True,
                        time_budget_s=None,

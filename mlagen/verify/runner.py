@@ -102,15 +102,15 @@ class VerifyResult:
         return self.ok
 
 
-def _default_reference() -> Callable[..., MlaOutputs]:
+def _default_reference(schedule: Schedule) -> Callable[..., MlaOutputs]:
     try:
         from .. import reference  # noqa: F401
     except ImportError as e:
         raise MlagenError("mlagen.reference is not available; verify needs it "
                           f"(or pass reference=...): {e}") from None
-    from .oracle import default_oracle
+    from .oracle import oracle_for
 
-    return default_oracle()
+    return oracle_for(schedule)
 
 
 def repro_command(schedule: Schedule, path: Optional[Path], profile: str,
@@ -184,7 +184,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         raise ValueError(f"examples = {n} must be >= 1")
     bounds = bounds or prof.bounds
     budget = time_budget_s if time_budget_s is not None else prof.time_budget_s
-    ref = reference or _default_reference()
+    ref = reference or _default_reference(schedule)
     gpu = schedule.target.name in GPU_TARGETS
     isolate = gpu if isolate is None else isolate
     device = device or ("cuda" if gpu else "cpu")
@@ -325,7 +325,7 @@ def replay(path: str | Path, *, runner: Optional[Callable] = None,
     """Run the saved case of a repro file once and compare again."""
     rp = repro.load(path)
     schedule = rp.schedule
-    ref = reference or _default_reference()
+    ref = reference or _default_reference(schedule)
     gpu = schedule.target.name in GPU_TARGETS
     isolate = gpu if isolate is None else isolate
     t0 = time.perf_counter()

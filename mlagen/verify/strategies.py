@@ -166,7 +166,7 @@ def default_base(target: str) -> Schedule:
                               max_s_q=2, cores=8, block_kv=64, buffers=2, seq_tile=512)
     if target == "hopper":
         return Schedule.build(name=f"drawn-{target}", target="hopper", heads=128, tp=8,
-                              max_s_q=2, block_kv=64, buffers=2, rows_per_tile=64, warps=8)
+                              max_s_q=2, block_kv=32, buffers=2, rows_per_tile=64, warps=8)
     raise ValueError(f"unknown target {target!r}")
 
 

@@ -173,7 +173,8 @@ class Sc11Runner:
         return scheme, {}
 
     # ---- running -----------------------------------------------------------------------
-    def _call(self, inp: MlaInputs, scheme: str, dry: bool, threads: Optional[int]):
+    def _call(self, inp: MlaInputs, scheme: str, dry: bool, threads: Optional[int],
+              dest: Optional[MlaOutputs] = None):
         p = self.schedule.problem
         fused = p.fused
         b = inp.block_table.shape[0]
@@ -191,8 +192,12 @@ class Sc11Runner:
         out = lse = None
         if not dry:
             width = p.v_head_dim if fused else p.dv
-            out = torch.empty(b, s_q, h, width, dtype=TORCH_DTYPES[p.dtype])
-            lse = torch.empty(b, h, s_q, dtype=torch.float32)
+            if dest is not None:   # the caller's (e.g. the verifier's NaN-poisoned) outputs
+                _check_dest(dest, (b, s_q, h, width), TORCH_DTYPES[p.dtype], (b, h, s_q))
+                out, lse = dest.out, dest.lse
+            else:
+                out = torch.empty(b, s_q, h, width, dtype=TORCH_DTYPES[p.dtype])
+                lse = torch.empty(b, h, s_q, dtype=torch.float32)
         w = inp.weights if fused else None
         args = _Args(batch=b, s_q=s_q, num_blocks=inp.k_cache.shape[0],
                      max_blocks=inp.block_table.shape[1], scheme=SCHEME_IDS[scheme],
@@ -229,14 +234,30 @@ class Sc11Runner:
         return self._call(inp, name, True, 1)[2]
 
     def __call__(self, inp: MlaInputs, scheme: Optional[str] = None,
-                 threads: Optional[int] = None) -> MlaOutputs:
+                 threads: Optional[int] = None, out: Optional[MlaOutputs] = None
+                 ) -> MlaOutputs:
+        """Run on `inp`; with `out`, write into out.out / out.lse (contiguous CPU tensors
+        of the right shape and dtype) instead of fresh ones."""
         self.validate(inp)
         name, times = self._resolve(inp, scheme)
-        out, lse, trace, stats = self._call(inp, name, False, threads)
+        dest = out
+        out, lse, trace, stats = self._call(inp, name, False, threads, dest)
         extra = {"trace": trace, **stats}
         if times:
             extra["scheme_times"] = times    # auto: simulated seconds of every scheme
         return MlaOutputs(out, lse, extra=extra)
+
+
+def _check_dest(dest: MlaOutputs, out_shape: tuple, out_dtype, lse_shape: tuple) -> None:
+    for name, t, shape, dtype in (("out", dest.out, out_shape, out_dtype),
+                                  ("lse", dest.lse, lse_shape, torch.float32)):
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype \
+                or t.device.type != "cpu" or not t.is_contiguous():
+            got = (f"{tuple(t.shape)} {t.dtype} on {t.device}"
+                   f"{'' if t.is_contiguous() else ', strided'}"
+                   if isinstance(t, torch.Tensor) else type(t).__name__)
+            raise InputError(f"out.{name} must be a contiguous CPU tensor {shape} of "
+                             f"{dtype}; got {got}")
 
 
 def runner(schedule: Schedule, progress: bool = False) -> Sc11Runner:
