@@ -75,14 +75,16 @@ def _check_case(case):
     assert out.extra["scheme"] == scheme
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# CI's property run: deterministic, >= 200 examples over problems, variants and schemes.
+@settings(max_examples=200, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_kernel_matches_reference(case):
     _check_case(case)
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_kernel_matches_reference_long(case):
     _check_case(case)

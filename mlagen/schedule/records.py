@@ -89,8 +89,8 @@ class Mapping:
     scheme: str = "auto"           # phase B multi-core scheme
     seq_tile: int = 2048           # KV tokens per L2 tile of a sequence
     # Hopper
-    rows_per_tile: int = 64        # query rows (s_q * h_q packed) per CTA tile
-    warps: int = 4                 # warps per CTA (mma_sync main loop)
+    rows_per_tile: int = 32        # query rows (s_q * h_q packed) per CTA tile
+    warps: int = 8                 # warps per CTA (mma_sync main loop)
     mainloop: str = "mma_sync"
 
 
