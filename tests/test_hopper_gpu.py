@@ -222,3 +222,26 @@ def test_runner_through_mlagen_run():
     torch.cuda.synchronize()
     check_against_reference(res.out, res.lse, inp.q, inp.k_cache, inp.block_table,
                             inp.cache_seqlens, inp.softmax_scale, True)
+
+
+@pytest.mark.cuda
+def test_out_pair_is_written_in_place_and_checked():
+    """out=(out, lse): every element is written (NaN-poisoned first), wrong pairs rejected."""
+    import mlagen
+
+    inp = make_inputs(Problem(heads=16), 3, [0, 65, 300], s_q=2, heads=16, seed=3,
+                      device="cuda")
+    md, ns = mlagen.get_mla_metadata(inp.cache_seqlens, 2 * 16, 1)
+    out = torch.full((3, 2, 16, 512), float("nan"), dtype=inp.q.dtype, device="cuda")
+    lse = torch.full((3, 16, 2), float("nan"), dtype=torch.float32, device="cuda")
+    o, l = mlagen.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table,
+                                         inp.cache_seqlens, 512, md, ns, causal=True,
+                                         out=(out, lse))
+    assert o.data_ptr() == out.data_ptr() and l.data_ptr() == lse.data_ptr()
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    ref_o, ref_l = mlagen.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table,
+                                                 inp.cache_seqlens, 512, md, ns, causal=True)
+    assert torch.equal(out, ref_o) and torch.equal(lse, ref_l)
+    with pytest.raises(InputError):
+        mlagen.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
+                                      512, md, ns, causal=True, out=(out[:, :1], lse))

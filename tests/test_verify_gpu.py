@@ -21,6 +21,7 @@ def test_hopper_example_verifies_in_a_worker():
                bounds=SMALL)
     assert r.ok, r.summary()
     assert r.examples_run == 40
+    assert r.poisoned           # outputs were NaN before every launch (runner's out=)
 
 
 def test_small_hopper_schedule_passes():
@@ -28,7 +29,7 @@ def test_small_hopper_schedule_passes():
                        warps=4, block_kv=32)
     r = verify(s, examples=40, progress=False, bounds=SMALL)
     assert r.ok, r.summary()
-    # poisoning needs an out= on the hopper runner (not there yet): then r.poisoned
+    assert r.poisoned
 
 
 def test_illegal_memory_access_fails_one_example_only():

@@ -38,16 +38,17 @@ def runner(schedule: Schedule):
 
     from . import api
 
-    def run(inputs) -> MlaOutputs:
+    def run(inputs, out: MlaOutputs | None = None) -> MlaOutputs:
         if inputs.q is None:
             raise ValueError("the hopper target runs attention only (inputs.q is None)")
         q = inputs.q
         s_q, h_q = q.shape[1], q.shape[2]
         md, ns = api.get_mla_metadata(inputs.cache_seqlens, s_q * h_q, 1, schedule=schedule)
-        out, lse = api.flash_mla_with_kvcache(
+        o, lse = api.flash_mla_with_kvcache(
             q, inputs.k_cache, inputs.block_table, inputs.cache_seqlens,
             schedule.problem.dv, md, ns, softmax_scale=inputs.softmax_scale,
-            causal=inputs.causal, schedule=schedule)
-        return MlaOutputs(out, lse, extra={"metadata": md, "num_splits": ns})
+            causal=inputs.causal, schedule=schedule,
+            out=None if out is None else (out.out, out.lse))
+        return MlaOutputs(o, lse, extra={"metadata": md, "num_splits": ns})
 
     return run

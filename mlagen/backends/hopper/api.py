@@ -199,11 +199,16 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
                            cache_seqlens: torch.Tensor, head_dim_v: int,
                            tile_scheduler_metadata: torch.Tensor, num_splits: torch.Tensor,
                            softmax_scale: Optional[float] = None, causal: bool = False,
-                           schedule: Optional[Schedule] = None
+                           schedule: Optional[Schedule] = None,
+                           out: Optional[tuple[torch.Tensor, torch.Tensor]] = None
                            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Paged MLA decode: (out [b, s_q, h_q, 512] in q's dtype, lse fp32 [b, h_q, s_q])."""
+    """Paged MLA decode: (out [b, s_q, h_q, 512] in q's dtype, lse fp32 [b, h_q, s_q]).
+
+    Beyond FlashMLA: ``out=(out, lse)`` writes into given contiguous tensors (eager only)."""
     check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
                  num_splits, softmax_scale)
+    if out is not None:
+        _check_out(q, out)
     _on_cuda({"q": q, "k_cache": k_cache, "block_table": block_table,
               "cache_seqlens": cache_seqlens, "tile_scheduler_metadata": tile_scheduler_metadata,
               "num_splits": num_splits})
@@ -212,9 +217,24 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
     scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
     b, s_q, h_q, _ = q.shape
     if torch.compiler.is_compiling():
+        if out is not None:
+            raise InputError("out= is not supported under torch.compile")
         key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule)
         return ops.mla_decode_op(q, k_cache, block_table, cache_seqlens,
                                  tile_scheduler_metadata, num_splits, scale, bool(causal), key)
     key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule)
-    return ops.mla_decode_impl(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
-                               num_splits, scale, bool(causal), key)
+    return ops.decode_into(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                           num_splits, scale, bool(causal), key,
+                           *(out if out is not None else (None, None)))
+
+
+def _check_out(q: torch.Tensor, out) -> None:
+    b, s_q, h_q, _ = q.shape
+    want = (((b, s_q, h_q, DV), q.dtype), ((b, h_q, s_q), torch.float32))
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise InputError("out= must be a pair (out, lse)")
+    for name, t, (shape, dtype) in zip(("out", "lse"), out, want):
+        if not (isinstance(t, torch.Tensor) and tuple(t.shape) == shape and t.dtype == dtype
+                and t.device == q.device and t.is_contiguous()):
+            raise InputError(f"out= {name} must be a contiguous {dtype} tensor of shape "
+                             f"{list(shape)} on {q.device}")

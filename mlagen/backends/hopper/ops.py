@@ -174,6 +174,14 @@ def mla_decode_impl(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.T
                   cache_seqlens: torch.Tensor, sched: torch.Tensor, num_splits: torch.Tensor,
                   softmax_scale: float, causal: bool, kernel: str
                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    return decode_into(q, k_cache, block_table, cache_seqlens, sched, num_splits,
+                       softmax_scale, causal, kernel)
+
+
+def decode_into(q, k_cache, block_table, cache_seqlens, sched, num_splits, softmax_scale,
+                causal, kernel, out=None, lse=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The launch; writes into `out`/`lse` when given (the verifier poisons them first so an
+    element the kernel never writes is caught), else allocates them."""
     lib = get(kernel)
     b, s_q, h_q, _ = q.shape
     dv = 512
@@ -186,8 +194,10 @@ def mla_decode_impl(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.T
         q = q.clone()                # 16-byte aligned rows for cp.async
     parts = sched.shape[0]
     rows_total = s_q * h_q
-    out = torch.empty(b, s_q, h_q, dv, dtype=q.dtype, device=dev)
-    lse = torch.empty(b, h_q, s_q, dtype=torch.float32, device=dev)
+    if out is None:
+        out = torch.empty(b, s_q, h_q, dv, dtype=q.dtype, device=dev)
+    if lse is None:
+        lse = torch.empty(b, h_q, s_q, dtype=torch.float32, device=dev)
     slots = b + parts     # each part adds at most one split beyond one per request
     o_acc = torch.empty(slots, rows_total, dv, dtype=torch.float32, device=dev)
     lse_acc = torch.empty(slots, rows_total, dtype=torch.float32, device=dev)
