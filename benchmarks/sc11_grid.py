@@ -29,23 +29,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-grid", action="store_true", help="only the seed's point")
     a = ap.parse_args(argv)
 
-    seed = bench.seed_point(a.schedule, charts=Path(a.charts))
-    print(seed.text())
-    parts = [seed.text()]
-    if not a.no_grid:
-        kw = dict(batches=(1, 16, 128), seqlens=(128, 1024, 16384)) if a.quick else {}
-        g = bench.bench_grid(a.schedule, progress=lambda s: print(s, file=sys.stderr), **kw)
-        parts.insert(0, bench.grid_report(g))
-        print(g.best_map())
-        print()
-        print(g.markdown())
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n\n".join(parts) + "\n")
-    print(f"\nwritten: {out}", file=sys.stderr)
-    ok = all(seed.checks().values())
-    return 0 if ok else 1
-
+    a.output = a.out
+    return bench.bench_main(a)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -48,3 +48,29 @@ def test_cache_list_and_clear(capsys):
     assert main(["cache", "list"]) == 0
     assert main(["cache", "clear"]) == 0
     assert "removed" in capsys.readouterr().out
+
+
+def test_bench_sc11_quick_writes_the_grid(tmp_path, capsys):
+    out = tmp_path / "grid.md"
+    assert main(["bench", "--target", "sc11", "--quick", "--output", str(out)]) == 0
+    text = out.read_text()
+    assert "## Best scheme" in text and "seed's point" in text
+    assert "| 128 | 16384 |" in text           # the quick grid's corner
+
+
+def test_bench_hopper_without_gpu_is_a_clear_error(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["bench", "--target", "hopper"]) == 2
+    assert "needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_run_sc11_example_checks_and_charts(tmp_path, capsys):
+    prefix = tmp_path / "chart"
+    assert main(["run", str(ROOT / "schedules" / "sc11_attn.toml"), "--batch", "4",
+                 "--seqlen", "130", "--s-q", "2", "--chart", str(prefix)]) == 0
+    out = capsys.readouterr().out
+    assert "outputs match" in out and "simulated time" in out
+    assert (tmp_path / "chart_all_cores.png").stat().st_size > 1000

@@ -13,6 +13,7 @@ named in the report.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 from ...errors import MlagenError
-from ...paths import SCHEDULES_DIR
+from ...paths import DATA_ROOT, SCHEDULES_DIR
 from ...problem import TORCH_DTYPES, FusedWeights, MlaInputs
 from ...schedule import check, load
 from ...schedule.records import Schedule
@@ -207,11 +208,22 @@ class Grid:
         return all(p.auto_excess(nb2) <= tol for p in self.points)
 
 
+def _shown(path) -> str:
+    """A path as reports print it: relative to the project when inside it."""
+    p = Path(path).resolve()
+    return str(p.relative_to(DATA_ROOT)) if p.is_relative_to(DATA_ROOT) else str(p)
+
+
 def _schedule(schedule) -> Schedule:
     if schedule is None:
         schedule = DEFAULT_SCHEDULE
     if isinstance(schedule, (str, Path)):
-        return load(schedule)
+        s = load(schedule)
+        # name the file relative to the project in reports, so they read the same anywhere
+        if Path(schedule).resolve().is_relative_to(DATA_ROOT):
+            s = dataclasses.replace(s, source=str(Path(schedule).resolve()
+                                                  .relative_to(DATA_ROOT)))
+        return s
     return schedule
 
 
@@ -345,7 +357,7 @@ class SeedReport:
         lines += ["", "### double buffered", "", "```", d.summary(), "```",
                   "", "### single buffered", "", "```", s1.summary(), "```"]
         if self.files:
-            lines += ["", "charts: " + ", ".join(str(f) for f in self.files)]
+            lines += ["", "charts: " + ", ".join(_shown(f) for f in self.files)]
         return "\n".join(lines)
 
 
@@ -365,3 +377,27 @@ def seed_point(schedule=None, dry: DryRun = emulator_dry_run, charts: Optional[P
             rep.files += plot_core(r, 0, charts / f"seed_{scheme}_buf{nb}_core0")
             rep.files += plot_all(r, charts / f"seed_{scheme}_buf{nb}_all")
     return rep
+
+
+def bench_main(args) -> int:
+    """`mlagen bench --target sc11`: the seed point, then the grid (args: schedule, output,
+    quick, and optionally charts / no_grid); writes the markdown report to `output`."""
+    import sys
+
+    charts = getattr(args, "charts", None)
+    seed = seed_point(args.schedule, charts=Path(charts) if charts else None)
+    print(seed.text())
+    parts = [seed.text()]
+    if not getattr(args, "no_grid", False):
+        kw = dict(batches=(1, 16, 128), seqlens=(128, 1024, 16384)) if args.quick else {}
+        g = bench_grid(args.schedule, progress=lambda s: print(s, file=sys.stderr), **kw)
+        parts.insert(0, grid_report(g))
+        print(g.best_map())
+        print()
+        print(g.markdown())
+    if args.output:
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n\n".join(parts) + "\n")
+        print(f"\nwritten: {out}", file=sys.stderr)
+    return 0 if all(seed.checks().values()) else 1
