@@ -91,3 +91,20 @@ def test_smem_formula_matches_the_kernel(tmp_path):
         assert hopper_smem(s)["total"] == kernel, (rows, bkv, buf, warps)
         seen += 1
     assert seen == len(lines) > 50
+
+
+def _example_variants() -> set:
+    from mlagen.backends.hopper import defaults
+    return {defaults.canonical(load(p)).variant_name()
+            for p in Path(SCHEDULES_DIR).glob("hopper_*.toml")}
+
+
+@pytest.mark.parametrize("rows_class", [16, 32, 64])
+def test_api_default_variants_compile(rows_class, tmp_path):
+    """The variants flash_mla_with_kvcache builds by default (one per row-size class)."""
+    from mlagen.backends.hopper import defaults
+    s = defaults.default_schedule(rows_class)
+    if s.variant_name() in _example_variants():
+        pytest.skip("the same variant as an example schedule, compiled above")
+    objs = compile_only(_render(s), tmp_path)
+    assert all(o.exists() and o.stat().st_size > 0 for o in objs)
