@@ -18,10 +18,9 @@ from .schedule import Schedule, can_implement, check
 from .schedule import load as load_schedule
 from .version import __version__
 
-# Load the build subpackage now: importing it later would rebind ``mlagen.build`` from the
-# function below to the subpackage (Python sets a package's attribute on a submodule's
-# first import).
-from . import build as _build_package  # noqa: E402,F401  (dsl helper: additive fix)
+# Import the build subpackage before ``def build`` below: a submodule's first import sets
+# the package attribute, which would otherwise replace the function with the subpackage.
+from .build import build as _build_sources  # noqa: E402
 
 __all__ = ["__version__", "Schedule", "load_schedule", "check", "can_implement", "render",
            "generate", "build", "runner", "run", "MlagenError", "ScheduleError",
@@ -52,9 +51,8 @@ def generate(schedule: Schedule, out_dir: str | Path) -> list[Path]:
 
 
 def build(schedule: Schedule, progress: bool = False):
-    from .build import build as _build
-
-    return _build(render(schedule), progress=progress)
+    """The schedule's kernel library, compiled once per cache key (see mlagen.build)."""
+    return _build_sources(render(schedule), progress=progress)
 
 
 def runner(schedule: Schedule):
