@@ -6,13 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mlagen.backends import sc11
 from mlagen.backends.sc11 import bench
 from mlagen.backends.sc11.costmodel import simulate
 from mlagen.problem import make_inputs
-
-sc11 = pytest.importorskip("mlagen.backends.sc11")
-if not hasattr(sc11, "runner"):
-    pytest.skip("the SC11 emulator (branch sc11emu) is not merged here", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
