@@ -1,8 +1,6 @@
 """Drawn schedules on the real SC11 backend: every legal draw builds, runs and matches the
 reference (a few in the default run, more under -m slow)."""
 
-import importlib
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -10,16 +8,6 @@ from mlagen.verify import verify
 from mlagen.verify.strategies import Bounds, schedules
 
 
-def _backend_ready():
-    try:
-        importlib.import_module("mlagen.reference")
-        return hasattr(importlib.import_module("mlagen.backends.sc11"), "runner")
-    except ImportError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _backend_ready(),
-                                reason="the SC11 backend or mlagen.reference is not merged")
 SMALL = Bounds(max_batch=3, max_len=200, long_len=600, max_extra_table=2)
 
 
