@@ -170,12 +170,12 @@ def test_isolated_worker_passes_a_correct_runner():
 def test_cli_errors_exit_2(tmp_path):
     parser = add_verify_arguments(argparse.ArgumentParser())
     out = io.StringIO()
-    assert verify_main(parser.parse_args([]), out) == 2
-    assert verify_main(parser.parse_args([str(tmp_path / "missing.toml")]), out) == 2
+    assert verify_main(parser.parse_args([]), out, out) == 2
+    assert verify_main(parser.parse_args([str(tmp_path / "missing.toml")]), out, out) == 2
     assert "cannot read schedule" in out.getvalue()
     bad = tmp_path / "bad.pt"
     torch.save({"x": 1}, bad)
-    assert verify_main(parser.parse_args(["--repro", str(bad)]), out) == 2
+    assert verify_main(parser.parse_args(["--repro", str(bad)]), out, out) == 2
     assert "not an mlagen verify repro file" in out.getvalue()
     with pytest.raises(SystemExit):
         parser.parse_args(["x.toml", "--profile", "fast"])

@@ -34,19 +34,22 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     return parser
 
 
-def verify_main(args: argparse.Namespace, out=None) -> int:
+def verify_main(args: argparse.Namespace, out=None, err=None) -> int:
+    """Results go to `out` (stdout); a command that cannot run says why on `err` (stderr),
+    in the main CLI's one-line form, and returns 2."""
     out = out or sys.stdout
+    err = err or sys.stderr
     from .runner import replay, verify
 
     try:
         if args.repro:
             if args.schedule:
-                print("error: give a schedule or --repro FILE, not both", file=out)
+                print("mlagen: give a schedule or --repro FILE, not both", file=err)
                 return 2
             result = replay(args.repro)
         else:
             if not args.schedule:
-                print("error: give a schedule file (or --repro FILE)", file=out)
+                print("mlagen: give a schedule file (or --repro FILE)", file=err)
                 return 2
             from .. import load_schedule
 
@@ -55,7 +58,7 @@ def verify_main(args: argparse.Namespace, out=None) -> int:
                             seed=args.seed, progress=not args.no_progress,
                             time_budget_s=getattr(args, "time_budget", None))
     except (MlagenError, ValueError) as e:
-        print(f"error: {e}", file=out)
+        print(f"mlagen: {e}", file=err)
         return 2
     print(result.summary(), file=out)
     return 0 if result.ok else 1
