@@ -50,7 +50,7 @@ def generate(schedule: Schedule, out_dir: str | Path) -> list[Path]:
 
 
 def build(schedule: Schedule, progress: bool = False):
-    """The schedule's kernel library, compiled once per cache key (see mlagen.build)."""
+    """The schedule's kernel library, compiled once per cache key (see mlagen.jit)."""
     return _build_sources(render(schedule), progress=progress)
 
 
