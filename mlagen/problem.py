@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
 from .errors import InputError
 from .schedule.records import Problem
+
+if TYPE_CHECKING:
+    from .rope import Rope
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -34,12 +37,15 @@ class FusedWeights:
     w_uq  [q_lora_rank, h, nope + rope]   q = q_lora @ w_uq  (per head: nope | rope parts)
     w_uk  [h, nope, kv_lora_rank]         q_lat[h] = q_nope[h] @ w_uk[h]
     w_uv  [h, kv_lora_rank, v_head_dim]   out[h]   = o_lat[h] @ w_uv[h]
+    rope  how q_pe is rotated (mlagen.rope: a RopeConfig or a RotaryTable); None: plain
+          RoPE at rope_theta on DeepSeek's interleaved pairs
     """
 
     w_uq: torch.Tensor
     w_uk: torch.Tensor
     w_uv: torch.Tensor
     rope_theta: float = 10000.0
+    rope: Optional["Rope"] = None
 
 
 @dataclass

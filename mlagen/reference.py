@@ -21,9 +21,10 @@ import torch
 
 from .errors import InputError
 from .problem import FusedWeights, MlaInputs, MlaOutputs, positions
+from .rope import Rope, RopeConfig, RotaryTable, rotate
 
 __all__ = ["attention", "fused_absorbed", "fused_plain", "absorb_query", "rope",
-           "rope_cos_sin", "run"]
+           "rope_cos_sin", "weights_rope", "run"]
 
 # Elements of one gathered KV chunk (b_chunk * slots * h_kv * d) before the batch is split:
 # 2**25 float64 values = 256 MiB.
@@ -180,22 +181,21 @@ def rope_cos_sin(pos: torch.Tensor, rope_dim: int, theta: float = 10000.0,
     """cos and sin [*pos.shape, rope_dim // 2] of the angles pos * theta**(-2i / rope_dim).
     The angles are formed in float64 (positions reach 1e5; a float32 angle would be off by
     ~1e-2 rad there) and rounded to dtype at the end."""
-    if rope_dim <= 0 or rope_dim % 2:
-        raise InputError(f"rope_dim = {rope_dim} must be even and > 0")
-    i = torch.arange(rope_dim // 2, dtype=torch.float64, device=pos.device)
-    inv_freq = float(theta) ** (-2.0 * i / rope_dim)
-    angle = pos.to(torch.float64)[..., None] * inv_freq
-    return torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
+    c, s = RopeConfig(theta=theta).cos_sin(pos, rope_dim)
+    return c.to(dtype), s.to(dtype)
 
 
-def rope(x: torch.Tensor, pos: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
-    """Rotate interleaved pairs (x[2i], x[2i+1]) of the last dim by pos * theta**(-2i/d), as
-    DeepSeek-V3 does.  x [..., d]; pos broadcastable to x.shape[:-1] (integer positions)."""
-    d = x.shape[-1]
-    cos, sin = rope_cos_sin(pos, d, theta, x.dtype)
-    pairs = x.reshape(*x.shape[:-1], d // 2, 2)
-    x0, x1 = pairs[..., 0], pairs[..., 1]
-    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).reshape(x.shape)
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float | Rope = 10000.0) -> torch.Tensor:
+    """Rotate x [..., d] at integer positions pos (broadcastable to x.shape[:-1]).  theta is
+    a plain RoPE base (DeepSeek's interleaved pairs) or any rope (mlagen.rope: a config with
+    its scaling and layout, or a rotary table)."""
+    r = theta if isinstance(theta, (RopeConfig, RotaryTable)) else RopeConfig(theta=theta)
+    return rotate(x, pos, r)
+
+
+def weights_rope(weights: FusedWeights) -> Rope:
+    """The rope a fused operator applies: weights.rope, or plain RoPE at weights.rope_theta."""
+    return weights.rope if weights.rope is not None else RopeConfig(theta=weights.rope_theta)
 
 
 # ---- the fused operator (the SC11 seed's), absorbed and plain ---------------------------
@@ -221,7 +221,7 @@ def _split_query(q_lora: torch.Tensor, weights: FusedWeights, cache_seqlens: tor
     q = torch.einsum("bsr,rhe->bshe", q_lora.to(dtype), w_uq.to(dev, dtype))
     nope = w_uq.shape[2] - rope_dim
     pos = positions(cache_seqlens.to(dev), q_lora.shape[1])             # [b, s_q]
-    return q[..., :nope], rope(q[..., nope:], pos[:, :, None], weights.rope_theta)
+    return q[..., :nope], rope(q[..., nope:], pos[:, :, None], weights_rope(weights))
 
 
 def _check_weights(weights: FusedWeights, nope: int, rank: int, h: int) -> None:

@@ -20,6 +20,7 @@ import torch
 from ..errors import InputError
 from ..paths import cache_dir
 from ..problem import FusedWeights, MlaInputs
+from ..rope import RopeConfig, RotaryTable
 from ..schedule.parse import dumps, loads
 from ..schedule.records import Schedule
 
@@ -36,12 +37,32 @@ def _tensors(inputs: MlaInputs) -> dict[str, Any]:
                 cache_seqlens=inputs.cache_seqlens, softmax_scale=inputs.softmax_scale,
                 causal=inputs.causal, q_lora=inputs.q_lora,
                 weights=None if w is None else dict(w_uq=w.w_uq, w_uk=w.w_uk, w_uv=w.w_uv,
-                                                     rope_theta=w.rope_theta),
+                                                     rope_theta=w.rope_theta,
+                                                     rope=_rope_record(w.rope)),
                 meta=dict(inputs.meta))
+
+
+def _rope_record(rope) -> Optional[dict]:
+    if rope is None:
+        return None
+    if isinstance(rope, RotaryTable):
+        return dict(table=True, cos=rope.cos, sin=rope.sin, layout=rope.layout)
+    return dict(table=False, **dataclasses.asdict(rope))
+
+
+def _rope_from(rec: Optional[dict]):
+    if rec is None:
+        return None
+    rec = dict(rec)
+    if rec.pop("table"):
+        return RotaryTable(**rec)
+    return RopeConfig(**rec)
 
 
 def _inputs(d: dict[str, Any]) -> MlaInputs:
     w = d.get("weights")
+    if w is not None:
+        w = dict(w, rope=_rope_from(w.get("rope")))
     return MlaInputs(q=d["q"], k_cache=d["k_cache"], block_table=d["block_table"],
                      cache_seqlens=d["cache_seqlens"], softmax_scale=d["softmax_scale"],
                      causal=d["causal"], q_lora=d.get("q_lora"),

@@ -12,6 +12,7 @@ flow and trace, no data work; what the scheme chooser simulates).
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Optional
 
 import numpy as np
@@ -22,6 +23,8 @@ from ...codegen import SourceSet, render_template
 from ...errors import EmulatorError, InputError
 from ...paths import TEMPLATES_DIR
 from ...problem import TORCH_DTYPES, MlaInputs, MlaOutputs
+from ...reference import weights_rope
+from ...rope import RopeConfig, RotaryTable
 from ...runtime import load_library
 from ...schedule.records import Schedule
 from ...schedule.resources import SC11_PROJ_ROWS, sc11_granules, sc11_heads_per_core
@@ -61,7 +64,9 @@ def render(schedule: Schedule) -> SourceSet:
 class _Args(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int64) for n in
                 ("batch", "s_q", "num_blocks", "max_blocks", "scheme", "causal", "threads")] + \
-               [("scale", ctypes.c_double), ("rope_theta", ctypes.c_double)] + \
+               [("scale", ctypes.c_double), ("rope_rows", ctypes.c_int64),
+                ("rope_layout", ctypes.c_int64), ("rope_cos", ctypes.c_void_p),
+                ("rope_sin", ctypes.c_void_p)] + \
                [(n, ctypes.c_void_p) for n in
                 ("q", "q_lora", "w_uq", "w_uk", "w_uv", "k_cache", "block_table", "seqlens",
                  "out", "lse")]
@@ -199,11 +204,15 @@ class Sc11Runner:
                 out = torch.empty(b, s_q, h, width, dtype=TORCH_DTYPES[p.dtype])
                 lse = torch.empty(b, h, s_q, dtype=torch.float32)
         w = inp.weights if fused else None
+        table = None if dry or w is None else rotary_table(w, inp.cache_seqlens)
         args = _Args(batch=b, s_q=s_q, num_blocks=inp.k_cache.shape[0],
                      max_blocks=inp.block_table.shape[1], scheme=SCHEME_IDS[scheme],
                      causal=int(bool(inp.causal)), threads=int(threads or 0),
                      scale=float(inp.softmax_scale),
-                     rope_theta=float(w.rope_theta) if w is not None else 10000.0,
+                     rope_rows=table.rows if table else 0,
+                     rope_layout=LAYOUT_IDS[table.layout] if table else 0,
+                     rope_cos=c(table.cos) if table else None,
+                     rope_sin=c(table.sin) if table else None,
                      q=None if fused else c(inp.q), q_lora=c(inp.q_lora) if fused else None,
                      w_uq=c(w.w_uq) if w else None, w_uk=c(w.w_uk) if w else None,
                      w_uv=c(w.w_uv) if w else None, k_cache=c(inp.k_cache),
@@ -246,6 +255,33 @@ class Sc11Runner:
         if times:
             extra["scheme_times"] = times    # auto: simulated seconds of every scheme
         return MlaOutputs(out, lse, extra=extra)
+
+
+LAYOUT_IDS = {"interleaved": 0, "half": 1}
+
+
+def rotary_table(weights, cache_seqlens: torch.Tensor) -> RotaryTable:
+    """The fp32 table the kernel reads: the weights' own table, or one built from their rope
+    config (plain RoPE at rope_theta when none) for the positions this call needs (rows
+    rounded up to a power of two so that growing sequences reuse one table)."""
+    rope = weights_rope(weights)
+    rope_dim = weights.w_uq.shape[-1] - weights.w_uk.shape[1]
+    longest = int(cache_seqlens.max()) if cache_seqlens.numel() else 0
+    if isinstance(rope, RotaryTable):
+        if rope.half_dim != rope_dim // 2:
+            raise InputError(f"the rotary table has {rope.half_dim} frequencies; rope_dim "
+                             f"{rope_dim} needs {rope_dim // 2}")
+        if longest > rope.rows:
+            raise InputError(f"a sequence of {longest} tokens needs positions past the rotary "
+                             f"table's {rope.rows} rows")
+        return RotaryTable(rope.cos.float().cpu().contiguous(),
+                           rope.sin.float().cpu().contiguous(), rope.layout)
+    return _config_table(rope, rope_dim, max(1024, 1 << max(0, longest - 1).bit_length()))
+
+
+@functools.lru_cache(maxsize=16)
+def _config_table(rope: RopeConfig, rope_dim: int, rows: int) -> RotaryTable:
+    return rope.table(rows, rope_dim)
 
 
 def _check_dest(dest: MlaOutputs, out_shape: tuple, out_dtype, lse_shape: tuple) -> None:

@@ -13,7 +13,14 @@ struct Sc11Args {
   int64_t scheme;      // 1 heads, 2 batch, 3 seq, 4 batch_seq
   int64_t causal;
   int64_t threads;     // host threads that run the cores (<= 0: hardware threads)
-  double scale, rope_theta;
+  double scale;
+  // fused: the rotary table, row p = position p's cos / sin of each frequency [rope_rows,
+  // rope / 2] (fp32, any attention scaling multiplied in; built from the model's rope
+  // config by the runner); rope_layout 0: interleaved pairs (x[2i], x[2i+1]), 1: half
+  // pairs (x[i], x[i + rope / 2]).  Every position a query takes must be < rope_rows.
+  int64_t rope_rows, rope_layout;
+  const float* rope_cos;
+  const float* rope_sin;
   const uint16_t* q;        // attention only: [batch, s_q, heads, d]
   const uint16_t* q_lora;   // fused: [batch, s_q, q_lora_rank]
   const uint16_t* w_uq;     // fused: [q_lora_rank, heads, nope + rope]

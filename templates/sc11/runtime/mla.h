@@ -143,9 +143,12 @@ class Mla {
       arg_fail("a required pointer is null (%lld)", 0);
     if (Cfg::FUSED ? (!a_.q_lora || !a_.w_uq || !a_.w_uk || !a_.w_uv) : !a_.q)
       arg_fail("a required input pointer is null (%lld)", 0);
+    if (Cfg::FUSED && !dry_ && (!a_.rope_cos || !a_.rope_sin || a_.rope_layout < 0 || a_.rope_layout > 1))
+      arg_fail("the rotary table is missing or its layout %lld unknown", a_.rope_layout);
     for (int64_t b = 0; b < a_.batch; ++b) {
       const int64_t L = a_.seqlens[b];
       if (L < 0 || L > a_.max_blocks * PAGE) arg_fail("cache_seqlens entry %lld out of range", b);
+      if (Cfg::FUSED && !dry_ && L > a_.rope_rows) arg_fail("sequence %lld has positions past the rotary table", b);
       const int64_t used = (keys_read(L) + PAGE - 1) / PAGE;
       for (int64_t j = 0; j < used; ++j) {
         const int32_t blk = a_.block_table[b * a_.max_blocks + j];
@@ -607,14 +610,20 @@ class Mla {
         for (int r = 0; r < nr; ++r) {
           from_f32<T>(ql + (int64_t)r * DV, dst + (int64_t)r * D, DV);
           const int64_t tok = it.r0 + r, b = tok / a_.s_q, s = tok % a_.s_q;
-          const double pos = (double)(a_.seqlens[b] - a_.s_q + s);
+          // a row with a negative position sees no key: any rotation will do (identity)
+          const int64_t pos = a_.seqlens[b] - a_.s_q + s;
+          const float* co_row = pos >= 0 ? a_.rope_cos + pos * (ROPE / 2) : nullptr;
+          const float* si_row = pos >= 0 ? a_.rope_sin + pos * (ROPE / 2) : nullptr;
           const float* pe = qh + (int64_t)r * (NOPE + ROPE) + NOPE;
-          for (int i2 = 0; i2 < ROPE / 2; ++i2) {   // interleaved pairs (x[2i], x[2i+1])
-            const double ang = pos * std::pow(a_.rope_theta, -2.0 * i2 / ROPE);
-            const float co = (float)std::cos(ang), si = (float)std::sin(ang);
-            const float x0 = pe[2 * i2], x1 = pe[2 * i2 + 1];
-            dst[(int64_t)r * D + DV + 2 * i2] = T::from_f32(x0 * co - x1 * si);
-            dst[(int64_t)r * D + DV + 2 * i2 + 1] = T::from_f32(x0 * si + x1 * co);
+          uint16_t* qpe = dst + (int64_t)r * D + DV;
+          // frequency i rotates (x[2i], x[2i+1]) interleaved, or (x[i], x[i + ROPE/2]) half
+          const int stride = a_.rope_layout == 0 ? 1 : ROPE / 2, step = a_.rope_layout == 0 ? 2 : 1;
+          for (int i2 = 0; i2 < ROPE / 2; ++i2) {
+            const float co = co_row ? co_row[i2] : 1.0f, si = si_row ? si_row[i2] : 0.0f;
+            const int j0 = step * i2, j1 = j0 + stride;
+            const float x0 = pe[j0], x1 = pe[j1];
+            qpe[j0] = T::from_f32(x0 * co - x1 * si);
+            qpe[j1] = T::from_f32(x0 * si + x1 * co);
           }
         }
       }
