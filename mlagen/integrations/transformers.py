@@ -1,0 +1,328 @@
+"""Run a transformers DeepseekV3 (or DeepseekV2) model's attention through mlagen.
+
+    from mlagen.integrations.transformers import enable, PagedLatentCache
+    enable(model)                                   # sc11 emulator on CPU, hopper on a GPU
+    cache = PagedLatentCache(model, batch_size=4, max_length=256, page_size=64)
+    out = model.generate(ids, attention_mask=mask, past_key_values=cache, max_new_tokens=32)
+
+`enable` replaces every layer's self_attn by an `MlagenAttention` that keeps the layer's own
+projections and prepares, once, the absorbed weights of its heads: W_UQ from q_b_proj (or
+q_proj when q_lora_rank is None, DeepseekV2-Lite), W_UK and W_UV from kv_b_proj.  Each step:
+
+    q_lora = q_a_layernorm(q_a_proj(x))             (x itself without q_lora)
+    (c_kv | k_rope) = kv_a_layernorm / RoPE of kv_a_proj_with_mqa(x) -> the paged latent cache
+    out[b, s, h] = the fused operator (mlagen.integrations.latent) on the cache
+    o_proj: this rank's heads' columns, fp32 partial sums all-reduced over the TP ranks
+
+Decode steps (s_q <= the kernel's rows) run the generated kernel; longer steps (a prefill)
+run mlagen's torch operator on the same cache.  RoPE is mlagen.rope from the model's config
+(default / linear / YaRN with its mscale and softmax scale).  With rope_interleave (DeepSeek-V3's
+configs) transformers de-interleaves the rope dims as it rotates, so its cached k_rot is in
+the half layout; the paged cache keeps that layout (W_UQ's rope columns and k_rope are
+permuted once, the kernel rotates halves), so its latents equal transformers' own.
+
+Sequences: left padding (generate's default for decoder-only models) with position_ids from
+the attention mask; a row's real tokens are its last position_ids[-1] + 1 - cached ones.
+Beam search (cache reordering) is not supported.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+from ..parallel import all_reduce_sum, head_range, world
+from ..problem import FusedWeights
+from ..rope import RopeConfig, deinterleave_perm, rotate
+from .latent import LatentDecoder, default_target
+
+try:
+    from transformers.cache_utils import Cache, CacheLayerMixin
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError('mlagen.integrations.transformers needs transformers 5.x: '
+                      'pip install "mlagen[hf]"') from e
+
+__all__ = ["enable", "disable", "PagedLatentCache", "MlagenAttention", "absorbed_weights",
+           "model_rope"]
+
+SUPPORTED = ("deepseek_v3", "deepseek_v2")
+
+
+def _attn_modules(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    found = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if name == "self_attn" and hasattr(child, "kv_b_proj"):
+                found.append((parent, name, child))
+    return found
+
+
+def _config(model: nn.Module):
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
+        raise InputError(f"mlagen's transformers integration takes a model of type "
+                         f"{' or '.join(SUPPORTED)}; got "
+                         f"{getattr(cfg, 'model_type', type(model).__name__)}")
+    return cfg
+
+
+def model_rope(config) -> RopeConfig:
+    """The model's RoPE as the paged cache holds it: DeepseekV3 with rope_interleave rotates
+    de-interleaved dims (half layout); DeepseekV2 rotates interleaved pairs in place."""
+    rope = RopeConfig.from_hf(config)
+    if config.model_type == "deepseek_v3":
+        import dataclasses
+
+        return dataclasses.replace(rope, layout="half")
+    return rope
+
+
+def _permute_rope(config) -> bool:
+    return config.model_type == "deepseek_v3" and bool(getattr(config, "rope_interleave", True))
+
+
+def absorbed_weights(attn: nn.Module, config, heads: tuple[int, int],
+                     dtype: torch.dtype) -> FusedWeights:
+    """W_UQ [q_lora_rank, h, nope + rope], W_UK [h, nope, rank], W_UV [h, rank, v] of heads
+    [lo, hi), from q_b_proj (or q_proj) and kv_b_proj; the rope columns de-interleaved when
+    the model rotates them so."""
+    lo, hi = heads
+    nope, rope_dim = config.qk_nope_head_dim, config.qk_rope_head_dim
+    v, rank = config.v_head_dim, config.kv_lora_rank
+    n_heads = config.num_attention_heads
+    q_w = (attn.q_b_proj if attn.q_b_proj is not None else attn.q_proj).weight.detach()
+    w_uq = q_w.reshape(n_heads, nope + rope_dim, -1)[lo:hi].permute(2, 0, 1)   # [r, h, e]
+    if _permute_rope(config):
+        perm = torch.cat((torch.arange(nope), nope + deinterleave_perm(rope_dim)))
+        w_uq = w_uq[..., perm.to(w_uq.device)]
+    kv_w = attn.kv_b_proj.weight.detach().reshape(n_heads, nope + v, rank)[lo:hi]
+    w_uk = kv_w[:, :nope]                                                       # [h, nope, rank]
+    w_uv = kv_w[:, nope:].transpose(1, 2)                                       # [h, rank, v]
+    return FusedWeights(w_uq.to(dtype).contiguous(), w_uk.to(dtype).contiguous(),
+                        w_uv.to(dtype).contiguous(), rope=model_rope(config))
+
+
+# ------------------------------------------------------------------ the paged cache -----
+class PagedLatentLayer(CacheLayerMixin):
+    """One layer's latent cache: k_cache [num_blocks, page, 1, kv_lora_rank + rope] and the
+    length of each sequence; the block table is the cache's (shared by the layers)."""
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, owner: "PagedLatentCache"):
+        super().__init__()
+        self.owner = owner
+        self.k_cache: Optional[torch.Tensor] = None
+        self.seqlens = torch.zeros(owner.n_seqs, dtype=torch.int32)
+        self.processed = 0       # token columns seen (pads included): transformers' length
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        pass
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        raise InputError("this cache is written by mlagen's attention; a layer not switched by "
+                         "mlagen.integrations.transformers.enable() called update()")
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.processed + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.processed
+
+    def get_max_length(self) -> int:
+        return self.owner.max_length
+
+    def reset(self) -> None:
+        self.seqlens.zero_()
+        self.processed = 0
+        if self.k_cache is not None:
+            self.k_cache.fill_(float("nan"))
+
+    def reorder_cache(self, beam_idx) -> None:
+        raise InputError("mlagen's paged latent cache does not reorder sequences (beam search)")
+
+    def append(self, latent: torch.Tensor, n_new: torch.Tensor) -> None:
+        """Write the last n_new[i] tokens of latent[i] ([b, s, d]) after sequence i's tokens."""
+        b, s, d = latent.shape
+        if self.k_cache is None:
+            self.k_cache = torch.full((self.owner.num_blocks, self.owner.page_size, 1, d),
+                                      float("nan"), dtype=latent.dtype, device=latent.device)
+        new_len = self.seqlens + n_new.to(torch.int32)
+        self.owner.reserve(new_len)
+        page = self.owner.page_size
+        rows, cols, slots = [], [], []
+        for i in range(b):
+            n, start = int(n_new[i]), int(self.seqlens[i])
+            if n:
+                rows.append(torch.full((n,), i))
+                cols.append(torch.arange(s - n, s))
+                slots.append(torch.arange(start, start + n))
+        if rows:
+            r, c, t = torch.cat(rows), torch.cat(cols), torch.cat(slots)
+            table = self.owner.block_table
+            blocks = table[r, t // page].long().to(latent.device)
+            self.k_cache[blocks, (t % page).to(latent.device), 0] = latent[r.to(latent.device),
+                                                                         c.to(latent.device)]
+        self.seqlens = new_len
+        self.processed += s
+
+
+class PagedLatentCache(Cache):
+    """A paged latent cache (c_kv | k_rope per token) for mlagen's attention, given to
+    generate() as past_key_values.  Pages are handed out as sequences grow, from one pool
+    of ceil(max_length / page_size) pages per sequence; the block table is shared by the
+    layers."""
+
+    def __init__(self, model: nn.Module, batch_size: int, max_length: int, page_size: int = 64):
+        cfg = _config(model)
+        if batch_size < 1 or max_length < 1:
+            raise InputError("batch_size and max_length must be >= 1")
+        if not 1 <= page_size <= 256:
+            raise InputError(f"page_size = {page_size} must be between 1 and 256")
+        self.n_seqs, self.max_length, self.page_size = batch_size, max_length, page_size
+        self.max_blocks = -(-max_length // page_size)
+        self.num_blocks = batch_size * self.max_blocks
+        self.block_table = torch.zeros(batch_size, self.max_blocks, dtype=torch.int32)
+        self.pages_used = torch.zeros(batch_size, dtype=torch.int64)
+        self._free = list(range(self.num_blocks))
+        super().__init__(layers=[PagedLatentLayer(self) for _ in range(cfg.num_hidden_layers)])
+
+    def reserve(self, lengths: torch.Tensor) -> None:
+        need = (lengths.long() + self.page_size - 1) // self.page_size
+        if int(lengths.max()) > self.max_length:
+            raise InputError(f"a sequence of {int(lengths.max())} tokens does not fit the "
+                             f"cache's max_length {self.max_length}")
+        for i in range(self.n_seqs):
+            while self.pages_used[i] < need[i]:
+                self.block_table[i, self.pages_used[i]] = self._free.pop(0)
+                self.pages_used[i] += 1
+
+    def reset(self) -> None:
+        for layer in self.layers:
+            layer.reset()
+        self.block_table.zero_()
+        self.pages_used.zero_()
+        self._free = list(range(self.num_blocks))
+
+    def reorder_cache(self, beam_idx) -> None:
+        raise InputError("mlagen's paged latent cache does not reorder sequences (beam search)")
+
+
+# ------------------------------------------------------------------ the attention -------
+class MlagenAttention(nn.Module):
+    """A DeepseekV3/V2 attention layer whose latent attention runs through mlagen."""
+
+    def __init__(self, attn: nn.Module, config, *, target: str, tp: int, rank: int,
+                 page_size: int, max_s_q: int, group=None, sc11_knobs: Optional[dict] = None):
+        super().__init__()
+        self.inner = attn                       # keeps the projections (and their weights)
+        self.config, self.layer_idx = config, attn.layer_idx
+        self.tp, self.rank, self.group = tp, rank, group
+        self.heads = head_range(config.num_attention_heads, tp, rank)
+        dtype = attn.kv_b_proj.weight.dtype
+        weights = absorbed_weights(attn, config, self.heads, dtype)
+        self.rope = weights.rope
+        self.softmax_scale = self.rope.softmax_scale(config.qk_nope_head_dim
+                                                     + config.qk_rope_head_dim)
+        self.decoder = LatentDecoder(weights, self.softmax_scale, target=target,
+                                     page_size=page_size, max_s_q=max_s_q,
+                                     heads_total=config.num_attention_heads, tp=tp, dtype=dtype,
+                                     sc11_knobs=sc11_knobs)
+        v = config.v_head_dim
+        lo, hi = self.heads
+        self.register_buffer("o_w", attn.o_proj.weight.detach()[:, lo * v:hi * v].contiguous(),
+                             persistent=False)
+        self._k_perm = deinterleave_perm(config.qk_rope_head_dim) if _permute_rope(config) \
+            else None
+
+    def forward(self, hidden_states: torch.Tensor, position_embeddings=None,
+                attention_mask=None, past_key_values=None, **kwargs: Any):
+        a, cfg = self.inner, self.config
+        if not isinstance(past_key_values, PagedLatentCache):
+            raise InputError("mlagen's attention needs past_key_values=PagedLatentCache(model, "
+                             "batch_size, max_length) (got "
+                             f"{type(past_key_values).__name__})")
+        layer = past_key_values.layers[self.layer_idx]
+        b, s, _ = hidden_states.shape
+        if b != past_key_values.n_seqs:
+            raise InputError(f"batch {b} differs from the cache's {past_key_values.n_seqs}")
+        q_lora = a.q_a_layernorm(a.q_a_proj(hidden_states)) if a.q_a_proj is not None \
+            else hidden_states
+        c_kv, k_pe = torch.split(a.kv_a_proj_with_mqa(hidden_states),
+                                 [cfg.kv_lora_rank, cfg.qk_rope_head_dim], dim=-1)
+        c_kv = a.kv_a_layernorm(c_kv)
+        if self._k_perm is not None:
+            k_pe = k_pe[..., self._k_perm.to(k_pe.device)]
+        n_new, pos = self._new_tokens(layer, kwargs.get("position_ids"), b, s,
+                                      hidden_states.device)
+        k_rot = rotate(k_pe.float(), pos, self.rope).to(c_kv.dtype)
+        layer.append(torch.cat((c_kv, k_rot), dim=-1), n_new)
+        dev = hidden_states.device
+        seqlens = layer.seqlens.to(dev)
+        table = past_key_values.block_table.to(dev)
+        out = self.decoder(q_lora.contiguous(), layer.k_cache, table, seqlens)  # [b, s, h, v]
+        partial = out.reshape(b, s, -1).float() @ self.o_w.float().t()
+        all_reduce_sum(partial, self.group)
+        if a.o_proj.bias is not None:
+            partial = partial + a.o_proj.bias.float()
+        return partial.to(hidden_states.dtype), None
+
+    @staticmethod
+    def _new_tokens(layer: PagedLatentLayer, position_ids, b: int, s: int, device
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """How many of the s tokens of each row are real (the last ones: left padding) and
+        the position of every token column (pads: any)."""
+        have = layer.seqlens.long()
+        if position_ids is None:
+            n_new = torch.full((b,), s, dtype=torch.long)
+        else:
+            pid = position_ids.detach().long().cpu().expand(b, s)
+            n_new = pid[:, -1] + 1 - have
+            bad = (n_new < 0) | (n_new > s)
+            if bad.any():
+                i = int(bad.nonzero()[0])
+                raise InputError(f"row {i}: position {int(pid[i, -1])} does not continue its "
+                                 f"{int(have[i])} cached tokens (only left padding is supported)")
+            cols = torch.arange(s)[None, :]
+            real = cols >= s - n_new[:, None]
+            want = have[:, None] + cols - (s - n_new[:, None])
+            if not torch.equal(torch.where(real, pid, 0), torch.where(real, want, 0)):
+                raise InputError("position_ids must number each row's real tokens "
+                                 "consecutively after its cached ones (left padding only)")
+        pos = have[:, None] + torch.arange(s)[None, :] - (s - n_new[:, None])   # pads < start
+        return n_new, pos.to(device)
+
+
+def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 64,
+           max_s_q: int = 1, group=None, sc11_knobs: Optional[dict] = None) -> nn.Module:
+    """Switch every attention layer of a DeepseekV3 / DeepseekV2 model to mlagen, in place.
+
+    target: "sc11" (the emulated card, CPU tensors), "hopper" (a GPU) or "torch"; default by
+    the model's device.  Under torch.distributed (world size tp) each rank takes its heads.
+    page_size must match the PagedLatentCache given to generate()."""
+    cfg = _config(model)
+    if getattr(cfg, "num_key_value_heads", cfg.num_attention_heads) != cfg.num_attention_heads:
+        raise InputError("MLA models have num_key_value_heads == num_attention_heads")
+    device = next(model.parameters()).device
+    target = target or default_target(device)
+    tp, rank = world(group)
+    for parent, name, attn in _attn_modules(model):
+        if isinstance(attn, MlagenAttention):
+            continue
+        setattr(parent, name, MlagenAttention(attn, cfg, target=target, tp=tp, rank=rank,
+                                              page_size=page_size, max_s_q=max_s_q,
+                                              group=group, sc11_knobs=sc11_knobs))
+    return model
+
+
+def disable(model: nn.Module) -> nn.Module:
+    """Put transformers' own attention back."""
+    for parent in model.modules():
+        for name, child in list(parent.named_children()):
+            if isinstance(child, MlagenAttention):
+                setattr(parent, name, child.inner)
+    return model

@@ -1,0 +1,61 @@
+"""Tensor parallel over torch.distributed: one rank per card, heads split by rank.
+
+    tp, rank = world()                    (1, 0) without an initialised process group
+    lo, hi = head_range(heads, tp, rank)  the rank's heads, as in the seed (128 / 4 = 32 a card)
+    all_reduce_sum(x)                     the o_proj partial sums of every rank (fp32)
+    init_from_env()                       gloo on CPU, nccl on GPUs, from torchrun's variables
+
+Each rank runs its own operator on its own heads; the only collective of an MLA layer is the
+sum of the o_proj partial products (out[h] @ W_O[:, h's columns] summed over the cards).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from .errors import InputError
+
+__all__ = ["world", "head_range", "all_reduce_sum", "init_from_env", "backend_for"]
+
+
+def world(group: Optional["dist.ProcessGroup"] = None) -> tuple[int, int]:
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1, 0
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def head_range(heads: int, tp: int, rank: int) -> tuple[int, int]:
+    if tp < 1 or heads % tp:
+        raise InputError(f"tp = {tp} must divide the {heads} heads")
+    if not 0 <= rank < tp:
+        raise InputError(f"rank {rank} is not in [0, {tp})")
+    per = heads // tp
+    return rank * per, (rank + 1) * per
+
+
+def all_reduce_sum(x: torch.Tensor, group: Optional["dist.ProcessGroup"] = None) -> torch.Tensor:
+    """Sum over the ranks in place (a no-op alone).  Reduced in fp32 so that tp = N gives the
+    tp = 1 result up to the order of one fp32 sum."""
+    if world(group)[0] > 1:
+        dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
+    return x
+
+
+def backend_for(device: torch.device | str) -> str:
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def init_from_env(device: str = "cpu") -> tuple[int, int]:
+    """Join the process group torchrun (or `mlagen run --tp N`) describes in the environment
+    (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); on GPUs each rank takes cuda:LOCAL_RANK."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return 1, 0
+    if not dist.is_initialized():
+        if device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
+        dist.init_process_group(backend_for(device))
+    return world()

@@ -1,0 +1,60 @@
+"""Tiny random-weight DeepseekV3 models with DeepSeek-V3's real MLA dims, built in code (no
+hub downloads), for the transformers integration tests."""
+
+from __future__ import annotations
+
+import torch
+
+# DeepSeek-V3's config.json rope: theta 10000 with YaRN (factor 40 over 4096 positions).
+DSV3_ROPE = dict(rope_type="yarn", rope_theta=10000.0, factor=40,
+                 original_max_position_embeddings=4096, beta_fast=32, beta_slow=1, mscale=1.0,
+                 mscale_all_dim=1.0)
+VOCAB, HIDDEN, HEADS = 384, 256, 8
+
+
+def tiny_config(interleave: bool = True, rope: dict | None = None, layers: int = 2):
+    from transformers import DeepseekV3Config
+
+    return DeepseekV3Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=512, moe_intermediate_size=128,
+        num_hidden_layers=layers, first_k_dense_replace=1, num_attention_heads=HEADS,
+        num_key_value_heads=HEADS, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+        n_group=1, topk_group=1,
+        # the real MLA dims
+        kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128,
+        v_head_dim=128, max_position_embeddings=163840,
+        rope_parameters=dict(rope or DSV3_ROPE), rope_interleave=interleave,
+        attn_implementation="eager", pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        tie_word_embeddings=False)
+
+
+def tiny_model(interleave: bool = True, rope: dict | None = None, layers: int = 2,
+               seed: int = 0, dtype=torch.bfloat16):
+    """Random weights, shaped so that a test can demand identical greedy tokens: the LM head
+    is a permutation of the (unit-scale) embeddings, so each step's top logit leads the
+    next by ~8 (bf16 noise: ~0.2); q_b_proj and kv_b_proj are 4x transformers' init so that
+    attention is sharp and carries much of the logits (without it they move by ~13)."""
+    from transformers import DeepseekV3ForCausalLM
+
+    torch.manual_seed(seed)
+    model = DeepseekV3ForCausalLM(tiny_config(interleave, rope, layers)).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        emb = torch.randn(VOCAB, HIDDEN, generator=g)
+        model.model.embed_tokens.weight.copy_(emb)
+        model.lm_head.weight.copy_(emb[torch.randperm(VOCAB, generator=g)] * 0.1)
+        for layer in model.model.layers:
+            layer.self_attn.q_b_proj.weight.mul_(4)
+            layer.self_attn.kv_b_proj.weight.mul_(4)
+    return model.to(dtype)
+
+
+def prompts(batch: int = 3, longest: int = 12, seed: int = 0):
+    """Left-padded prompts of different lengths (longest, longest - 5, longest - 2, ...)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (batch, longest), generator=g)
+    mask = torch.ones_like(ids)
+    for i, pad in enumerate([0, 5, 2, 7, 1, 4][:batch]):
+        mask[i, :pad] = 0
+    ids[mask == 0] = 0
+    return ids, mask
