@@ -12,14 +12,15 @@ sum of the o_proj partial products (out[h] @ W_O[:, h's columns] summed over the
 from __future__ import annotations
 
 import os
-from typing import Optional
+import socket
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
 
 from .errors import InputError
 
-__all__ = ["world", "head_range", "all_reduce_sum", "init_from_env", "backend_for"]
+__all__ = ["world", "head_range", "all_reduce_sum", "init_from_env", "backend_for", "spawn"]
 
 
 def world(group: Optional["dist.ProcessGroup"] = None) -> tuple[int, int]:
@@ -59,3 +60,34 @@ def init_from_env(device: str = "cpu") -> tuple[int, int]:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
         dist.init_process_group(backend_for(device))
     return world()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _entry(rank: int, fn: Callable, world_size: int, port: int, device: str,
+           args: tuple) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    init_from_env(device)
+    try:
+        fn(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn: Callable, nprocs: int, args: tuple = (), device: str = "cpu") -> None:
+    """Run fn(rank, world_size, *args) in nprocs fresh processes joined in one process group
+    (gloo on CPU, each rank one emulated card; nccl on GPUs, rank r on cuda:r), as torchrun
+    would; fn must be importable (a module-level function).  Raises if any rank fails."""
+    import torch.multiprocessing as mp
+
+    if nprocs < 1:
+        raise InputError(f"tp = {nprocs} must be >= 1")
+    if device == "cuda" and torch.cuda.device_count() < nprocs:
+        raise InputError(f"tp = {nprocs} needs {nprocs} GPUs; {torch.cuda.device_count()} found")
+    mp.start_processes(_entry, args=(fn, nprocs, _free_port(), device, args), nprocs=nprocs,
+                       join=True, start_method="spawn")

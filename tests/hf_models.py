@@ -58,3 +58,22 @@ def prompts(batch: int = 3, longest: int = 12, seed: int = 0):
         mask[i, :pad] = 0
     ids[mask == 0] = 0
     return ids, mask
+
+
+def tp_generate(rank: int, world: int, interleave: bool, new_tokens: int, out_path: str):
+    """One TP rank (or the whole model when alone): enable mlagen on this rank's heads,
+    generate greedily, and (rank 0) save the tokens and logits."""
+    from mlagen.integrations.transformers import PagedLatentCache, enable
+
+    torch.set_num_threads(1)
+    model = enable(tiny_model(interleave=interleave), page_size=16)
+    ids, mask = prompts()
+    cache = PagedLatentCache(model, ids.shape[0], 64, page_size=16)
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens,
+                             do_sample=False, past_key_values=cache, output_logits=True,
+                             return_dict_in_generate=True)
+    attn = model.model.layers[0].self_attn
+    if rank == 0:
+        torch.save(dict(sequences=out.sequences, logits=torch.stack(out.logits).float(),
+                        heads=attn.heads, card_heads=attn.decoder.heads), out_path)
