@@ -75,6 +75,11 @@ def cmd_run(args) -> int:
     from .report import run_report
 
     s = _schedule(args.schedule)
+    if args.tp is not None:
+        from .tprun import run_tp
+
+        return run_tp(s, args.tp, batch=args.batch, seqlen=args.seqlen, s_q=args.s_q,
+                      seed=args.seed, scheme=args.scheme, varlen=args.varlen)
     return run_report(s, batch=args.batch, seqlen=args.seqlen, s_q=args.s_q, seed=args.seed,
                       scheme=args.scheme, chart=args.chart, varlen=args.varlen)
 
@@ -147,6 +152,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scheme", default=None, help="SC11 phase-B scheme (default: schedule's)")
     p.add_argument("--chart", default=None,
                    help="SC11 timeline chart path prefix (default: out/<schedule>)")
+    p.add_argument("--tp", type=int, default=None,
+                   help="a real tensor-parallel run: N processes (gloo / nccl), heads split "
+                        "by rank; replaces the schedule's tp")
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("verify", help="check a schedule's kernel against the reference over "
