@@ -60,14 +60,17 @@ def prompts(batch: int = 3, longest: int = 12, seed: int = 0):
     return ids, mask
 
 
-def tp_generate(rank: int, world: int, interleave: bool, new_tokens: int, out_path: str):
-    """One TP rank (or the whole model when alone): enable mlagen on this rank's heads,
-    generate greedily, and (rank 0) save the tokens and logits."""
+def tp_generate(rank: int, world: int, interleave: bool, new_tokens: int, out_path: str,
+                device: str = "cpu"):
+    """One TP rank (or the whole model when alone): enable mlagen on this rank's heads
+    (SC11 on CPU, Hopper on cuda:rank), generate greedily, and (rank 0) save the tokens and
+    logits."""
     from mlagen.integrations.transformers import PagedLatentCache, enable
 
     torch.set_num_threads(1)
-    model = enable(tiny_model(interleave=interleave), page_size=16)
-    ids, mask = prompts()
+    dev = f"cuda:{rank}" if device == "cuda" else "cpu"
+    model = enable(tiny_model(interleave=interleave).to(dev), page_size=16)
+    ids, mask = (t.to(dev) for t in prompts())
     cache = PagedLatentCache(model, ids.shape[0], 64, page_size=16)
     with torch.no_grad():
         out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens,
@@ -75,5 +78,6 @@ def tp_generate(rank: int, world: int, interleave: bool, new_tokens: int, out_pa
                              return_dict_in_generate=True)
     attn = model.model.layers[0].self_attn
     if rank == 0:
-        torch.save(dict(sequences=out.sequences, logits=torch.stack(out.logits).float(),
-                        heads=attn.heads, card_heads=attn.decoder.heads), out_path)
+        torch.save(dict(sequences=out.sequences.cpu(),
+                        logits=torch.stack(out.logits).float().cpu(), heads=attn.heads,
+                        card_heads=attn.decoder.heads, target=attn.decoder.target), out_path)
