@@ -128,15 +128,14 @@ def p_rounding_slack(inputs: MlaInputs, expected: MlaOutputs, store: torch.dtype
     return slack
 
 
-# Which intermediates each target's kernels round to the storage dtype (beyond the inputs).
-ROUNDED = {"sc11": (), "hopper": ("p",)}
-
-
 def oracle_for(schedule) -> Callable[..., MlaOutputs]:
-    """reference(inputs, dtype=...) -> MlaOutputs for a schedule's kernels."""
+    """reference(inputs, dtype=...) -> MlaOutputs for a schedule's (or plan's) kernels: the
+    intermediates its backend rounds to the storage dtype get their allowance."""
     from .. import reference
+    from ..backends import backend
 
-    rounded = ROUNDED.get(schedule.target.name, ())
+    schedule = getattr(schedule, "schedule", schedule)      # a Plan
+    rounded = backend(schedule.target.name).rounded
 
     def oracle(inputs: MlaInputs, dtype: torch.dtype = torch.float64) -> MlaOutputs:
         if inputs.q is None and inputs.q_lora is not None:
