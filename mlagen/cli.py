@@ -159,7 +159,7 @@ def parser() -> argparse.ArgumentParser:
 
     from .backends import default_kind, kinds
 
-    p = sub.add_parser("bench", help="a target's benchmark (e.g. SC11's Table 2 grid)")
+    p = sub.add_parser("bench", help="a target's benchmark (--target KIND)")
     p.add_argument("--target", choices=kinds(), default=default_kind())
     p.add_argument("--schedule", default=None, help="schedule file (default: the example)")
     p.add_argument("--output", default=None, help="write the table (markdown) here")

@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 
 from .paths import TEMPLATES_DIR
-from .schedule.plan import plan_of
+from .schedule.rules import plan_of
 from .schedule.records import Schedule
 from .version import __version__
 

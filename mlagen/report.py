@@ -1,5 +1,5 @@
 """`mlagen run`: build a schedule's kernel, run it on a random workload, compare with the
-reference and report (the backend adds its own lines: SC11 its simulated timeline)."""
+reference and report (the backend adds its own lines, e.g. a simulated timeline)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 
 from .errors import MlagenError
-from .schedule.plan import plan_of
+from .schedule.rules import plan_of
 from .schedule.records import Schedule
 
 

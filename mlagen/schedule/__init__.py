@@ -2,7 +2,8 @@
 
 from . import parse as _parse
 from .parse import dumps, load, loads
-from .plan import Plan, plan_of
+from .plan import Plan
+from .rules import plan_of
 from .records import FAULTS, Mapping, Problem, Schedule, TargetRef
 from .resources import can_implement
 from .rules import check

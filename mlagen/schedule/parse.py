@@ -18,7 +18,7 @@ else:  # pragma: no cover - Python 3.10
 from ..backends import all_backends, backend, kinds
 from ..errors import ScheduleError
 from .located import Located, Positions
-from .plan import remember
+from .rules import remember
 from .records import Mapping, Problem, Schedule, TargetRef
 from .rules import check
 

@@ -122,7 +122,7 @@ class Schedule:
               target_file: str | None = None, **knobs: Any) -> "Schedule":
         """Make a schedule from keyword knobs: problem and mapping fields by name.
 
-        ``Schedule.build(target="sc11", heads=128, tp=4, block_kv=64, scheme="seq")``
+        ``Schedule.build(target=KIND, heads=128, tp=4, block_kv=64)``
         makes the same record as the equivalent file, checked the same way.
         """
         assert Schedule._builder is not None, "import mlagen.schedule first"

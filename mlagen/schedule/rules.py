@@ -9,8 +9,10 @@ first failure is raised at the line of the offending key.
 from __future__ import annotations
 
 import math
+import os
+import threading
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Union
 
 from ..backends import backend
 from ..errors import ResourceError, TargetError
@@ -126,3 +128,29 @@ def check(s: Schedule, loc: Located | None = None) -> Plan:
     if not report.ok:
         raise loc.error("schedule", report.worst_key, report.message(), cls=ResourceError)
     return Plan(s, t, backend(t.kind), report)
+
+
+_PLANS: dict[tuple, Plan] = {}
+_LOCK = threading.Lock()
+
+
+def plan_of(x: Union["Schedule", Plan]) -> Plan:
+    """The plan of a schedule (checked once per process and working directory: a relative
+    target file is found from there), or the plan itself."""
+    if isinstance(x, Plan):
+        return x
+    key = (x, os.getcwd())
+    with _LOCK:
+        got = _PLANS.get(key)
+    if got is None:
+        got = check(x)
+        with _LOCK:
+            _PLANS[key] = got
+    return got
+
+
+def remember(p: Plan) -> Plan:
+    """Keep a plan the checker made (e.g. while loading a file) for ``plan_of``."""
+    with _LOCK:
+        _PLANS[(p.schedule, os.getcwd())] = p
+    return p

@@ -174,7 +174,8 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                 makes its runner with `runner_factory` ("module:function" of a schedule);
     reference:  reference(inputs, dtype=torch.float64) -> MlaOutputs (mlagen.reference.run);
     bounds, time_budget_s: override the profile's problem sizes and time budget;
-    draw_schemes: on SC11 with scheme = "auto", draw the run-time scheme per example
+    draw_schemes: where the backend has a run-time scheme choice (scheme = "auto"), draw it
+                  per example
                 (default: when the runner takes a ``scheme=`` keyword), so one build is
                 checked under every multi-core scheme.
     """
@@ -187,7 +188,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     ref = reference or _default_reference(schedule)
     gpu = backend(schedule.target.name).device != "cpu"
     isolate = gpu if isolate is None else isolate
-    device = device or ("cuda" if gpu else "cpu")
+    device = device or backend(schedule.target.name).device
 
     t0 = time.perf_counter()
     worker: Optional[IsolatedRunner] = None
@@ -338,7 +339,7 @@ def replay(path: str | Path, *, runner: Optional[Callable] = None,
     try:
         if isolate:
             with IsolatedRunner(schedule, factory=runner_factory,
-                                device=device or ("cuda" if gpu else "cpu")) as w:
+                                device=device or backend(schedule.target.name).device) as w:
                 actual = w.run(rp.inputs, expected.out.shape, expected.lse.shape)
                 poisoned = w.poisoned
         else:
@@ -372,6 +373,3 @@ def _describe(rp: "repro.Repro") -> str:
             f"page {c.get('page_size')}, {c.get('dtype')}, seqlens {c.get('seqlens')}, "
             f"seed {c.get('seed')}" + (f", scheme {c['scheme']}" if c.get("scheme") else ""))
 
-
-# the CLI pair lives in cli.py; mlagen/cli.py imports it from here
-from .cli import add_verify_arguments, verify_main  # noqa: E402,F401

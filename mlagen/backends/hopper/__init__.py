@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from mlagen.codegen import SourceSet, render_template
 from mlagen.paths import TEMPLATES_DIR
-from mlagen.schedule.plan import Plan, plan_of
+from mlagen.schedule.plan import Plan
+from mlagen.schedule.rules import plan_of
 from mlagen.schedule.records import Schedule
 
 DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}

@@ -55,7 +55,7 @@ def canonical(s: Schedule) -> Schedule:
     """The schedule a library is built from: the problem fields that are run-time arguments
     set to fixed values (every knob kept as it is), so that one build serves every head
     count, s_q and page size."""
-    from mlagen.schedule.plan import plan_of
+    from mlagen.schedule.rules import plan_of
 
     c = s.replace(heads=128, tp=1, page_size=64, max_s_q=8)
     c = dataclasses.replace(c, name=c.variant_name(), source=None)

@@ -17,7 +17,7 @@ def hopper_problem(s: Schedule, t: Target) -> Iterator[Violation]:
     p = s.problem
     if p.fused:
         yield "problem", "fused", ("fused = true is not available on target hopper "
-                                   "(attention-only, FlashMLA's API); use target sc11")
+                                   "(attention-only, FlashMLA's API)")
     if (p.kv_lora_rank, p.rope_dim) != (512, 64):
         yield "problem", "kv_lora_rank", ("the hopper kernels are built for kv_lora_rank = 512 "
                                           "and rope_dim = 64")

@@ -23,7 +23,8 @@ from ...errors import EmulatorError, InputError
 from ...paths import TEMPLATES_DIR
 from ...problem import TORCH_DTYPES, MlaInputs, MlaOutputs
 from ...runtime import load_library
-from ...schedule.plan import Plan, plan_of
+from ...schedule.plan import Plan
+from ...schedule.rules import plan_of
 from ...schedule.records import Schedule
 from .resources import SC11_PROJ_ROWS, sc11_granules, sc11_heads_per_core
 from .trace import EVENT_DTYPE
