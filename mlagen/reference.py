@@ -198,7 +198,7 @@ def weights_rope(weights: FusedWeights) -> Rope:
     return weights.rope if weights.rope is not None else RopeConfig(theta=weights.rope_theta)
 
 
-# ---- the fused operator (the SC11 seed's), absorbed and plain ---------------------------
+# ---- the fused operator (the seed's), absorbed and plain ---------------------------
 
 def _split_query(q_lora: torch.Tensor, weights: FusedWeights, cache_seqlens: torch.Tensor,
                  rope_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

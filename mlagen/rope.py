@@ -6,10 +6,11 @@
                  engines keep it (fp32); attention_factor (YaRN's mscale) is already in it
     rotate(x, pos, rope)  x [..., rope_dim] rotated at integer positions pos
 
-Both kinds of ``rope`` are accepted wherever a rotation is needed (the reference, the SC11
-fused operator, the transformers integration).  The formulas are the papers' (RoPE, linear
-position interpolation, YaRN: arXiv 2309.00071, with DeepSeek-V2/V3's mscale and its change of
-the softmax scale); angles are formed in float64 so positions up to ~1e6 keep their accuracy.
+Both kinds of ``rope`` are accepted wherever a rotation is needed (the reference, the
+emulated card's fused operator, the transformers integration).  The formulas are the
+papers' (RoPE, linear position interpolation, YaRN: arXiv 2309.00071, with DeepSeek-V2/V3's
+mscale and its change of the softmax scale); angles are formed in float64 so positions up
+to ~1e6 keep their accuracy.
 
 Layouts of the rotated part x[0:d]:
     "interleaved"  frequency i rotates the pair (x[2i], x[2i+1])        (DeepSeek's reference)

@@ -1,7 +1,7 @@
 """Run a transformers DeepseekV3 (or DeepseekV2) model's attention through mlagen.
 
     from mlagen.integrations.transformers import enable, PagedLatentCache
-    enable(model)                                   # sc11 emulator on CPU, hopper on a GPU
+    enable(model)                                   # the target kind of the model's device
     cache = PagedLatentCache(model, batch_size=4, max_length=256, page_size=64)
     out = model.generate(ids, attention_mask=mask, past_key_values=cache, max_new_tokens=32)
 
@@ -217,7 +217,7 @@ class MlagenAttention(nn.Module):
     """A DeepseekV3/V2 attention layer whose latent attention runs through mlagen."""
 
     def __init__(self, attn: nn.Module, config, *, target: str, tp: int, rank: int,
-                 page_size: int, max_s_q: int, group=None, sc11_knobs: Optional[dict] = None):
+                 page_size: int, max_s_q: int, group=None, knobs: Optional[dict] = None):
         super().__init__()
         self.inner = attn                       # keeps the projections (and their weights)
         self.config, self.layer_idx = config, attn.layer_idx
@@ -231,7 +231,7 @@ class MlagenAttention(nn.Module):
         self.decoder = LatentDecoder(weights, self.softmax_scale, target=target,
                                      page_size=page_size, max_s_q=max_s_q,
                                      heads_total=config.num_attention_heads, tp=tp, dtype=dtype,
-                                     sc11_knobs=sc11_knobs)
+                                     knobs=knobs)
         v = config.v_head_dim
         lo, hi = self.heads
         self.register_buffer("o_w", attn.o_proj.weight.detach()[:, lo * v:hi * v].contiguous(),
@@ -298,11 +298,11 @@ class MlagenAttention(nn.Module):
 
 
 def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 64,
-           max_s_q: int = 1, group=None, sc11_knobs: Optional[dict] = None) -> nn.Module:
+           max_s_q: int = 1, group=None, knobs: Optional[dict] = None) -> nn.Module:
     """Switch every attention layer of a DeepseekV3 / DeepseekV2 model to mlagen, in place.
 
-    target: "sc11" (the emulated card, CPU tensors), "hopper" (a GPU) or "torch"; default by
-    the model's device.  Under torch.distributed (world size tp) each rank takes its heads.
+    target: a target kind (mlagen.backends.kinds(): the emulated card takes CPU tensors, the
+    GPU kind CUDA ones) or "torch"; default: the kind of the model's device.  Under torch.distributed (world size tp) each rank takes its heads.
     page_size must match the PagedLatentCache given to generate()."""
     cfg = _config(model)
     if getattr(cfg, "num_key_value_heads", cfg.num_attention_heads) != cfg.num_attention_heads:
@@ -315,7 +315,7 @@ def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 6
             continue
         setattr(parent, name, MlagenAttention(attn, cfg, target=target, tp=tp, rank=rank,
                                               page_size=page_size, max_s_q=max_s_q,
-                                              group=group, sc11_knobs=sc11_knobs))
+                                              group=group, knobs=knobs))
     return model
 
 
