@@ -81,3 +81,30 @@ def tp_generate(rank: int, world: int, interleave: bool, new_tokens: int, out_pa
         torch.save(dict(sequences=out.sequences.cpu(),
                         logits=torch.stack(out.logits).float().cpu(), heads=attn.heads,
                         card_heads=attn.decoder.heads, target=attn.decoder.target), out_path)
+
+
+def tiny_v2_model(seed: int = 0, dtype=torch.bfloat16):
+    """DeepseekV2 without q_lora (DeepSeek-V2-Lite's shape: q_proj straight from the hidden
+    state), interleaved RoPE in place, shaped like tiny_model for decisive greedy steps."""
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = DeepseekV2Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=512, moe_intermediate_size=128,
+        num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=HEADS,
+        num_key_value_heads=HEADS, n_routed_experts=4, num_experts_per_tok=2,
+        n_shared_experts=1, n_group=1, topk_group=1, kv_lora_rank=512, q_lora_rank=None,
+        qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+        max_position_embeddings=163840, rope_parameters=dict(DSV3_ROPE),
+        attn_implementation="eager", pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        tie_word_embeddings=False)
+    model = DeepseekV2ForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        emb = torch.randn(VOCAB, HIDDEN, generator=g)
+        model.model.embed_tokens.weight.copy_(emb)
+        model.lm_head.weight.copy_(emb[torch.randperm(VOCAB, generator=g)] * 0.1)
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(4)
+            layer.self_attn.kv_b_proj.weight.mul_(4)
+    return model.to(dtype)

@@ -154,3 +154,20 @@ def test_deepseek_v3_rope_is_used():
     a = enable(copy.deepcopy(model)).model.layers[0].self_attn
     assert a.rope.kind == "yarn" and a.rope.factor == DSV3_ROPE["factor"]
     assert a.softmax_scale == pytest.approx(model.model.layers[0].self_attn.scaling, rel=1e-12)
+
+
+def test_deepseek_v2_without_q_lora():
+    """DeepseekV2 with q_lora_rank None: W_UQ is q_proj (the operator's q_lora is the hidden
+    state itself); its RoPE rotates interleaved pairs in place."""
+    from hf_models import tiny_v2_model
+
+    model = tiny_v2_model()
+    ids, mask = prompts()
+    want = _generate(model, ids, mask, new=8)
+    m, cache = _mlagen(model)
+    a = m.model.layers[0].self_attn
+    assert a.decoder.weights.w_uq.shape[0] == model.config.hidden_size
+    assert a.rope.layout == "interleaved"
+    got = _generate(m, ids, mask, cache, new=8)
+    assert torch.equal(got.sequences, want.sequences)
+    assert _logit_error(want, got) <= LOGIT_RTOL
