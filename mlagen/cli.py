@@ -12,12 +12,38 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
-from . import __version__
 from .errors import MlagenError
+from .version import __version__
+
+INT64_MAX = 2 ** 63 - 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit status 2), like every other."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _int(lo: int, hi: int = INT64_MAX):
+    """An argparse type: a whole number in [lo, hi]."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}, got {v}")
+        if v > hi:
+            raise argparse.ArgumentTypeError(f"must be at most {hi}, got {v}")
+        return v
+    parse.__name__ = "int"
+    return parse
 
 
 def _schedule(path: str):
@@ -26,13 +52,17 @@ def _schedule(path: str):
     return load(path)
 
 
+def _schedules(paths: list[str]) -> list:
+    """Load (and check) every schedule before any output is written."""
+    return [(p, _schedule(p)) for p in paths]
+
+
 # ---------------------------------------------------------------- commands ---------
 def cmd_check(args) -> int:
     from .schedule import can_implement
     from .schedule.rules import check
 
-    for path in args.schedules:
-        s = _schedule(path)
+    for path, s in _schedules(args.schedules):
         t = check(s)
         print(f"{path}: ok ({s.variant_name()})")
         if args.verbose:
@@ -52,8 +82,9 @@ def cmd_generate(args) -> int:
     from . import generate
 
     out = Path(args.output or ".")
-    for path in args.schedules:
-        s = _schedule(path)
+    if out.exists() and not out.is_dir():
+        raise MlagenError(f"{out}: -o must be a folder, not a file")
+    for _, s in _schedules(args.schedules):
         for p in generate(s, out / s.name):
             print(p)
     return 0
@@ -62,8 +93,7 @@ def cmd_generate(args) -> int:
 def cmd_build(args) -> int:
     from . import build
 
-    for path in args.schedules:
-        s = _schedule(path)
+    for _, s in _schedules(args.schedules):
         t0 = time.perf_counter()
         a = build(s, progress=True)
         how = "built" if a.built else "cached"
@@ -85,7 +115,22 @@ def cmd_verify(args) -> int:
     return verify_main(args)
 
 
+def _output_file(path: str | None, flag: str) -> None:
+    """Refuse an output path that cannot be written before the work starts."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise MlagenError(f"{p}: {flag} must be a file, not a folder")
+    parent = p.parent
+    while not parent.exists():         # the folders that would be made
+        parent = parent.parent
+    if not parent.is_dir():
+        raise MlagenError(f"{p}: {flag}: {parent} is not a folder")
+
+
 def cmd_bench(args) -> int:
+    _output_file(args.output, "--output")
     if args.target == "sc11":
         from .backends.sc11.bench import bench_main
     else:
@@ -113,7 +158,7 @@ def cmd_cache(args) -> int:
 
 # ---------------------------------------------------------------- parser -----------
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="mlagen",
         description="Generate, build, run and verify MLA decode kernels from schedule files.")
     ap.add_argument("--version", action="version", version=f"mlagen {__version__}")
@@ -139,11 +184,12 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="build, run on random data, compare with the reference "
                        "(SC11: simulated time, timeline summary and chart)")
     p.add_argument("schedule", metavar="SCHEDULE")
-    p.add_argument("--batch", type=int, default=None, help="sequences (default: per target)")
-    p.add_argument("--seqlen", type=int, default=None, help="KV length of each sequence")
-    p.add_argument("--s-q", type=int, default=1, help="query tokens per sequence")
+    p.add_argument("--batch", type=_int(1), default=None,
+                   help="sequences (default: per target)")
+    p.add_argument("--seqlen", type=_int(1), default=None, help="KV length of each sequence")
+    p.add_argument("--s-q", type=_int(1), default=1, help="query tokens per sequence")
     p.add_argument("--varlen", action="store_true", help="draw lengths around --seqlen")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_int(0), default=0)
     p.add_argument("--scheme", default=None, help="SC11 phase-B scheme (default: schedule's)")
     p.add_argument("--chart", default=None,
                    help="SC11 timeline chart path prefix (default: out/<schedule>)")
@@ -151,11 +197,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="check a schedule's kernel against the reference over "
                        "hypothesis-drawn problems")
-    try:
-        from .verify.cli import add_verify_arguments
-        add_verify_arguments(p)
-    except ImportError:  # pragma: no cover - verify not installed
-        p.add_argument("schedule")
+    from .verify.cli import add_verify_arguments   # light: no torch, no hypothesis
+
+    add_verify_arguments(p)
     p.set_defaults(fn=cmd_verify)
 
     p = sub.add_parser("bench", help="benchmarks: --target sc11 (Table 2 grid) or hopper")
@@ -171,10 +215,23 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _os_error(e: OSError) -> str:
+    where = f": {e.filename}" if e.filename else ""
+    return f"{e.strerror or e}{where}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The ``mlagen`` command.  Exit status: 0 done, 1 a check failed (outputs differ from
+    the reference, verify found a failure), 2 the command could not run (bad input, a
+    missing device, a build error): one line on stderr saying why, never a traceback."""
     args = parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)
+    except BrokenPipeError:
+        # `mlagen ... | head`: the reader left; say nothing, as other tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except MlagenError as e:
         print(f"mlagen: {e}", file=sys.stderr)
         return 2
@@ -182,7 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         print("mlagen: interrupted", file=sys.stderr)
         return 130
     except OSError as e:     # missing files, unwritable output folders
-        print(f"mlagen: {e}", file=sys.stderr)
+        print(f"mlagen: {_os_error(e)}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("mlagen: out of memory (try a smaller --batch or --seqlen)", file=sys.stderr)
         return 2
 
 

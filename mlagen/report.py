@@ -3,6 +3,7 @@ reference and report (SC11: simulated time, timeline summary and Gantt charts)."
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -13,6 +14,66 @@ from .errors import MlagenError
 from .schedule.records import Schedule
 
 DEFAULTS = {"sc11": (128, 512), "hopper": (64, 4096)}   # (batch, seqlen): the seed's point
+MAX_SEQLEN = 2 ** 31 - 1                                   # cache_seqlens are int32
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB' (binary units, as memory is counted)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"  # pragma: no cover
+
+
+def workload_bytes(schedule: Schedule, batch: int, max_len: int, s_q: int) -> tuple[int, int]:
+    """(host, device) bytes a `mlagen run` of this size needs at its peak, counted before
+    anything is allocated: the paged cache (drawn in float32, kept in the kernel's dtype),
+    queries, outputs, the float64 reference's outputs and one gathered chunk, and the SC11
+    trace.  An estimate from above; it only has to say "this cannot fit"."""
+    p = schedule.problem
+    h = schedule.heads_per_device
+    elt = 2                                            # bf16 / fp16
+    pages = batch * max(1, -(-max_len // p.page_size)) + 2
+    cache = pages * p.page_size * p.d
+    q = batch * s_q * (p.q_lora_rank if p.fused else h * p.d)
+    width = p.v_head_dim if p.fused else p.dv
+    out = batch * s_q * h * (width + 1)
+    inputs = (cache + q) * elt
+    host = (cache + q) * (4 + elt) + out * (elt + 8 * 3) + (256 << 20) * 3
+    if schedule.target.name == "sc11":
+        host += batch * max_len * 64                   # trace events and their simulation
+        return host, 0
+    return host, inputs + out * (elt + 4)
+
+
+def _available_host() -> int:
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62   # unknown: do not refuse
+
+
+def check_fits(schedule: Schedule, batch: int, max_len: int, s_q: int) -> None:
+    """Refuse a workload that cannot fit in memory, before allocating any of it."""
+    host, device = workload_bytes(schedule, batch, max_len, s_q)
+    free = _available_host()
+    if host > free:
+        raise MlagenError(f"batch {batch} x seqlen {max_len} needs about {human_bytes(host)} "
+                          f"of memory; {human_bytes(free)} is available (use a smaller "
+                          f"--batch or --seqlen)")
+    if device:
+        free_dev = torch.cuda.mem_get_info()[0]
+        if device > free_dev:
+            raise MlagenError(f"batch {batch} x seqlen {max_len} needs about "
+                              f"{human_bytes(device)} of GPU memory; {human_bytes(free_dev)} "
+                              f"is free (use a smaller --batch or --seqlen)")
 
 
 def _lengths(batch: int, seqlen: int, varlen: bool, seed: int) -> list[int]:
@@ -20,27 +81,34 @@ def _lengths(batch: int, seqlen: int, varlen: bool, seed: int) -> list[int]:
         return [seqlen] * batch
     g = torch.Generator().manual_seed(seed)
     lens = torch.normal(float(seqlen), seqlen / 2, (batch,), generator=g)
-    return [max(1, int(x)) for x in lens]
+    return [min(3 * seqlen, max(1, int(x))) for x in lens]   # 3x: what check_fits counts
 
 
 def run_report(schedule: Schedule, batch: Optional[int] = None, seqlen: Optional[int] = None,
                s_q: int = 1, seed: int = 0, scheme: Optional[str] = None,
                chart: Optional[str] = None, varlen: bool = False) -> int:
     from . import runner
+    from .backends import require_device
     from .problem import make_inputs
     from .verify.compare import compare
     from .verify.oracle import oracle_for
 
     kind = schedule.target.name
     b0, l0 = DEFAULTS[kind]
-    batch, seqlen = batch or b0, seqlen or l0
+    batch = b0 if batch is None else batch
+    seqlen = l0 if seqlen is None else seqlen
+    for name, v in (("--batch", batch), ("--seqlen", seqlen), ("--s-q", s_q)):
+        if v < 1:
+            raise MlagenError(f"{name} must be at least 1, got {v}")
     if s_q > schedule.problem.max_s_q:
         raise MlagenError(f"--s-q {s_q} is more than the schedule's max_s_q = "
                           f"{schedule.problem.max_s_q}")
+    if seqlen > MAX_SEQLEN:
+        raise MlagenError(f"--seqlen {seqlen} is more than {MAX_SEQLEN} (int32 lengths)")
     device = "cuda" if kind == "hopper" else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise MlagenError("target hopper needs an NVIDIA GPU (none found); "
-                          "`mlagen generate` and `mlagen build` work without one")
+    require_device(schedule)
+    # varlen draws around seqlen (sd seqlen / 2), clipped to 3 x seqlen
+    check_fits(schedule, batch, min(3 * seqlen, MAX_SEQLEN) if varlen else seqlen, s_q)
     t0 = time.perf_counter()
     run = runner(schedule)
     t_build = time.perf_counter() - t0

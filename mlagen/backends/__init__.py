@@ -3,6 +3,8 @@
     render(schedule) -> SourceSet          the kernel sources of a checked schedule
     runner(schedule) -> Runner             build (cached), load, and a callable that runs
                                            the kernel on an MlaInputs (mlagen.problem)
+    device_problem() -> str | None         (optional) why this machine cannot run its
+                                           kernels, e.g. "needs an NVIDIA sm_90 GPU"
 
 Adding a target is a description in targets/, templates in templates/<kind>/, and one
 module here registered in KINDS.
@@ -22,3 +24,15 @@ def backend(kind: str) -> ModuleType:
 
 def backend_for(schedule) -> ModuleType:
     return backend(schedule.target.name)
+
+
+def require_device(schedule) -> None:
+    """Raise MlagenError (one line, exit 2 from the CLI) when this machine cannot run the
+    schedule's kernel, before anything is built, drawn or saved."""
+    from ..errors import MlagenError
+
+    check = getattr(backend_for(schedule), "device_problem", None)
+    problem = check() if check else None
+    if problem:
+        raise MlagenError(f"target {schedule.target.name} {problem}; `mlagen check`, "
+                          f"`generate` and `build` work without one")

@@ -32,6 +32,19 @@ def render(schedule: Schedule) -> SourceSet:
                      meta=dict(ctx, dtype=p.dtype))
 
 
+def device_problem() -> str | None:
+    """Why this machine cannot run sm_90a kernels (None when it can)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "needs an NVIDIA sm_90 GPU (none found)"
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        return (f"needs an NVIDIA sm_90 GPU (found {torch.cuda.get_device_name()}, "
+                f"sm_{major}{minor})")
+    return None
+
+
 def runner(schedule: Schedule):
     """A callable MlaInputs -> MlaOutputs running this schedule through the public API."""
     from mlagen.problem import MlaOutputs

@@ -13,11 +13,12 @@ from ...paths import DATA_ROOT
 
 
 def bench_main(args) -> int:
-    import torch
+    from . import device_problem
 
-    if not torch.cuda.is_available():
-        raise MlagenError("mlagen bench --target hopper needs an NVIDIA GPU (sm_90); none "
-                          "was found. `mlagen bench --target sc11` runs anywhere")
+    problem = device_problem()
+    if problem:
+        raise MlagenError(f"bench --target hopper {problem}; `mlagen bench --target sc11` "
+                          f"runs anywhere")
     script = DATA_ROOT / "benchmarks" / "hopper_sweep.py"
     if not script.exists():
         raise MlagenError(f"{script} is missing: the sweep runs from a source checkout")
