@@ -226,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     missing device, a build error): one line on stderr saying why, never a traceback."""
     args = parser().parse_args(argv)
     try:
-        return int(args.fn(args) or 0)
+        rc = int(args.fn(args) or 0)
+        sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
+        return rc
     except BrokenPipeError:
         # `mlagen ... | head`: the reader left; say nothing, as other tools do
         devnull = os.open(os.devnull, os.O_WRONLY)

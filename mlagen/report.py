@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from .errors import MlagenError
-from .schedule.records import Schedule
+from .schedule.records import SC11_SCHEMES, Schedule
 
 DEFAULTS = {"sc11": (128, 512), "hopper": (64, 4096)}   # (batch, seqlen): the seed's point
 MAX_SEQLEN = 2 ** 31 - 1                                   # cache_seqlens are int32
@@ -103,6 +103,11 @@ def run_report(schedule: Schedule, batch: Optional[int] = None, seqlen: Optional
     if s_q > schedule.problem.max_s_q:
         raise MlagenError(f"--s-q {s_q} is more than the schedule's max_s_q = "
                           f"{schedule.problem.max_s_q}")
+    if scheme is not None:             # before the build: a typo should not cost one
+        if kind != "sc11":
+            raise MlagenError(f"--scheme picks an SC11 phase-B scheme; target {kind} has none")
+        if scheme not in SC11_SCHEMES:
+            raise MlagenError(f"--scheme {scheme!r} must be one of {', '.join(SC11_SCHEMES)}")
     if seqlen > MAX_SEQLEN:
         raise MlagenError(f"--seqlen {seqlen} is more than {MAX_SEQLEN} (int32 lengths)")
     device = "cuda" if kind == "hopper" else "cpu"
