@@ -66,8 +66,21 @@ def cmd_check(args) -> int:
         t = check(s)
         print(f"{path}: ok ({s.variant_name()})")
         if args.verbose:
-            print(can_implement(s, t).table())
+            _resource_table(can_implement(s, t))
     return 0
+
+
+def _resource_table(report) -> None:
+    from .console import human_bytes, table
+
+    def size(name: str, v: int) -> str:
+        return human_bytes(v) if "bytes" in name else str(v)
+
+    rows = [(n.name.replace(" bytes", ""), size(n.name, n.needed), size(n.name, n.available),
+             f"{n.needed / max(n.available, 1):.0%}", "ok" if n.ok else "TOO MUCH", n.detail)
+            for n in report.needs]
+    table(("resource", "needed", "available", "use", "fits", "counted as"), rows,
+          right=(1, 2, 3))
 
 
 def cmd_generate(args) -> int:
@@ -145,9 +158,13 @@ def cmd_cache(args) -> int:
     if args.action == "list":
         es = entries()
         print(f"cache: {cache_dir()} ({len(es)} builds)")
-        for e in es:
-            print(f"  {e.key:<72} {e.size / 1e6:7.2f} MB  "
-                  f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(e.created))}")
+        if es:
+            from .console import human_bytes, table
+
+            table(("build", "size", "created"),
+                  [(e.key, human_bytes(e.size),
+                    time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created))) for e in es],
+                  right=(1,), whole=(0,))
     elif args.action == "clear":
         n = clear()
         print(f"removed {n} builds from {cache_dir()}")

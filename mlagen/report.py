@@ -10,20 +10,12 @@ from typing import Optional
 
 import torch
 
+from .console import human_bytes
 from .errors import MlagenError
 from .schedule.records import SC11_SCHEMES, Schedule
 
 DEFAULTS = {"sc11": (128, 512), "hopper": (64, 4096)}   # (batch, seqlen): the seed's point
 MAX_SEQLEN = 2 ** 31 - 1                                   # cache_seqlens are int32
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB' (binary units, as memory is counted)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"  # pragma: no cover
 
 
 def workload_bytes(schedule: Schedule, batch: int, max_len: int, s_q: int) -> tuple[int, int]:
@@ -147,7 +139,8 @@ def _sc11_report(schedule: Schedule, out, chart: Optional[str]) -> None:
 
     sim = simulate(out.extra["trace"], machine_for(schedule))
     print(f"phase-B scheme: {out.extra['scheme']}")
-    print(f"LMEM high-water {out.extra['lmem_high']} B, L2 high-water {out.extra['l2_high']} B")
+    print(f"LMEM high-water {human_bytes(out.extra['lmem_high'])} per core, "
+          f"L2 high-water {human_bytes(out.extra['l2_high'])}")
     print(text_summary(sim))
     prefix = Path(chart) if chart else Path("out") / schedule.name
     prefix.parent.mkdir(parents=True, exist_ok=True)

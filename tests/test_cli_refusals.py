@@ -107,7 +107,8 @@ def test_run_refuses_a_workload_that_cannot_fit_before_allocating(batch, clean, 
 
 def test_memory_estimate_grows_with_the_workload():
     from mlagen import load_schedule
-    from mlagen.report import human_bytes, workload_bytes
+    from mlagen.console import human_bytes
+    from mlagen.report import workload_bytes
 
     s = load_schedule(SC11)
     small, _ = workload_bytes(s, 4, 128, 1)

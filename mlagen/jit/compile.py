@@ -25,16 +25,22 @@ from .cache import (LIB_NAME, Artifact, builds_dir, cache_key, compiler_path,
 
 _ERROR_LINE = re.compile(r"(error|Error|fatal error)\b.*")
 
+# Matched against the first failed step's own output (not the whole log, whose command
+# lines name sm_90a and every include folder), in this order.
 HINTS = [
+    (re.compile(r"^(/bin/sh: \d+: )?(\S*/)?nvcc: (command )?not found$", re.M),
+     "nvcc is not on PATH: install the CUDA toolkit (12.3 or newer) or set CUDA_HOME"),
+    (re.compile(r"^(/bin/sh: \d+: )?\S+: (command )?not found$", re.M),
+     "the compiler is not there: set CXX (C++) or CUDA_HOME (nvcc), or fix PATH"),
     (re.compile(r"No such file or directory|cannot open source file"),
      "a header is missing: check the include folders and that the templates are installed"),
     (re.compile(r"out of memory|Killed|virtual memory exhausted"),
      "the compiler ran out of memory: build fewer variants at once (MLAGEN_BUILD_JOBS=1)"),
-    (re.compile(r"Unsupported gpu architecture|sm_90a"),
+    (re.compile(r"Unsupported gpu architecture|[Vv]alue 'sm_90a' is not defined|"
+                r"compute_90a.*(not supported|unsupported)"),
      "the CUDA toolkit is too old for sm_90a: CUDA 12.3 or newer is needed"),
-    (re.compile(r"command not found|not found"),
-     "the compiler is not on PATH (set CXX or CUDA_HOME)"),
 ]
+_STEP = re.compile(r"^(\[\d+/\d+\] |FAILED: |ninja: )")
 
 
 def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, list[str]]:
@@ -66,15 +72,36 @@ def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, lis
     return "\n".join(lines) + "\n", shown
 
 
-def _first_error(log: str) -> str:
-    """The compiler's first ``error:`` line (gcc, clang and nvcc all write one)."""
+def _failed_output(log: str) -> str:
+    """What the first failed step printed: the lines after ninja's ``FAILED:`` line and
+    the command under it, up to ninja's next line.  Empty when no step failed (ninja
+    itself failed, e.g. a bad build file)."""
     lines = log.splitlines()
-    for line in lines:
-        if "error:" in line or line.lstrip().startswith("error"):
-            return line.strip()
-    for line in lines:
-        if _ERROR_LINE.search(line) and not line.startswith("FAILED:"):
-            return line.strip()
+    for i, line in enumerate(lines):
+        if line.startswith("FAILED:"):
+            out = []
+            for nxt in lines[i + 2:]:
+                if _STEP.match(nxt):
+                    break
+                out.append(nxt)
+            return "\n".join(out)
+    return ""
+
+
+def _first_error(log: str) -> str:
+    """The first failed step's first ``error`` line (gcc, clang and nvcc all write one),
+    else its first line (``/bin/sh: 1: nvcc: not found``), else ninja's own complaint."""
+    own = _failed_output(log)
+    for text in (own, log):
+        for line in text.splitlines():
+            if "error:" in line or line.lstrip().startswith("error"):
+                return line.strip()
+        for line in text.splitlines():
+            if _ERROR_LINE.search(line) and not _STEP.match(line):
+                return line.strip()
+    for line in own.splitlines():
+        if line.strip():
+            return re.sub(r"^/bin/sh: \d+: ", "", line.strip())
     return (log.strip().splitlines() or ["(no output)"])[-1]
 
 
@@ -88,8 +115,9 @@ def _failed_command(log: str) -> str | None:
 
 
 def _hint(log: str) -> str | None:
+    text = _failed_output(log) or log
     for pattern, hint in HINTS:
-        if pattern.search(log):
+        if pattern.search(text):
             return hint
     return None
 
