@@ -49,7 +49,7 @@ def generate(schedule: Schedule, out_dir: str | Path) -> list[Path]:
     return write(render(schedule), out_dir)
 
 
-def build(schedule: Schedule, progress: bool = False):
+def build(schedule: Schedule, progress: bool | None = None):
     """The schedule's kernel library, compiled once per cache key (see mlagen.jit)."""
     return _build_sources(render(schedule), progress=progress)
 

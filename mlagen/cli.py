@@ -108,7 +108,7 @@ def cmd_build(args) -> int:
 
     for _, s in _schedules(args.schedules):
         t0 = time.perf_counter()
-        a = build(s, progress=True)
+        a = build(s)
         how = "built" if a.built else "cached"
         print(f"{s.name}: {how} in {time.perf_counter() - t0:.2f} s -> {a.path}")
     return 0
@@ -242,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     the reference, verify found a failure), 2 the command could not run (bad input, a
     missing device, a build error): one line on stderr saying why, never a traceback."""
     args = parser().parse_args(argv)
+    from . import console
+
+    was, console.PROGRESS = console.PROGRESS, True    # say what every wait is for
     try:
         rc = int(args.fn(args) or 0)
         sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
@@ -263,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         print("mlagen: out of memory (try a smaller --batch or --seqlen)", file=sys.stderr)
         return 2
+    finally:
+        console.PROGRESS = was
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,10 @@ import contextlib
 import sys
 from typing import Callable, Iterator, Optional, Sequence
 
+# Whether library calls (a build, a lock wait) report their waits on stderr by default:
+# the CLI turns it on, a program importing mlagen keeps a quiet library.
+PROGRESS = False
+
 
 def human_bytes(n: float) -> str:
     """1536 -> '1.5 KiB' (binary units, as memory is counted)."""

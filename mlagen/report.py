@@ -10,7 +10,8 @@ from typing import Optional
 
 import torch
 
-from .console import human_bytes
+from . import console
+from .console import human_bytes, status
 from .errors import MlagenError
 from .schedule.records import SC11_SCHEMES, Schedule
 
@@ -106,24 +107,29 @@ def run_report(schedule: Schedule, batch: Optional[int] = None, seqlen: Optional
     require_device(schedule)
     # varlen draws around seqlen (sd seqlen / 2), clipped to 3 x seqlen
     check_fits(schedule, batch, min(3 * seqlen, MAX_SEQLEN) if varlen else seqlen, s_q)
-    t0 = time.perf_counter()
-    run = runner(schedule)
-    t_build = time.perf_counter() - t0
-    lens = _lengths(batch, seqlen, varlen, seed)
-    inp = make_inputs(schedule.problem, batch, lens, s_q=s_q, heads=schedule.heads_per_device,
-                      seed=seed, device=device)
     print(f"schedule {schedule.name} ({schedule.variant_name()})")
     print(f"workload batch {batch}, seqlen {seqlen}{' (varlen)' if varlen else ''}, s_q {s_q}, "
           f"{schedule.heads_per_device} heads per device, "
-          f"{'fused' if schedule.problem.fused else 'attention only'}, {schedule.problem.dtype}")
-    print(f"kernel ready in {t_build:.2f} s")
+          f"{'fused' if schedule.problem.fused else 'attention only'}, {schedule.problem.dtype}",
+          flush=True)
     t0 = time.perf_counter()
-    out = run(inp, scheme=scheme) if kind == "sc11" else run(inp)
-    t_run = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    # the verifier's oracle: float64 reference, rounded where the kernel stores bf16/fp16
-    ref = oracle_for(schedule)(inp, dtype=torch.float64)
-    t_ref = time.perf_counter() - t0
+    run = runner(schedule)             # the build says what it does (mlagen.console)
+    t_build = time.perf_counter() - t0
+    print(f"kernel ready in {t_build:.2f} s", flush=True)
+    with status("mlagen: drawing the workload ...", console.PROGRESS) as st:
+        lens = _lengths(batch, seqlen, varlen, seed)
+        inp = make_inputs(schedule.problem, batch, lens, s_q=s_q,
+                          heads=schedule.heads_per_device, seed=seed, device=device)
+        st.update("mlagen: running the kernel" +
+                  (" on the SC11 emulator ..." if kind == "sc11" else " ..."))
+        t0 = time.perf_counter()
+        out = run(inp, scheme=scheme) if kind == "sc11" else run(inp)
+        t_run = time.perf_counter() - t0
+        st.update("mlagen: computing the float64 reference ...")
+        t0 = time.perf_counter()
+        # the verifier's oracle: float64 reference, rounded where the kernel stores bf16/fp16
+        ref = oracle_for(schedule)(inp, dtype=torch.float64)
+        t_ref = time.perf_counter() - t0
     result = compare(out, ref, schedule.problem.dtype)
     print(f"ran in {t_run:.3f} s (reference in torch float64: {t_ref:.3f} s)")
     print(f"check against the reference: {result.summary()}")

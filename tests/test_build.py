@@ -384,3 +384,35 @@ def test_missing_compiler_says_not_found(cache, monkeypatch, tmp_path):
         assert "compiler is not there" in info.value.hint
     finally:
         cache_mod.compiler_version.cache_clear()
+
+
+# ---------------------------------------------------------------- feedback (issue 10) --
+def test_build_progress_names_the_compile_step(cache, wrapper, capsys):
+    build(tiny(variant="buildtest_steps"), progress=True)
+    err = capsys.readouterr().err
+    assert "building buildtest_steps" in err
+    assert "[1/2] cxx-wrapper.sh add.cpp" in err          # the compiler and the file
+    build(tiny(variant="buildtest_quiet"))                 # a library call: quiet
+    assert capsys.readouterr().err == ""
+
+
+def test_lock_wait_names_the_holder(cache, wrapper, capsys):
+    key = cache_key(tiny(variant="buildtest_held"))
+    locks = cache / "locks"
+    locks.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
+        import os, sys, time
+        from filelock import FileLock
+        lock = FileLock({str(locks / (key + '.lock'))!r}); lock.acquire()
+        open({str(locks / (key + '.pid'))!r}, "w").write(str(os.getpid()))
+        print("held", flush=True); time.sleep(2); lock.release()
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        a = build(tiny(variant="buildtest_held"), progress=True)
+    finally:
+        holder.wait(timeout=60)
+    assert a.built                                         # the holder built nothing
+    err = capsys.readouterr().err
+    assert f"waiting for buildtest_held: pid {holder.pid} is building it" in err
+    assert not (locks / f"{key}.pid").exists()             # our own pid file is gone

@@ -9,14 +9,15 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
+
+from .. import console
 
 from ..codegen import SourceSet, write
 from ..errors import BuildError
@@ -41,6 +42,7 @@ HINTS = [
      "the CUDA toolkit is too old for sm_90a: CUDA 12.3 or newer is needed"),
 ]
 _STEP = re.compile(r"^(\[\d+/\d+\] |FAILED: |ninja: )")
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] (.*)")
 
 
 def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, list[str]]:
@@ -54,7 +56,7 @@ def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, lis
         f"cc = {cc}",
         f"rule compile\n  command = $cc {flags} {pic} {incs} {dep} -c $in -o $out\n"
         + ("  depfile = $out.d\n  deps = gcc\n" if dep else "")
-        + "  description = compile $in",
+        + f"  description = {Path(cc).name} $in",
         f"rule link\n  command = $cc {flags} {pic} -shared $in -o $out\n  description = link $out",
     ]
     objs, shown = [], []
@@ -122,7 +124,8 @@ def _hint(log: str) -> str | None:
     return None
 
 
-def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool) -> None:
+def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool,
+               step: Optional[Callable[[str], None]] = None) -> None:
     """Write the sources and a build.ninja into ``work`` and run ninja there.  On failure
     raise BuildError; with ``move_failed`` the tree is first renamed to ``<work>.failed``
     so the log survives the clean-up of ``work``."""
@@ -131,8 +134,20 @@ def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool) 
     (work / "build.ninja").write_text(ninja_file)
     jobs = os.environ.get("MLAGEN_BUILD_JOBS")
     cmd = ["ninja", "-C", str(work)] + (["-j", jobs] if jobs else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")
+    except FileNotFoundError:
+        raise BuildError(sources.variant, " ".join(cmd), "ninja: not found", str(work),
+                         "pip install ninja (a dependency of mlagen)") from None
+    lines = []
+    for line in proc.stdout:            # "[2/5] nvcc split.cu": the step now running
+        lines.append(line)
+        m = _NINJA_STEP.match(line)
+        if m and step is not None:
+            step(f"[{m.group(1)}/{m.group(2)}] {m.group(3).strip()}")
+    proc.wait()
+    log = "".join(lines)
     (work / "build.log").write_text("\n".join(shown) + "\n\n" + log)
     if proc.returncode != 0:
         failed = work
@@ -145,23 +160,42 @@ def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool) 
                          _first_error(log), str(failed / "build.log"), _hint(log))
 
 
+def _holder(pid_file: Path) -> str:
+    try:
+        pid = pid_file.read_text().strip()
+    except OSError:
+        return "another process"
+    return f"pid {pid}" if pid.isdigit() else "another process"
+
+
 @contextlib.contextmanager
-def _progress(message: str, enabled: bool) -> Iterator[None]:
-    if not enabled:
+def _key_lock(key: str, variant: str, progress: bool) -> Iterator[None]:
+    """The key's lock; while another process holds it, say who (its pid) and wait."""
+    path = locks_dir() / f"{key}.lock"
+    pid_file = locks_dir() / f"{key}.pid"
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        who = _holder(pid_file)
+        with console.status(f"mlagen: waiting for {variant}: {who} is building it "
+                            f"(lock {path})", progress):
+            lock.acquire()
+    try:
+        pid_file.write_text(str(os.getpid()))
         yield
-        return
-    if sys.stderr.isatty():
-        from rich.console import Console
-
-        with Console(stderr=True).status(message):
-            yield
-    else:
-        print(message, file=sys.stderr, flush=True)
-        yield
+    finally:
+        with contextlib.suppress(OSError):
+            pid_file.unlink()
+        lock.release()
 
 
-def build(sources: SourceSet, progress: bool = False) -> Artifact:
-    """The shared library of a SourceSet, compiled once per key across processes."""
+def build(sources: SourceSet, progress: Optional[bool] = None) -> Artifact:
+    """The shared library of a SourceSet, compiled once per key across processes.
+
+    progress: say what a wait is for (the compile step running, the pid holding the lock)
+    on stderr; default: when the CLI asked for it (mlagen.console.PROGRESS)."""
+    progress = console.PROGRESS if progress is None else progress
     t0 = time.perf_counter()
     key = cache_key(sources)
     final = builds_dir() / key
@@ -169,14 +203,16 @@ def build(sources: SourceSet, progress: bool = False) -> Artifact:
     if lib.exists():   # the common, warm path: no lock needed, publication is atomic
         return Artifact(key, lib, final, False, time.perf_counter() - t0)
     locks_dir().mkdir(parents=True, exist_ok=True)
-    with FileLock(str(locks_dir() / f"{key}.lock")):
+    with _key_lock(key, sources.variant, progress):
         if lib.exists():   # another process built it while we waited
             return Artifact(key, lib, final, False, time.perf_counter() - t0)
         staging_dir().mkdir(parents=True, exist_ok=True)
         work = staging_dir() / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         work.mkdir(parents=True)
-        with _progress(f"mlagen: building {sources.variant} ...", progress):
-            _run_ninja(sources, work, shared=True, move_failed=True)
+        what = f"mlagen: building {sources.variant}"
+        with console.status(f"{what} ...", progress) as st:
+            _run_ninja(sources, work, shared=True, move_failed=True,
+                       step=lambda text: st.update(f"{what}: {text}"))
         (work / "meta.json").write_text(json.dumps({
             "variant": sources.variant, "target": sources.target, "created": time.time(),
             "compiler": (compiler_version(compiler_path(sources.compiler)).splitlines()

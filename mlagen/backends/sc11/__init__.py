@@ -81,7 +81,7 @@ class Sc11Runner:
     """A built SC11 variant.  ``runner(inputs, scheme=None)`` runs it on real data;
     ``dry_run(inputs, scheme)`` returns the trace alone (no data work)."""
 
-    def __init__(self, schedule: Schedule, progress: bool = False):
+    def __init__(self, schedule: Schedule, progress: Optional[bool] = None):
         self.schedule = schedule
         self.target = check(schedule)
         self.artifact = build(render(schedule), progress=progress)
@@ -260,7 +260,7 @@ def _check_dest(dest: MlaOutputs, out_shape: tuple, out_dtype, lse_shape: tuple)
                              f"{dtype}; got {got}")
 
 
-def runner(schedule: Schedule, progress: bool = False) -> Sc11Runner:
+def runner(schedule: Schedule, progress: Optional[bool] = None) -> Sc11Runner:
     """Build (cached) and load the schedule's kernel; the result runs MlaInputs."""
     return Sc11Runner(schedule, progress=progress)
 
