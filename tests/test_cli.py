@@ -64,7 +64,7 @@ def test_bench_hopper_without_gpu_is_a_clear_error(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     assert main(["bench", "--target", "hopper"]) == 2
-    assert "needs an NVIDIA GPU" in capsys.readouterr().err
+    assert "needs an NVIDIA sm_90 GPU" in capsys.readouterr().err
 
 
 def test_run_sc11_example_checks_and_charts(tmp_path, capsys):
