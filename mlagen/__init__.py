@@ -42,11 +42,17 @@ def render(schedule: Schedule):
     return _render(schedule)
 
 
-def generate(schedule: Schedule, out_dir: str | Path) -> list[Path]:
-    """Render the schedule's sources into out_dir (as `mlagen generate` does)."""
-    from .codegen import write
+def generate(schedule: Schedule, out_dir: str | Path, headers: bool = True) -> list[Path]:
+    """Render the schedule's sources into out_dir (as `mlagen generate` does) and return
+    the paths written.  With ``headers`` the headers they include are copied beside them
+    under out_dir/include/, so the folder compiles on its own (see ``compile_command``)."""
+    from .codegen import copy_headers, write
 
-    return write(render(schedule), out_dir)
+    sources = render(schedule)
+    written = write(sources, out_dir)
+    if headers:
+        written += copy_headers(sources, Path(out_dir) / "include")
+    return written
 
 
 def build(schedule: Schedule, progress: bool | None = None):

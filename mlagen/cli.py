@@ -92,14 +92,21 @@ def cmd_generate(args) -> int:
         return 0
     if not args.schedules:
         raise MlagenError("give a schedule file, or --examples to regenerate generated/")
-    from . import generate
+    from . import generate, render
+    from .codegen import compile_command
 
     out = Path(args.output or ".")
     if out.exists() and not out.is_dir():
         raise MlagenError(f"{out}: -o must be a folder, not a file")
     for _, s in _schedules(args.schedules):
-        for p in generate(s, out / s.name):
-            print(p)
+        files = generate(s, out / s.name)
+        headers = [p for p in files if p.is_relative_to(out / s.name / "include")]
+        for p in files:
+            if p not in headers:
+                print(p)
+        print(f"{out / s.name / 'include'}/: {len(headers)} headers they include "
+              f"(copied from {Path(render(s).include_dirs[0])})")
+        print(f"  to compile by hand: cd {out / s.name} && {compile_command(render(s))}")
     return 0
 
 
