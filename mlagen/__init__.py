@@ -37,6 +37,8 @@ def __getattr__(name: str):
 
 
 def render(schedule: Schedule):
+    """The kernel sources of a checked schedule: a ``mlagen.codegen.SourceSet`` (rendered
+    files, include folders, compiler and flags), from its target's backend."""
     from .codegen import render as _render
 
     return _render(schedule)
@@ -56,16 +58,27 @@ def generate(schedule: Schedule, out_dir: str | Path, headers: bool = True) -> l
 
 
 def build(schedule: Schedule, progress: bool | None = None):
-    """The schedule's kernel library, compiled once per cache key (see mlagen.jit)."""
+    """Compile the schedule's kernel library, once per cache key across processes (see
+    mlagen.jit), and return its ``Artifact`` (``.path`` the shared library, ``.built``
+    False when it came from the cache).  Raises BuildError with the compiler's first error.
+    progress: say on stderr what a wait is for (default: only under the CLI)."""
     return _build_sources(render(schedule), progress=progress)
 
 
 def runner(schedule: Schedule):
-    """A callable MlaInputs -> MlaOutputs running the schedule's kernel (built on demand)."""
+    """The schedule's kernel, built (cached) and loaded: a callable ``MlaInputs ->
+    MlaOutputs`` to reuse over many calls.  SC11 runners also take ``scheme=`` and record
+    the emulator's trace in ``outputs.extra["trace"]``."""
     from .backends import backend_for
 
     return backend_for(schedule).runner(schedule)
 
 
 def run(schedule: Schedule, inputs):
+    """Run the schedule's kernel once on ``inputs`` (an ``mlagen.problem.MlaInputs``: q,
+    paged k_cache, block_table, cache_seqlens, softmax_scale) and return ``MlaOutputs``
+    (``.out`` [batch, s_q, heads, dv] in q's dtype, ``.lse`` fp32 [batch, heads, s_q]).
+
+    Builds on first use (cached).  Bad tensors raise InputError before the kernel runs; a
+    Hopper schedule needs an sm_90 GPU and CUDA tensors.  Example: README, "Python API"."""
     return runner(schedule)(inputs)

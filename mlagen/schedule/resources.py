@@ -163,4 +163,6 @@ COUNTERS = {"sc11": _sc11, "hopper": _hopper}
 
 
 def can_implement(s: Schedule, t: Target) -> ResourceReport:
+    """What the schedule needs of its target (memory, registers) against what it has:
+    ``report.ok``, ``report.needs`` (one Need per resource) and ``report.table()``."""
     return ResourceReport(COUNTERS[t.kind](s, t))
