@@ -190,8 +190,18 @@ def _key_lock(key: str, variant: str, progress: bool) -> Iterator[None]:
         lock.release()
 
 
-def build(sources: SourceSet, progress: Optional[bool] = None) -> Artifact:
+def provenance(origin) -> dict:
+    """Where a build was asked for (not part of its key): the schedule's name and file."""
+    if origin is None:
+        return {}
+    return {"schedule": getattr(origin, "name", str(origin)),
+            "source": getattr(origin, "source", None)}
+
+
+def build(sources: SourceSet, progress: Optional[bool] = None, origin=None) -> Artifact:
     """The shared library of a SourceSet, compiled once per key across processes.
+    ``origin`` (the schedule it was rendered from) goes into meta.json only: the key
+    depends on what the compiler sees, so identical kernels share one build.
 
     progress: say what a wait is for (the compile step running, the pid holding the lock)
     on stderr; default: when the CLI asked for it (mlagen.console.PROGRESS)."""
@@ -218,6 +228,7 @@ def build(sources: SourceSet, progress: Optional[bool] = None) -> Artifact:
             "compiler": (compiler_version(compiler_path(sources.compiler)).splitlines()
                          or ["?"])[0],
             "torch": torch_version(), "flags": list(sources.flags), "meta": sources.meta,
+            "built_for": provenance(origin),
         }, indent=1, default=str))
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():       # an entry without its library (removed by hand): replace

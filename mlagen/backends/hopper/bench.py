@@ -13,12 +13,12 @@ from ...paths import DATA_ROOT
 
 
 def bench_main(args) -> int:
-    from . import device_problem
+    from .. import backend       # the registry (hopper.backend imports this module)
 
-    problem = device_problem()
-    if problem:
-        raise MlagenError(f"bench --target hopper {problem}; `mlagen bench --target sc11` "
-                          f"runs anywhere")
+    why = backend("hopper").device_check()
+    if why:   # "target hopper needs ...": said as the bench command's own words
+        raise MlagenError("bench --" + why.split(";")[0] + "; the other targets' "
+                          "benchmarks run anywhere")
     script = DATA_ROOT / "benchmarks" / "hopper_sweep.py"
     if not script.exists():
         raise MlagenError(f"{script} is missing: the sweep runs from a source checkout")
