@@ -34,7 +34,24 @@ struct MlaParams {
   int batch, s_q, h_q, page_size, num_blocks, max_blocks, num_parts;
   float scale_log2;          // softmax_scale * log2(e)
   int causal;
+  int* error;                // device error flags (kError*), or null: set, never cleared
 };
+
+// Device-side error flags (MlaParams::error): what the split kernel found instead of a host
+// check with a sync.  The sequence concerned gets NaN out and lse.
+constexpr int kErrorBadPage = 1;      // a block-table entry outside [0, num_blocks), or a
+                                      // length beyond the table's row
+constexpr int kErrorBadLength = 2;    // a negative cache_seqlens entry
+
+// Programmatic dependent launch (sm_90): the split kernel lets the combine grid be
+// scheduled early; the combine waits here until the split grid has finished and its
+// writes are visible.
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait_primary() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 // Launchers, one translation unit each (split.cu, combine.cu, scheduler.cu).
 cudaError_t launch_split(const MlaParams& p, cudaStream_t stream);

@@ -18,7 +18,8 @@
 // Slots outside [start, end) of a piece are zero-filled by cp.async (never read), and
 // masked to -inf before the softmax, so NaN in unused pages or page tails never reaches
 // the output, not even as 0 * NaN.  A block-table entry outside [0, num_blocks) is never
-// dereferenced: its rows are zero-filled and the piece's output is NaN.
+// dereferenced: its rows are zero-filled, the piece's output is NaN and the device error
+// flag (MlaParams::error) is set; so is a negative length.
 //
 // Shared memory (bytes, SplitConfig::kSmem; mirrored in mlagen/schedule/resources.py):
 //   Q      ROWS x 576 x 2                  (rows swizzled in 16-byte chunks)
@@ -444,6 +445,10 @@ struct SplitKernel {
     }
     cp_async_wait<0>();
     bad = __syncthreads_or(bad);
+    const bool bad_len = p.seqlens[req] < 0;
+    if ((bad || bad_len) && tid == 0 && p.error != nullptr)
+      atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
+    bad |= bad_len;
 
     // lse, one thread per row
     const float kLn2 = 0.69314718055994531f;
@@ -494,6 +499,7 @@ struct SplitKernel {
 
   static __device__ void run(const MlaParams& p, unsigned char* smem) {
     const Smem sm = carve(smem);
+    pdl_launch_dependents();   // the combine's CTAs wait for this grid (mla_combine.cuh)
     const int* md = p.sched + blockIdx.x * kMetaInts;
     const int first = md[0], last = md[2];
     for (int req = first; req <= last && req < p.batch; ++req) {
