@@ -92,6 +92,7 @@ class Mapping:
     rows_per_tile: int = 32        # query rows (s_q * h_q packed) per CTA tile
     warps: int = 8                 # warps per CTA (mma_sync main loop)
     mainloop: str = "mma_sync"
+    split_cost: int = 5            # split policy "auto": blocks' worth of cost per split
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def common_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
 
 _SC11_ONLY = ("cores", "heads_per_core", "scheme", "seq_tile")
 # split_kv is hopper's: on sc11 the phase-B scheme decides how a sequence is cut over cores
-_HOPPER_ONLY = ("rows_per_tile", "warps", "mainloop", "split_kv")
+_HOPPER_ONLY = ("rows_per_tile", "warps", "mainloop", "split_kv", "split_cost")
 _WHY_FOREIGN = {"split_kv": " (its multi-core scheme splits sequences; see scheme)"}
 
 
@@ -166,6 +166,9 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "schedule", "warps", f"warps = {m.warps} must be 4 or 8"
     if m.block_kv not in (16, 32, 64):
         yield "schedule", "block_kv", f"block_kv = {m.block_kv} must be 16, 32 or 64 on hopper"
+    if not 0 <= m.split_cost <= 64:
+        yield "schedule", "split_cost", (f"split_cost = {m.split_cost} must be 0..64 (64-token "
+                                         "blocks' worth of cost per split)")
     if not 1 <= m.buffers <= HOPPER_MAX_STAGES:
         yield "schedule", "buffers", (f"buffers = {m.buffers} must be 1..{HOPPER_MAX_STAGES} "
                                       "(cp.async pipeline stages) on hopper")

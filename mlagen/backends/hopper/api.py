@@ -90,12 +90,14 @@ def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> 
 
 
 @functools.lru_cache(maxsize=256)
-def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> tuple[str, int, int]:
-    """(library key, rows_per_tile, fixed splits) of a shape and an optional schedule: built
+def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule]
+             ) -> tuple[str, int, int, int]:
+    """(library key, rows_per_tile, fixed splits, split cost) of a shape and an optional
+    schedule: built
     (cached) and loaded once; memoized because checking a schedule costs about a
     millisecond, more than a decode step."""
     s = _schedule_for(rows_total, dtype, schedule)
-    return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s)
+    return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s), s.mapping.split_cost
 
 
 def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> str:
@@ -103,13 +105,13 @@ def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> s
 
 
 def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
-                   schedule: Optional[Schedule]) -> tuple[int, int, str]:
-    key, rows, n = _resolve(rows_total, "bf16", schedule)
+                   schedule: Optional[Schedule]) -> tuple[int, int, str, int]:
+    key, rows, n, cost = _resolve(rows_total, "bf16", schedule)
     b = cache_seqlens.shape[0]
     if n:
-        return b * n, n, key
+        return b * n, n, key, cost
     slots = ops.sm_count(cache_seqlens.device) * ops.get(key).ctas_per_sm()
-    return scheduler.num_parts(slots, rows_total, rows), n, key
+    return scheduler.num_parts(slots, rows_total, rows), n, key, cost
 
 
 # Under torch.compile: a build, a dlopen and a device query are side effects it must not
@@ -174,8 +176,8 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
                          "must be in 1..1024 (h_q <= 128, s_q <= 8)")
     _on_cuda({"cache_seqlens": cache_seqlens})
     if torch.compiler.is_compiling():
-        parts, n, key = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule)
-        return ops.get_mla_metadata_op(cache_seqlens, parts, n, key)
+        plan = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule)
+        return ops.get_mla_metadata_op(cache_seqlens, *plan)
     plan = _metadata_plan(cache_seqlens, num_heads_per_head_k, schedule)
     if len(_METADATA_PLANS) >= _PLAN_LIMIT:
         _METADATA_PLANS.clear()

@@ -59,4 +59,5 @@ def canonical(s: Schedule) -> Schedule:
                           target="hopper", heads=128, page_size=64, max_s_q=8,
                           dtype=s.problem.dtype, rows_per_tile=m.rows_per_tile,
                           block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
-                          mainloop=m.mainloop, split_kv=m.split_kv)
+                          mainloop=m.mainloop, split_kv=m.split_kv,
+                          split_cost=m.split_cost)

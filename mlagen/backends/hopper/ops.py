@@ -92,18 +92,20 @@ def sm_count(device: torch.device) -> int:
 
 # --------------------------------------------------------------------------- metadata ----
 def get_mla_metadata_impl(cache_seqlens: torch.Tensor, num_parts: int, fixed_splits: int,
-                          kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+                          kernel: str, split_cost: int = scheduler.FIXED_COST
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
     lib = get(kernel)
     b = cache_seqlens.shape[0]
     dev = cache_seqlens.device
     idx = cache_seqlens.get_device()
     if torch.cuda.current_device() != idx:
         with torch.cuda.device(idx):
-            return get_mla_metadata_impl(cache_seqlens, num_parts, fixed_splits, kernel)
+            return get_mla_metadata_impl(cache_seqlens, num_parts, fixed_splits, kernel,
+                                         split_cost)
     sched = torch.empty(num_parts, scheduler.META_INTS, dtype=torch.int32, device=dev)
     num_splits = torch.empty(b + 1, dtype=torch.int32, device=dev)
     code = lib.lib.mlagen_hopper_metadata(cache_seqlens.data_ptr(), b, num_parts,
-                                          scheduler.FIXED_COST, fixed_splits,
+                                          split_cost, fixed_splits,
                                           sched.data_ptr(), num_splits.data_ptr(),
                                           _raw_stream(idx))
     if code:
@@ -118,7 +120,7 @@ get_mla_metadata_op = torch.library.custom_op("mlagen_hopper::get_mla_metadata",
 
 
 @get_mla_metadata_op.register_fake
-def _(cache_seqlens, num_parts, fixed_splits, kernel):
+def _(cache_seqlens, num_parts, fixed_splits, kernel, split_cost=scheduler.FIXED_COST):
     b = cache_seqlens.shape[0]
     return (cache_seqlens.new_empty((num_parts, scheduler.META_INTS)),
             cache_seqlens.new_empty((b + 1,)))
