@@ -6,6 +6,7 @@
     mlagen run SCHEDULE              build, run on random data, check against the reference
     mlagen verify SCHEDULE           hypothesis-driven verification against the reference
     mlagen bench --target sc11       benchmarks (SC11: the seed's Table 2 grid)
+    mlagen tune --target hopper      measured search of per-shape Hopper defaults
     mlagen cache list | clear        the build cache
 """
 
@@ -93,6 +94,12 @@ def cmd_bench(args) -> int:
     return bench_main(args)
 
 
+def cmd_tune(args) -> int:
+    from .backends.hopper.tune import tune_main
+
+    return tune_main(args)
+
+
 def cmd_cache(args) -> int:
     from .build import clear, entries
     from .paths import cache_dir
@@ -163,7 +170,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", default=None, help="schedule file (default: the example)")
     p.add_argument("--output", default=None, help="write the table (markdown) here")
     p.add_argument("--quick", action="store_true", help="a reduced grid")
+    p.add_argument("--no-progress", action="store_true", help="print rows instead of a bar")
     p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("tune", help="measure the legal Hopper schedules on a list of shapes and "
+                       "write the table the API's per-shape defaults read (GPU)")
+    p.add_argument("--target", choices=("hopper",), default="hopper")
+    p.add_argument("--shape", action="append", metavar="B,S_Q,S_K,H_Q[,varlen]",
+                   help="a shape to tune (repeatable; default: the bench's 51 + 8 rows)")
+    p.add_argument("--space", choices=("small", "full"), default="small",
+                   help="search space (small: tile shapes around the defaults; full: every "
+                        "legal tile and split cost)")
+    p.add_argument("--table", default=None, help="table file (default: "
+                   "$MLAGEN_HOPPER_TUNE_TABLE or the cache's hopper_tune.json); resumes from "
+                   "its .log.jsonl")
+    p.add_argument("--quick", action="store_true", help="the first 4 shapes only")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(fn=cmd_tune)
 
     p = sub.add_parser("cache", help="list or clear the build cache")
     p.add_argument("action", choices=("list", "clear", "dir"))

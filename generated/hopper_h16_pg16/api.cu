@@ -2,6 +2,7 @@
 // Variant hopper_attn_fp16_h16_pg16_bkv16_buf3_mmasync_r32_w4. Do not edit: run `mlagen generate`.
 // The plain C ABI of variant hopper_attn_fp16_h16_pg16_bkv16_buf3_mmasync_r32_w4: device pointers, sizes, strides and a stream.
 // Returns a cudaError_t (0 = success); mlagen_hopper_error_string names it.
+#define MLAGEN_FAULT 0
 #include "mla_common.cuh"
 
 using namespace mlagen::hopper;

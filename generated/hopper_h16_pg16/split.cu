@@ -2,6 +2,7 @@
 // Variant hopper_attn_fp16_h16_pg16_bkv16_buf3_mmasync_r32_w4. Do not edit: run `mlagen generate`.
 // The split-KV attention kernel of this variant: __half, 32 rows per tile,
 // block_kv 16, 3 pipeline stages, 4 warps.
+#define MLAGEN_FAULT 0
 #include "mla_split.cuh"
 
 namespace mlagen {

@@ -2,6 +2,7 @@
 // Variant hopper_attn_bf16_h128_pg64_bkv32_buf3_mmasync_r64_w8. Do not edit: run `mlagen generate`.
 // The plain C ABI of variant hopper_attn_bf16_h128_pg64_bkv32_buf3_mmasync_r64_w8: device pointers, sizes, strides and a stream.
 // Returns a cudaError_t (0 = success); mlagen_hopper_error_string names it.
+#define MLAGEN_FAULT 0
 #include "mla_common.cuh"
 
 using namespace mlagen::hopper;

@@ -15,6 +15,9 @@ from mlagen.schedule.records import Schedule
 
 DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 DTYPE_CODE = {"bf16": 1, "fp16": 2}
+# planted faults (records.FAULTS) -> MLAGEN_FAULT in templates/hopper/include/mla_common.cuh
+FAULT_CODE = {"none": 0, "causal_off_by_one": 1, "wrong_scale": 2, "skip_partial_page": 3,
+              "bad_split_merge": 4, "early_buffer_swap": 5}
 TEMPLATES = ("scheduler", "split", "combine", "api")
 FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-lineinfo",
          "--use_fast_math")
@@ -23,7 +26,8 @@ FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-lineinf
 def render(schedule: Schedule) -> SourceSet:
     m, p = schedule.mapping, schedule.problem
     ctx = dict(dtype_cpp=DTYPE_CPP[p.dtype], dtype_code=DTYPE_CODE[p.dtype],
-               rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps)
+               rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
+               fault=FAULT_CODE[schedule.fault])
     files = {f"{t}.cu": render_template(schedule, f"{t}.cu.j2", f"{t}.cu", **ctx)
              for t in TEMPLATES}
     return SourceSet(variant=schedule.variant_name(), target="hopper", files=files,

@@ -78,9 +78,10 @@ def check_device_errors(device=None, clear: bool = True) -> None:
                          "; those sequences got NaN (set_strict(True) names the entry)")
 
 
-def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> Schedule:
+def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
+                  gpu: str = "") -> Schedule:
     if schedule is None:
-        return defaults.default_schedule(rows_total, dtype)
+        return defaults.default_schedule(rows_total, dtype, batch, gpu)
     if schedule.target.name != "hopper":
         raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.name!r}, "
                          "not hopper")
@@ -90,23 +91,34 @@ def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> 
 
 
 @functools.lru_cache(maxsize=256)
-def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule]
-             ) -> tuple[str, int, int, int]:
+def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
+             gpu: str = "") -> tuple[str, int, int, int]:
     """(library key, rows_per_tile, fixed splits, split cost) of a shape and an optional
     schedule: built
     (cached) and loaded once; memoized because checking a schedule costs about a
     millisecond, more than a decode step."""
-    s = _schedule_for(rows_total, dtype, schedule)
+    s = _schedule_for(rows_total, dtype, schedule, batch, gpu)
     return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s), s.mapping.split_cost
 
 
-def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> str:
-    return _resolve(rows_total, dtype, schedule)[0]
+def _per_shape(batch: int, device, schedule: Optional[Schedule]) -> tuple[int, str]:
+    """(batch, GPU name) for the per-shape defaults (tuned tables are per GPU and batch);
+    an explicit schedule needs neither."""
+    if schedule is not None:
+        return 0, ""
+    return batch, ops.gpu_name(device)
+
+
+def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
+                 device=None) -> str:
+    return _resolve(rows_total, dtype, schedule, *_per_shape(batch, device, schedule))[0]
 
 
 def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
                    schedule: Optional[Schedule]) -> tuple[int, int, str, int]:
-    key, rows, n, cost = _resolve(rows_total, "bf16", schedule)
+    key, rows, n, cost = _resolve(rows_total, "bf16", schedule,
+                                  *_per_shape(cache_seqlens.shape[0], cache_seqlens.device,
+                                              schedule))
     b = cache_seqlens.shape[0]
     if n:
         return b * n, n, key, cost
@@ -289,10 +301,10 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
     if torch.compiler.is_compiling():
         if out is not None:
             raise InputError("out= is not supported under torch.compile")
-        key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule)
+        key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule, b, q.device)
         return ops.mla_decode_op(q, k_cache, block_table, cache_seqlens,
                                  tile_scheduler_metadata, num_splits, scale, bool(causal), key)
-    key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule)
+    key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule, b, q.device)
     if out is not None or ops.STRICT:
         return ops.decode_into(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
                                num_splits, scale, bool(causal), key,

@@ -145,7 +145,7 @@ class Caller:
         self.q, self.k, self.bt, self.seqlens, self.lens = workload(b, s_q, sk, h_q, varlen)
         self.schedule = schedule
         self.md, self.ns = api.get_mla_metadata(self.seqlens, s_q * h_q, 1, schedule=schedule)
-        self.variant = api._library_key(s_q * h_q, "bf16", schedule)
+        self.variant = api._library_key(s_q * h_q, "bf16", schedule, b, self.q.device)
 
     def __call__(self):
         return self.api.flash_mla_with_kvcache(self.q, self.k, self.bt, self.seqlens, DV,

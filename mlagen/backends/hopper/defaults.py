@@ -43,7 +43,24 @@ def rows_for(rows_total: int) -> int:
     return tile_knobs()[size_class(rows_total)][0]
 
 
-def default_schedule(rows_total: int, dtype: str = "bf16") -> Schedule:
+def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
+                     gpu: str = "") -> Schedule:
+    """The schedule of a shape: what `mlagen tune` measured best for this GPU, batch and
+    s_q * h_q (tune.tuned_knobs), else the size class's TILE_KNOBS."""
+    from .tune import tuned_knobs
+
+    knobs = tuned_knobs(gpu, batch, rows_total) if batch and gpu else None
+    if knobs:
+        from mlagen.errors import ScheduleError
+        from mlagen.schedule.rules import check
+
+        try:
+            s = Schedule.build(name=f"hopper_tuned_{dtype}", target="hopper", dtype=dtype,
+                               **knobs)
+            check(s)
+            return canonical(s)
+        except (ScheduleError, TypeError, ValueError):
+            pass          # a table from another version's knobs: the static defaults
     rows, block_kv, buffers, warps = tile_knobs()[size_class(rows_total)]
     return canonical(Schedule.build(name=f"hopper_default_r{rows}_{dtype}", target="hopper",
                                     dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
@@ -54,10 +71,11 @@ def canonical(s: Schedule) -> Schedule:
     """The schedule a library is built from: problem fields that are run-time arguments set
     to fixed values, so that one build serves every head count, s_q and page size."""
     m = s.mapping
-    return Schedule.build(name=f"hopper_{s.problem.dtype}_r{m.rows_per_tile}_bkv{m.block_kv}"
+    c = Schedule.build(name=f"hopper_{s.problem.dtype}_r{m.rows_per_tile}_bkv{m.block_kv}"
                                f"_buf{m.buffers}_w{m.warps}",
                           target="hopper", heads=128, page_size=64, max_s_q=8,
                           dtype=s.problem.dtype, rows_per_tile=m.rows_per_tile,
                           block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
                           mainloop=m.mainloop, split_kv=m.split_kv,
                           split_cost=m.split_cost)
+    return c if s.fault == "none" else c.with_fault(s.fault)   # a planted fault is a build

@@ -22,6 +22,7 @@ from . import scheduler
 _LOCK = threading.Lock()
 _LIBS: dict[str, "KernelLib"] = {}
 _SMS: dict[int, int] = {}
+_NAMES: dict[int, str] = {}
 
 P, I, F, LL = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
 
@@ -81,6 +82,15 @@ def get(key: str) -> KernelLib:
         return _LIBS[key]
     except KeyError:
         raise InputError(f"no hopper kernel library {key!r} is loaded in this process") from None
+
+
+def gpu_name(device) -> str:
+    """The device's name (what tuned tables are keyed by), asked once per device."""
+    idx = device.index if getattr(device, "index", None) is not None \
+        else torch.cuda.current_device()
+    if idx not in _NAMES:
+        _NAMES[idx] = torch.cuda.get_device_name(idx)
+    return _NAMES[idx]
 
 
 def sm_count(device: torch.device) -> int:

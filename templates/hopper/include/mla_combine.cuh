@@ -66,7 +66,8 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
   float sum = 0.f;
   if (live)
     for (int i = tid; i < n; i += kCombineThreads)
-      sum += __expf(lse_col[static_cast<int64_t>(i) * rows_total] - mx);
+      sum += kFault == kFaultBadSplitMerge
+                 ? 1.f : __expf(lse_col[static_cast<int64_t>(i) * rows_total] - mx);
   sum = combine_block_reduce<false>(sum, red);
 
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -76,7 +77,8 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
       const int cn = min(kCombineChunk, n - c0);
       __syncthreads();   // the previous chunk's weights have been used
       for (int i = tid; i < cn; i += kCombineThreads)
-        w_sh[i] = __expf(lse_col[static_cast<int64_t>(c0 + i) * rows_total] - mx);
+        w_sh[i] = kFault == kFaultBadSplitMerge
+                      ? 1.f : __expf(lse_col[static_cast<int64_t>(c0 + i) * rows_total] - mx);
       __syncthreads();
       const float* o = p.o_acc + (static_cast<int64_t>(first + c0) * rows_total + gr) * kDV + col;
       const int64_t step = static_cast<int64_t>(rows_total) * kDV;

@@ -16,6 +16,18 @@ constexpr int kChunks = kD / 8;      // 16-byte chunks per key row
 constexpr int kSchedBlock = 64;      // tokens per scheduler unit (independent of block_kv)
 constexpr int kMetaInts = 8;         // ints per part in the scheduler metadata
 
+// A planted fault, for the verifier's own tests only (mlagen/schedule/records.py FAULTS; the
+// rendered sources define MLAGEN_FAULT, 0 = none).  Each names the one line it breaks.
+#ifndef MLAGEN_FAULT
+#define MLAGEN_FAULT 0
+#endif
+constexpr int kFault = MLAGEN_FAULT;
+constexpr int kFaultCausalOffByOne = 1;   // a query sees one key too many
+constexpr int kFaultWrongScale = 2;       // softmax scale x 1.01
+constexpr int kFaultSkipPartialPage = 3;  // the last, partial page of a sequence is ignored
+constexpr int kFaultBadSplitMerge = 4;    // partials merged without their lse weights
+constexpr int kFaultEarlyBufferSwap = 5;  // a K stage read one cp.async group too early
+
 // Everything the split and combine kernels read; filled by the C entry point.
 struct MlaParams {
   const void* q;             // [b, s_q, h_q, 576], last dim contiguous

@@ -296,7 +296,7 @@ struct SplitKernel {
     int limit = 0;   // keys < limit are visible to this row
     if (gr_sm < rows_total) {
       const int s = gr_sm / p.h_q;
-      limit = p.causal ? seqlen - p.s_q + s + 1 : seqlen;
+      limit = p.causal ? seqlen - p.s_q + s + 1 + (kFault == kFaultCausalOffByOne) : seqlen;
     }
     limit = min(limit, end);
     float m = -INFINITY, l = 0.f;
@@ -333,7 +333,7 @@ struct SplitKernel {
         cp_async_wait<0>();
         __syncthreads();
       } else {
-        cp_async_wait<STAGES - 2>();
+        cp_async_wait<(kFault == kFaultEarlyBufferSwap ? STAGES - 1 : STAGES - 2)>();
         __syncthreads();   // block i landed for all threads; block i-1 fully consumed
         const int nx = i + STAGES - 1;
         if (nx < nblocks) {
@@ -383,7 +383,9 @@ struct SplitKernel {
         float mx = -INFINITY;
 #pragma unroll
         for (int c = 0; c < C::kCPT; ++c) {
-          x[c] = (t0 + c < limit) ? x[c] * p.scale_log2 : -INFINITY;
+          x[c] = (t0 + c < limit)
+                     ? x[c] * (kFault == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2)
+                     : -INFINITY;
           mx = fmaxf(mx, x[c]);
         }
 #pragma unroll
@@ -503,7 +505,8 @@ struct SplitKernel {
     const int* md = p.sched + blockIdx.x * kMetaInts;
     const int first = md[0], last = md[2];
     for (int req = first; req <= last && req < p.batch; ++req) {
-      const int seqlen = max(p.seqlens[req], 0);
+      int seqlen = max(p.seqlens[req], 0);
+      if (kFault == kFaultSkipPartialPage) seqlen = seqlen / p.page_size * p.page_size;
       int start = req == first ? md[1] : 0;
       int end = req == last ? md[3] : seqlen;
       end = min(end, seqlen);
