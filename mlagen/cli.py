@@ -178,9 +178,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=("hopper",), default="hopper")
     p.add_argument("--shape", action="append", metavar="B,S_Q,S_K,H_Q[,varlen]",
                    help="a shape to tune (repeatable; default: the bench's 51 + 8 rows)")
-    p.add_argument("--space", choices=("small", "full"), default="small",
-                   help="search space (small: tile shapes around the defaults; full: every "
-                        "legal tile and split cost)")
+    p.add_argument("--space", choices=("defaults", "small", "full"), default="small",
+                   help="search space (defaults: the static per-class tiles only; small: tile "
+                        "shapes around them; full: every legal tile and split cost)")
     p.add_argument("--table", default=None, help="table file (default: "
                    "$MLAGEN_HOPPER_TUNE_TABLE or the cache's hopper_tune.json); resumes from "
                    "its .log.jsonl")

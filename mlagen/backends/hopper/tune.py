@@ -95,11 +95,16 @@ def candidates(space: str = "small") -> list[dict]:
                  for bkv, buf in ((32, 2), (32, 3), (64, 2), (16, 4)) for w in (8,)]
         tiles += [(16, 32, 2, 4), (32, 32, 3, 4)]
         costs = (5,)
+    elif space == "defaults":
+        from .defaults import tile_knobs
+
+        tiles = sorted(set(tile_knobs().values()))
+        costs = (5,)
     elif space == "full":
         tiles = list(itertools.product((16, 32, 64), (16, 32, 64), range(1, 6), (4, 8)))
         costs = (2, 5, 10)
     else:
-        raise MlagenError(f"search space {space!r}: small or full")
+        raise MlagenError(f"search space {space!r}: defaults, small or full")
     out = []
     for (r, bkv, buf, w), cost in itertools.product(tiles, costs):
         knobs = dict(rows_per_tile=r, block_kv=bkv, buffers=buf, warps=w, split_cost=cost)
