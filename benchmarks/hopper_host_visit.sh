@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # One GPU visit for the host side of issue 8: build every variant the visit uses (in
 # parallel), the cuda tests, the benchmark of record (51 anchor rows + 8 graph rows + host us),
-# the planted Hopper faults, a tune smoke run; a short table last.  Logs under $OUT.
+# the planted Hopper faults, a tune smoke run; a short table last.  Logs under $OUT (7 files).
 # Usage (repository root on the GPU machine): bash benchmarks/hopper_host_visit.sh
 set -u
 OUT=${OUT:-$PWD/hopper_out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export MLAGEN_CACHE_DIR=${MLAGEN_CACHE_DIR:-/tmp/mlagen-cache}
-export MLAGEN_HOPPER_TUNE_TABLE=$OUT/hopper_tune.json
+export MLAGEN_HOPPER_TUNE_TABLE=/tmp/hopper_tune.json   # $OUT keeps at most 8 files
 T0=$(date +%s)
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; nvcc --version | tail -1;
   python3 -c 'import torch; print("torch", torch.__version__)'; echo "commit ${COMMIT:-unknown}"; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-python3 - <<'PY' > "$OUT/build.log" 2>&1
+python3 - <<'PY' > /tmp/hopper_build.log 2>&1
 import sys, time
 from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, "tests")
@@ -40,7 +40,7 @@ with ThreadPoolExecutor(16) as ex:
         print(line)
 print(len(uniq), "variants built in", round(time.time() - t, 1), "s")
 PY
-grep -c FAILED "$OUT/build.log"; tail -1 "$OUT/build.log"
+grep FAILED /tmp/hopper_build.log | head -5; tail -1 /tmp/hopper_build.log
 timeout ${TEST_TIMEOUT:-100} python3 -m pytest -m cuda -q --maxfail=5 tests/test_hopper_gpu.py -p no:cacheprovider \
   --durations=3 > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$? ($(($(date +%s) - T0)) s)"; tail -6 "$OUT/pytest.log"
