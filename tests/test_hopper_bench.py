@@ -60,3 +60,8 @@ def test_report_geomean_and_markdown():
     md = bench.markdown(rep)
     assert "geomean over the 2 anchor rows" in md and "15.0 us" in md
     assert md.count("\n| 128 |") >= 2 and "CUDA-graph rows" in md
+
+
+def test_busy_time_counts_overlaps_once():
+    assert bench.busy_us([(0, 10), (2, 5), (8, 12), (20, 25)]) == 17
+    assert bench.busy_us([]) == 0
