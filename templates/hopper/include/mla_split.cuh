@@ -501,7 +501,9 @@ struct SplitKernel {
 
   static __device__ void run(const MlaParams& p, unsigned char* smem) {
     const Smem sm = carve(smem);
-    pdl_launch_dependents();   // the combine's CTAs wait for this grid (mla_combine.cuh)
+    // No early pdl_launch_dependents(): the combine then starts as the split's CTAs exit.
+    // Triggering here let the combine's CTAs sit beside the split and cost 1-6 us per call
+    // on the small graph rows (benchmarks/results/hopper_pdl_ab_6768d1b.log).
     const int* md = p.sched + blockIdx.x * kMetaInts;
     const int first = md[0], last = md[2];
     for (int req = first; req <= last && req < p.batch; ++req) {
