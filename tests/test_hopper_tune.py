@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from mlagen.backends.hopper import defaults, tune
+from mlagen.backends.hopper import defaults, tune, tuned
 from mlagen.errors import MlagenError
 from mlagen.schedule.rules import check
 
@@ -29,9 +29,9 @@ def fake_measure(calls):
 def table(tmp_path, monkeypatch):
     path = tmp_path / "t.json"
     monkeypatch.setenv("MLAGEN_HOPPER_TUNE_TABLE", str(path))
-    tune.forget_tables()
+    tuned.forget_tables()
     yield path
-    tune.forget_tables()
+    tuned.forget_tables()
 
 
 def test_candidates_are_legal_and_distinct():
@@ -74,7 +74,7 @@ def test_tune_writes_the_table_and_resumes(table):
 
 def test_defaults_read_the_table_by_batch(table):
     tune.tune(SHAPES, gpu="FakeGPU", measure=fake_measure([]), build=False, progress=False)
-    tune.forget_tables()
+    tuned.forget_tables()
     s128 = defaults.default_schedule(16, "bf16", 128, "FakeGPU")
     s8 = defaults.default_schedule(16, "bf16", 8, "FakeGPU")
     s12 = defaults.default_schedule(16, "bf16", 12, "FakeGPU")      # nearest measured: 8
@@ -85,7 +85,7 @@ def test_defaults_read_the_table_by_batch(table):
     for s in (defaults.default_schedule(16, "bf16", 40, "FakeGPU"),
               defaults.default_schedule(16, "bf16", 128, "OtherGPU")):
         assert s == static
-    assert tune.tuned_knobs("FakeGPU", 128, 16) is not None
+    assert tuned.tuned_knobs("FakeGPU", 128, 16) is not None
     assert tune.table_key("FakeGPU", "0.0.0") not in json.loads(table.read_text())["tables"]
 
 

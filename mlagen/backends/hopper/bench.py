@@ -445,7 +445,7 @@ def bench_main(args) -> int:
 
     if not torch.cuda.is_available():
         raise MlagenError("mlagen bench --target hopper needs an NVIDIA GPU (sm_90); none "
-                          "was found. `mlagen bench --target sc11` runs anywhere")
+                          "was found")
     schedule = None
     if args.schedule:
         from ...schedule import load

@@ -17,31 +17,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from ...errors import MlagenError
-from ...paths import PACKAGE_DIR, cache_dir
 from ...version import __version__
 
-SHIPPED_TABLE = PACKAGE_DIR / "backends" / "hopper" / "tuned.json"
-KNOBS = ("rows_per_tile", "block_kv", "buffers", "warps", "split_cost")
-
-
-def user_table() -> Path:
-    """Where `mlagen tune` writes by default: $MLAGEN_HOPPER_TUNE_TABLE, else the cache."""
-    env = os.environ.get("MLAGEN_HOPPER_TUNE_TABLE")
-    return Path(env).expanduser() if env else cache_dir() / "hopper_tune.json"
-
-
-def table_key(gpu: str, version: str = __version__) -> str:
-    return f"{gpu}|mlagen {version}"
-
-
-def shape_key(b: int, rows_total: int) -> str:
-    return f"b={b},rows={rows_total}"
+from .tuned import KNOBS, forget_tables, shape_key, table_key, user_table
 
 
 @dataclass(frozen=True)
@@ -273,41 +256,6 @@ def tune(shapes: Iterable[Shape], space: str = "small", table_path: Optional[Pat
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
     tmp.replace(table_path)
     return mine
-
-
-# ---------------------------------------------------------------- the defaults' side ------
-_TABLES: dict[str, dict] = {}
-
-
-def tuned_knobs(gpu: str, b: int, rows_total: int) -> Optional[dict]:
-    """The tuned knobs for (b, rows) on this GPU and mlagen version, from the user's table
-    then the shipped one: the exact batch, else the nearest measured batch within a factor
-    of two; None when nothing was measured near it."""
-    key = table_key(gpu)
-    for path in (user_table(), SHIPPED_TABLE):
-        cache_key = f"{path}"
-        if cache_key not in _TABLES:
-            try:
-                _TABLES[cache_key] = json.loads(path.read_text()) if path.exists() else {}
-            except (OSError, json.JSONDecodeError):
-                _TABLES[cache_key] = {}
-        entries = _TABLES[cache_key].get("tables", {}).get(key, {}).get("entries", {})
-        exact = entries.get(shape_key(b, rows_total))
-        if exact:
-            return dict(exact["knobs"])
-        near = []
-        for k, e in entries.items():
-            kb, kr = (int(x.split("=")[1]) for x in k.split(","))
-            if kr == rows_total and abs(math.log2(kb / b)) <= 1:
-                near.append((abs(math.log2(kb / b)), kb, e))
-        if near:
-            return dict(min(near, key=lambda t: (t[0], t[1]))[2]["knobs"])
-    return None
-
-
-def forget_tables() -> None:
-    """Re-read the tables on the next lookup (after a tuning run in this process)."""
-    _TABLES.clear()
 
 
 def tune_main(args) -> int:
