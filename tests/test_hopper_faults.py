@@ -37,3 +37,17 @@ def test_example_passes(example):
     r = verify(load(SCHEDULES_DIR / f"{example}.toml"), examples=30, progress=False,
                bounds=BOUNDS)
     assert r.ok, r.summary()
+
+
+def test_api_defaults_verify_across_row_classes():
+    """The API's default variants (no schedule): 16 heads with s_q up to 4 packs 16-64 rows,
+    so the drawn shapes reach every size class's default tile."""
+    from mlagen.schedule.records import Schedule
+    from mlagen.verify import verify
+
+    s = Schedule.build(name="api-defaults", target="hopper", heads=16, max_s_q=4,
+                       page_size=16)
+    r = verify(s, examples=40, progress=False, bounds=BOUNDS,
+               runner_factory="mlagen.backends.hopper:defaults_runner")
+    assert r.ok, r.summary()
+

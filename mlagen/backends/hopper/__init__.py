@@ -40,11 +40,12 @@ def render(plan: Plan | Schedule) -> SourceSet:
                      meta=dict(ctx, dtype=p.dtype))
 
 
-def runner(plan: Plan | Schedule):
-    """A callable MlaInputs -> MlaOutputs running this schedule through the public API."""
+def runner(plan: Plan | Schedule, use_defaults: bool = False):
+    """A callable MlaInputs -> MlaOutputs running this schedule through the public API (with
+    use_defaults, the API's own per-shape choice instead: schedule=None)."""
     from mlagen.problem import MlaOutputs
 
-    schedule = plan_of(plan).schedule
+    schedule = None if use_defaults else plan_of(plan).schedule
 
     from . import api
 
@@ -56,9 +57,18 @@ def runner(plan: Plan | Schedule):
         md, ns = api.get_mla_metadata(inputs.cache_seqlens, s_q * h_q, 1, schedule=schedule)
         o, lse = api.flash_mla_with_kvcache(
             q, inputs.k_cache, inputs.block_table, inputs.cache_seqlens,
-            schedule.problem.dv, md, ns, softmax_scale=inputs.softmax_scale,
+            512, md, ns, softmax_scale=inputs.softmax_scale,
             causal=inputs.causal, schedule=schedule,
             out=None if out is None else (out.out, out.lse))
         return MlaOutputs(o, lse, extra={"metadata": md, "num_splits": ns})
 
     return run
+
+
+def defaults_runner(plan: Plan | Schedule):
+    """verify(..., runner_factory="mlagen.backends.hopper:defaults_runner"): every drawn
+    shape goes through the API's per-shape defaults, so the variants a user gets without a
+    schedule are the ones verified (heads 16 with s_q 1..4 reaches the 16-, 32- and 64-row
+    classes)."""
+    return runner(plan, use_defaults=True)
+
