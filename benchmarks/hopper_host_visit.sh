@@ -8,6 +8,7 @@ OUT=${OUT:-$PWD/hopper_out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export MLAGEN_CACHE_DIR=${MLAGEN_CACHE_DIR:-/tmp/mlagen-cache}
+export MLAGEN_COMMIT=${COMMIT:-}
 export MLAGEN_HOPPER_TUNE_TABLE=/tmp/hopper_tune.json   # $OUT keeps at most 8 files
 T0=$(date +%s)
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; nvcc --version | tail -1;

@@ -129,6 +129,12 @@ class Report:
 
 
 def _commit() -> str:
+    """$MLAGEN_COMMIT when set (a copy of the tree inside another checkout, as on the GPU
+    visits, would otherwise report the outer checkout's commit), else git's HEAD."""
+    import os
+
+    if os.environ.get("MLAGEN_COMMIT"):
+        return os.environ["MLAGEN_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=DATA_ROOT,
                               capture_output=True, text=True, timeout=10).stdout.strip()
