@@ -19,7 +19,7 @@ import sys, time
 from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, "tests")
 from pathlib import Path
-from mlagen.build import build
+from mlagen.jit import build
 from mlagen.backends.hopper import render, defaults
 from mlagen.schedule import load
 from mlagen.schedule.records import Schedule

@@ -13,7 +13,7 @@ stage() {
   python3 - "$1" <<'PY'
 import sys, time
 from concurrent.futures import ThreadPoolExecutor
-from mlagen.build import build
+from mlagen.jit import build
 from mlagen.backends.hopper import render, defaults, bench
 with ThreadPoolExecutor(6) as ex:
     list(ex.map(lambda s: build(render(s)), [defaults.default_schedule(r) for r in (16, 32, 64)]))

@@ -103,3 +103,7 @@ def test_failed_measurements_are_never_chosen(table):
         return 2.0 - k["rows_per_tile"] / 100
     mine = tune.tune(SHAPES[:1], gpu="FakeGPU", measure=m, build=False, progress=False)
     assert mine["entries"]["b=128,rows=16"]["knobs"]["rows_per_tile"] == 64
+
+
+def test_build_all_imports_the_builder():
+    assert tune.build_all([], jobs=1) == {}

@@ -114,7 +114,7 @@ def build_all(cands: Sequence[dict], jobs: int = 8) -> dict[str, str]:
     """Build every candidate (in parallel); returns {cand_id: error} for those that failed."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ...build import build
+    from ...jit import build
     from . import render
 
     def one(k):
