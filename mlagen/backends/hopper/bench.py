@@ -42,12 +42,20 @@ HOST_SHAPE = (1, 1, 1024, 16)      # b, s_q, s_k, h_q of the host-time measureme
 HOST_CALLS = 300
 
 
+def _anchor(name: str):
+    path = ANCHORS / name
+    if not path.exists():
+        raise MlagenError(f"{path} is missing: the benchmark of record runs from a source "
+                          "checkout (its anchors are not in the wheel)")
+    return json.loads(path.read_text())
+
+
 def anchor_rows() -> list[dict]:
-    return json.loads((ANCHORS / "hopper-best-anchor.json").read_text())
+    return _anchor("hopper-best-anchor.json")
 
 
 def graph_rows() -> list[dict]:
-    return json.loads((ANCHORS / "hopper-graph-anchor.json").read_text())["rows"]
+    return _anchor("hopper-graph-anchor.json")["rows"]
 
 
 def seqlens_for(b: int, s_q: int, mean: int, varlen: bool, seed: int = 0) -> list[int]:
