@@ -147,14 +147,18 @@ def problems(spec: Union[Schedule, Problem], bounds: Bounds = Bounds(), **kw
 # ---------------------------------------------------------------- schedules --------
 # Compile-time knobs (each distinct value is a build) come from short lists; run-time knobs
 # are drawn freely.  Values a target never allows are left out; the rest go through rules.
+# SC11: every value the template compiles in (problem knobs included: page size, dtype,
+# max_s_q); block_kv 1 and 2 sit below s_q, page 64 above block_kv (tiles start mid-page).
 COMPILE_KNOBS = {
-    "sc11": {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "cores": (1, 2, 4, 8),
-             "seq_tile": (256, 512, 1024), "heads_per_core": (0, 1, 2, 4)},
+    "sc11": {"block_kv": (1, 2, 16, 32, 64), "buffers": (1, 2, 3), "cores": (1, 2, 4, 8),
+             "seq_tile": (32, 256, 512, 1024), "heads_per_core": (0, 1, 2, 4),
+             "page_size": (1, 16, 64), "dtype": DTYPES, "max_s_q": (1, 2, 4)},
     "hopper": {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "warps": (4, 8),
                "rows_per_tile": (16, 32, 64)},
 }
 RUN_KNOBS = {
-    "sc11": {"scheme": SC11_SCHEMES},
+    # softmax_scale is a problem knob but reaches the SC11 kernel as a run-time argument
+    "sc11": {"scheme": SC11_SCHEMES, "softmax_scale": (None, 0.0625, 0.4)},
     "hopper": {"split_kv": ("auto", 1, 2, 3, 4, 8)},
 }
 
