@@ -34,7 +34,7 @@ FAULTS = (
     "proj_first_chunk_only",    # fused: phases A / C stop after 128 token rows
     "ignore_softmax_scale",     # the convention's default scale instead of the caller's
     "page_start_assumed",       # a KV tile starting mid-page is gathered from the page start
-    "empty_partial_unmasked",   # the merge folds in a partial whose row saw no key
+    "empty_partial_unmasked",   # the merge weighs a partial whose row saw no key as lse 0
     "default_head_split",       # phases A / C give a core heads / cores, not heads_per_core
 )
 # the faults every SC11 build can reach (the rest need the path's compile-time values)

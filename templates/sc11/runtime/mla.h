@@ -34,7 +34,7 @@ enum Fault : int {
   FAULT_PROJ_FIRST_CHUNK_ONLY = 6,   // phases A and C stop after the first 128 token rows
   FAULT_IGNORE_SOFTMAX_SCALE = 7,    // the convention's default scale, not the caller's
   FAULT_PAGE_START_ASSUMED = 8,      // a gather assumes its tile starts on a page boundary
-  FAULT_EMPTY_PARTIAL_UNMASKED = 9,  // the merge folds in a partial with nothing visible
+  FAULT_EMPTY_PARTIAL_UNMASKED = 9,  // the merge weighs a partial that saw nothing as lse 0
   FAULT_DEFAULT_HEAD_SPLIT = 10,     // phases A/C give a core heads / cores heads, not HPC
 };
 
@@ -361,7 +361,9 @@ class Mla {
              first ? deps : std::initializer_list<int64_t>{});
       c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows * nb + (int64_t)rows * DV,
              B.kv[step].index, {});
-      last = c.emit(BDC, OP_MATMUL, LMEM, LMEM, 0, rows, DV, nb, 0, B.kv[step].index, {});
+      // P stays fp32 into P V (rounding it to 16 bits moves out beyond the oracle's bf16
+      // tolerance on small blocks): elems = 4 charges the cube's fp32 rate for it
+      last = c.emit(BDC, OP_MATMUL, LMEM, LMEM, 0, rows, DV, nb, 4, B.kv[step].index, {});
       first = false;
     }
     c.release(B.q[step], step, last);
@@ -399,9 +401,6 @@ class Mla {
       for (int j = 0; j < nb; ++j) {
         s[j] = std::exp(s[j] - m);
         sum += s[j];
-        // the cube takes 16-bit operands: P is rounded to the storage type for P V (as
-        // FlashMLA does); the row sum keeps fp32 P
-        s[j] = T::to_f32(T::from_f32(s[j]));
       }
       L[r] = L[r] * corr + sum;
       M[r] = m;
@@ -535,9 +534,9 @@ class Mla {
   void merge_one(const float* part, float* O, float* Lse, int nparts) {
     const float* lse_p = part + (int64_t)rows_ * DV;
     for (int r = 0; r < rows_; ++r) {
-      const float lp = lse_p[r];
-      // nothing visible in this slice for this row
-      if (lp == kNegInf && Cfg::FAULT != FAULT_EMPTY_PARTIAL_UNMASKED) continue;
+      // planted: an empty partial's lse read as 0 (as if it had weight)
+      const float lp = Cfg::FAULT == FAULT_EMPTY_PARTIAL_UNMASKED && lse_p[r] == kNegInf ? 0.f : lse_p[r];
+      if (lp == kNegInf) continue;  // nothing visible in this slice for this row
       float* o = O + (int64_t)r * DV;
       const float* p = part + (int64_t)r * DV;
       if (Cfg::FAULT == FAULT_BAD_SPLIT_MERGE) {  // planted: no lse weights
