@@ -18,9 +18,8 @@ from .schedule import Schedule, can_implement, check
 from .schedule import load as load_schedule
 from .version import __version__
 
-# Import the build subpackage before ``def build`` below: a submodule's first import sets
-# the package attribute, which would otherwise replace the function with the subpackage.
-from .build import build as _build_sources  # noqa: E402
+# The JIT builder lives in mlagen.jit, so ``mlagen.build`` is only ever this function.
+from .jit import build as _build_sources  # noqa: E402
 
 __all__ = ["__version__", "Schedule", "load_schedule", "check", "can_implement", "render",
            "generate", "build", "runner", "run", "MlagenError", "ScheduleError",
@@ -51,7 +50,7 @@ def generate(schedule: Schedule, out_dir: str | Path) -> list[Path]:
 
 
 def build(schedule: Schedule, progress: bool = False):
-    """The schedule's kernel library, compiled once per cache key (see mlagen.build)."""
+    """The schedule's kernel library, compiled once per cache key (see mlagen.jit)."""
     return _build_sources(render(schedule), progress=progress)
 
 

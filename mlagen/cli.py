@@ -94,7 +94,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_cache(args) -> int:
-    from .build import clear, entries
+    from .jit import clear, entries
     from .paths import cache_dir
 
     if args.action == "list":

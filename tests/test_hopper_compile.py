@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from mlagen.build import compile_only
+from mlagen.jit import compile_only
 from mlagen.errors import ScheduleError
 from mlagen.paths import SCHEDULES_DIR
 from mlagen.schedule import load

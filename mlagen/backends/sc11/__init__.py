@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ...build import build
+from ...jit import build
 from ...codegen import SourceSet, render_template
 from ...errors import EmulatorError, InputError
 from ...paths import TEMPLATES_DIR
