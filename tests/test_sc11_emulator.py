@@ -278,3 +278,31 @@ def test_kernel_moves_data_only_through_counted_copies():
     assert "memcpy" not in text
     assert "emit(SDMA" not in text and "emit(GDMA" not in text
     assert "OP_DMA" not in text
+
+
+# ------------------------------------------------------------------ happens-before ------
+def _cut(tr, sel, n=0):
+    """The trace with every dependency of the n-th event matching `sel` removed."""
+    t = tr.copy()
+    i = int(np.nonzero(sel(t))[0][n])
+    t["deps"][i] = -1
+    return t
+
+
+def test_happens_before_checks_cover_phases_a_c_merge_and_barriers(fused):
+    s = fused.schedule
+    inp = inputs(s, [300, 7, 90], s_q=2, seed=2)
+    tr = fused.dry_run(inp, "seq")                  # split sequences: the merge runs
+    assert (tr["phase"] == 3).any()
+    d, nb = s.problem.d, s.mapping.buffers
+    assert tracecheck.check(tr, nb, d) == []
+    mm = lambda ph: lambda t: (t["phase"] == ph) & (t["op"] == Op.MATMUL)   # noqa: E731
+    cases = {
+        "phase 1": _cut(tr, mm(1), 2),              # an A matmul no longer waits its weights
+        "phase 4": _cut(tr, mm(4), 2),              # a C matmul no longer waits its inputs
+        "merge": _cut(tr, lambda t: (t["phase"] == 3) & (t["engine"] == Engine.BDC)),
+        "segment": _cut(tr, lambda t: (t["engine"] == Engine.BARRIER) & (t["core"] == 1)),
+    }
+    for where, bad in cases.items():
+        errs = tracecheck.check(bad, nb, d)
+        assert any(where in e for e in errs), (where, errs[:3])

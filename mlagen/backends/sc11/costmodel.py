@@ -66,7 +66,8 @@ class Machine:
     barrier_s: float
     cores_per_chip: int
     sdma_engines: int = 8         # per chip; their bandwidth is shared by the cores' gathers
-    l2_scope: str = "core"        # "core": l2_bw per core, unshared; "chip": one shared port
+    l2_scope: str = "core"        # "core": l2_bw per core, unshared; "chip": one port shared
+    #                               by every L2 DMA; "chip_gdma": shared by the GDMAs only
     cube_fp32_slowdown: int = 4   # an fp32-operand matmul runs at 1/this of the bf16 rate
 
     @classmethod
@@ -150,7 +151,7 @@ def event_costs(ev: np.ndarray, mc: Machine):
                               np.where(touches_l2, min(mc.gdma_port, mc.l2_bw),
                                        mc.gdma_port)))
         # a flow shares some chip resource: DDR, the SDMA engines, or a chip-wide L2 port
-        shared = touches_ddr | is_sdma | (touches_l2 & (mc.l2_scope == "chip"))
+        shared = touches_ddr | is_sdma | (touches_l2 & (mc.l2_scope != "core"))
         fd = np.where(shared, padded, 0).astype(float)
         fixed[dma] = pre + np.where(shared, 0.0, padded / c)
         flow_bytes[dma] = fd
@@ -431,7 +432,8 @@ def simulate(trace: np.ndarray, machine: Optional[Machine] = None) -> SimResult:
             g.append(("ddr", chip_of[i]))
         if eng_l[i] == Engine.SDMA:
             g.append(("sdma", chip_of[i]))
-        if mc.l2_scope == "chip" and Mem.L2 in (srcl[i], dstl[i]):
+        if Mem.L2 in (srcl[i], dstl[i]) and (
+                mc.l2_scope == "chip" or (mc.l2_scope == "chip_gdma" and eng_l[i] == Engine.GDMA)):
             g.append(("l2", chip_of[i]))
         return g
 

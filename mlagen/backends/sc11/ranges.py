@@ -137,6 +137,8 @@ READINGS: list[tuple[str, str, Callable[[Machine], Machine]]] = [
     ("default", "as targets/sc11.toml", lambda m: m),
     ("l2_bw_scope", "128 GB/s per chip, shared (port contention)",
      lambda m: m.replace(l2_scope="chip")),
+    ("l2_bw_scope", "128 GB/s per chip for the GDMAs (SDMA writes L2 by its own port)",
+     lambda m: m.replace(l2_scope="chip_gdma")),
     ("l2_bw", "64 GB/s per core", lambda m: m.replace(l2_bw=64e9)),
     ("l2_bw", "256 GB/s per core", lambda m: m.replace(l2_bw=256e9)),
     ("sdma_engines", "1 per chip (128 GB/s for all gathers)",
