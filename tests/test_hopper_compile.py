@@ -65,7 +65,7 @@ def test_smem_formula_matches_the_kernel(tmp_path):
     import subprocess
 
     from mlagen.paths import TEMPLATES_DIR
-    from mlagen.schedule.resources import hopper_smem
+    from mlagen.backends.hopper.resources import hopper_smem
 
     combos = list(itertools.product((16, 32, 64), (16, 32, 64), (1, 2, 3, 5, 8), (4, 8)))
     lines = []

@@ -14,7 +14,9 @@ from mlagen.errors import ResourceError
 from mlagen.paths import SCHEDULES_DIR
 from mlagen.schedule import Schedule, dumps, load, loads
 from mlagen.schedule.parse import _toml_value
-from mlagen.schedule.records import DTYPES, HOPPER_MAINLOOPS, SC11_SCHEMES, Problem
+from mlagen.backends.hopper.knobs import MAINLOOPS as HOPPER_MAINLOOPS
+from mlagen.backends.sc11.knobs import SCHEMES as SC11_SCHEMES
+from mlagen.schedule.records import DTYPES, Problem
 
 EXAMPLES = sorted(SCHEDULES_DIR.glob("*.toml"))
 PROBLEM_KEYS = {f for f in Problem.__dataclass_fields__}

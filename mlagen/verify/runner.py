@@ -25,7 +25,8 @@ from hypothesis import settings as hyp_settings
 from ..errors import MlagenError
 from ..problem import MlaInputs, MlaOutputs
 from ..schedule.parse import dumps
-from ..schedule.records import SC11_SCHEMES, Schedule
+from ..backends import backend
+from ..schedule.records import Schedule
 from . import repro
 from .calls import accepts, call_poisoned
 from .compare import Comparison, Tolerance, compare
@@ -33,7 +34,6 @@ from .isolate import IsolatedRunner
 from .profiles import Profile, get_profile, hypothesis_settings
 from .strategies import Bounds, Case, cases, schedules
 
-GPU_TARGETS = ("hopper",)
 
 
 class _BudgetSpent(BaseException):
@@ -177,7 +177,8 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                 makes its runner with `runner_factory` ("module:function" of a schedule);
     reference:  reference(inputs, dtype=torch.float64) -> MlaOutputs (mlagen.reference.run);
     bounds, time_budget_s: override the profile's problem sizes and time budget;
-    draw_schemes: on SC11 with scheme = "auto", draw the run-time scheme per example
+    draw_schemes: where the backend has a run-time scheme choice (scheme = "auto"), draw it
+                  per example
                 (default: when the runner takes a ``scheme=`` keyword), so one build is
                 checked under every multi-core scheme.
     draw_schedules: draw the compile-time knobs too, one at a time around `schedule`
@@ -192,9 +193,10 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         raise ValueError(f"examples = {n} must be >= 1")
     bounds = bounds or prof.bounds
     budget = time_budget_s if time_budget_s is not None else prof.time_budget_s
-    gpu = schedule.target.name in GPU_TARGETS
+    be = backend(schedule.target.name)
+    gpu = be.device != "cpu"
     isolate = gpu if isolate is None else isolate
-    device = device or ("cuda" if gpu else "cpu")
+    device = device or be.device
     if draw_schedules is None:
         draw_schedules = prof.draw_schedules and runner is None and reference is None
     elif draw_schedules and (runner is not None or reference is not None):
@@ -207,10 +209,14 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     workers: list[IsolatedRunner] = []
     oracles: dict[str, Callable] = {}
 
+    from .strategies import RUN_KNOBS
+
     def variant_key(s: Schedule) -> str:
-        # run-time knobs (scheme, softmax scale) do not change the build
-        return dumps(s.replace(scheme=schedule.mapping.scheme,
-                               softmax_scale=schedule.problem.softmax_scale)) + s.fault
+        # run-time knobs (e.g. SC11's scheme and softmax scale) do not change the build
+        same = {k: getattr(schedule.mapping, k) if hasattr(schedule.mapping, k)
+                else getattr(schedule.problem, k)
+                for k in RUN_KNOBS.get(schedule.target.name, {})}
+        return dumps(s.replace(**same)) + s.fault
 
     def kernel_for(s: Schedule):
         key = variant_key(s)
@@ -238,16 +244,20 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
 
     base_kernel = kernel_for(schedule)
     setup_s = time.perf_counter() - t0
+    be = backend(schedule.target.name)
+    choices = dict(be.runtime_choices(schedule))
+    choices.setdefault("scheme", be.tuning_space().get("scheme", ()))
     if draw_schemes is None:
-        draw_schemes = (schedule.target.name == "sc11" and schedule.mapping.scheme == "auto"
+        draw_schemes = (bool(be.runtime_choices(schedule).get("scheme"))
                         and not isolate and accepts(base_kernel, "scheme"))
-    scheme_st = st.sampled_from(SC11_SCHEMES) if draw_schemes else st.none()
+    scheme_st = st.sampled_from(choices["scheme"]) if draw_schemes else st.none()
     if draw_schedules:
-        # the drawn schedule carries its own run-time scheme (RUN_KNOBS)
-        runs_scheme = schedule.target.name == "sc11" and not isolate
+        # the drawn schedule carries its own run-time scheme (the backend's RUN_KNOBS)
+        runs_scheme = not isolate and accepts(base_kernel, "scheme")
         drawn = schedules(schedule.target.name, base=schedule, neighbourhood=True).flatmap(
             lambda s: st.tuples(st.just(s), cases(s, bounds),
-                                st.just(s.mapping.scheme if runs_scheme else None)))
+                                st.just(getattr(s.mapping, "scheme", None)
+                                        if runs_scheme else None)))
     else:
         drawn = st.tuples(st.none(), cases(schedule, bounds), scheme_st)
 
@@ -364,7 +374,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                             f"(one knob at a time around the schedule, through the rules)")
         result.variants_built = len(kernels)
     elif draw_schemes:
-        result.notes.append(f"schemes drawn per example from {', '.join(SC11_SCHEMES)}")
+        result.notes.append(f"schemes drawn per example from {', '.join(choices['scheme'])}")
     restarts = sum(w.restarts for w in workers)
     if restarts:
         result.notes.append(f"note: the worker process was restarted {restarts} times")
@@ -388,15 +398,16 @@ def _case_fields(case: Case) -> dict:
                 dtype=case.problem.dtype)
 
 
-def replay(path: str | Path, *, runner: Optional[Callable] = None,
+def replay(path: "str | Path | repro.Repro", *, runner: Optional[Callable] = None,
            reference: Optional[Callable] = None, isolate: Optional[bool] = None,
            runner_factory: str = "mlagen:runner", device: Optional[str] = None,
            tolerances: Optional[dict[str, Tolerance]] = None) -> VerifyResult:
-    """Run the saved case of a repro file once and compare again."""
-    rp = repro.load(path)
+    """Run the saved case of a repro file (a path, or one repro.load has read) once and
+    compare again."""
+    rp = path if isinstance(path, repro.Repro) else repro.load(path)
     schedule = rp.schedule
     ref = reference or _default_reference(schedule)
-    gpu = schedule.target.name in GPU_TARGETS
+    gpu = backend(schedule.target.name).device != "cpu"
     isolate = gpu if isolate is None else isolate
     t0 = time.perf_counter()
     expected = ref(rp.inputs, dtype=torch.float64)
@@ -405,7 +416,7 @@ def replay(path: str | Path, *, runner: Optional[Callable] = None,
     try:
         if isolate:
             with IsolatedRunner(schedule, factory=runner_factory,
-                                device=device or ("cuda" if gpu else "cpu")) as w:
+                                device=device or backend(schedule.target.name).device) as w:
                 actual = w.run(rp.inputs, expected.out.shape, expected.lse.shape)
                 poisoned = w.poisoned
         else:
@@ -439,6 +450,3 @@ def _describe(rp: "repro.Repro") -> str:
             f"page {c.get('page_size')}, {c.get('dtype')}, seqlens {c.get('seqlens')}, "
             f"seed {c.get('seed')}" + (f", scheme {c['scheme']}" if c.get("scheme") else ""))
 
-
-# the CLI pair lives in cli.py; mlagen/cli.py imports it from here
-from .cli import add_verify_arguments, verify_main  # noqa: E402,F401

@@ -23,17 +23,9 @@ from hypothesis import strategies as st
 
 from ..errors import ScheduleError
 from ..problem import MlaInputs, make_inputs
-from ..schedule.records import DTYPES, SC11_SCHEMES, Problem, Schedule
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """Size limits of drawn problems (CPU time grows with batch x length x heads)."""
-
-    max_batch: int = 4
-    max_len: int = 300            # ordinary lengths: 0 .. max_len
-    long_len: int = 1200          # "long" lengths reach up to this (crossing KV tiles)
-    max_extra_table: int = 3      # extra block-table columns pointing at NaN pages
+from ..backends import all_backends, backend
+from ..schedule.records import DTYPES, Problem, Schedule
+from .profiles import Bounds  # noqa: F401  (defined beside the profiles; re-exported here)
 
 
 # ---------------------------------------------------------------- problems ---------
@@ -121,7 +113,7 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     prob = _problem_of(spec)
     if isinstance(spec, Schedule):
         h = heads or spec.heads_per_device
-        tile = spec.mapping.seq_tile if spec.target.name == "sc11" else None
+        tile = backend(spec.target.name).boundary_tile(spec)
     else:
         h = heads or draw(st.sampled_from([c for c in head_counts if c <= prob.heads]
                                           or [prob.heads]))
@@ -147,31 +139,36 @@ def problems(spec: Union[Schedule, Problem], bounds: Bounds = Bounds(), **kw
 # ---------------------------------------------------------------- schedules --------
 # Compile-time knobs (each distinct value is a build) come from short lists; run-time knobs
 # are drawn freely.  Values a target never allows are left out; the rest go through rules.
-# SC11: every value the template compiles in (problem knobs included: page size, dtype,
-# max_s_q); block_kv 1 and 2 sit below s_q, page 64 above block_kv (tiles start mid-page).
-COMPILE_KNOBS = {
-    "sc11": {"block_kv": (1, 2, 16, 32, 64), "buffers": (1, 2, 3), "cores": (1, 2, 4, 8),
-             "seq_tile": (32, 256, 512, 1024), "heads_per_core": (0, 1, 2, 4),
-             "page_size": (1, 16, 64), "dtype": DTYPES, "max_s_q": (1, 2, 4)},
-    "hopper": {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "warps": (4, 8),
-               "rows_per_tile": (16, 32, 64)},
-}
-RUN_KNOBS = {
-    # softmax_scale is a problem knob but reaches the SC11 kernel as a run-time argument
-    "sc11": {"scheme": SC11_SCHEMES, "softmax_scale": (None, 0.0625, 0.4)},
-    "hopper": {"split_kv": ("auto", 1, 2, 3, 4, 8)},
-}
+# Each backend's tuning space, split by its knob record's compile_time metadata.  A space may
+# name problem knobs too (SC11 compiles page size, dtype and max_s_q in); those are
+# compile-time unless the backend lists them in ``run_time_problem_knobs``.
+def _space(compile_time: bool) -> dict[str, dict[str, tuple]]:
+    out = {}
+    for b in all_backends():
+        fields = {f.name: f for f in dataclasses.fields(b.mapping)}
+        run_problem = set(getattr(b, "run_time_problem_knobs", ()))
+
+        def is_compile(k: str) -> bool:
+            if k in fields:
+                return fields[k].metadata.get("compile_time", True)
+            return k not in run_problem
+
+        out[b.kind] = {k: v for k, v in b.tuning_space().items()
+                       if is_compile(k) == compile_time}
+    return out
+
+
+COMPILE_KNOBS = _space(True)
+RUN_KNOBS = _space(False)
 
 
 def default_base(target: str) -> Schedule:
     """A small starting schedule per target (16 heads a device, as TP8 DeepSeek-V3)."""
-    if target == "sc11":
-        return Schedule.build(name=f"drawn-{target}", target="sc11", heads=128, tp=8,
-                              max_s_q=2, cores=8, block_kv=64, buffers=2, seq_tile=512)
-    if target == "hopper":
-        return Schedule.build(name=f"drawn-{target}", target="hopper", heads=128, tp=8,
-                              max_s_q=2, block_kv=32, buffers=2, rows_per_tile=64, warps=8)
-    raise ValueError(f"unknown target {target!r}")
+    try:
+        knobs = backend(target).verify_base()
+    except KeyError:
+        raise ValueError(f"unknown target {target!r}") from None
+    return Schedule.build(name=f"drawn-{target}", target=target, **knobs)
 
 
 def legal(s: Schedule) -> bool:

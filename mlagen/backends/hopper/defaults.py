@@ -5,6 +5,7 @@ shares one build."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -51,12 +52,12 @@ def default_schedule(rows_total: int, dtype: str = "bf16") -> Schedule:
 
 
 def canonical(s: Schedule) -> Schedule:
-    """The schedule a library is built from: problem fields that are run-time arguments set
-    to fixed values, so that one build serves every head count, s_q and page size."""
-    m = s.mapping
-    return Schedule.build(name=f"hopper_{s.problem.dtype}_r{m.rows_per_tile}_bkv{m.block_kv}"
-                               f"_buf{m.buffers}_w{m.warps}",
-                          target="hopper", heads=128, page_size=64, max_s_q=8,
-                          dtype=s.problem.dtype, rows_per_tile=m.rows_per_tile,
-                          block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
-                          mainloop=m.mainloop, split_kv=m.split_kv)
+    """The schedule a library is built from: the problem fields that are run-time arguments
+    set to fixed values (every knob kept as it is), so that one build serves every head
+    count, s_q and page size."""
+    from mlagen.schedule.rules import plan_of
+
+    c = s.replace(heads=128, tp=1, page_size=64, max_s_q=8)
+    c = dataclasses.replace(c, name=c.variant_name(), source=None)
+    plan_of(c)           # checked (page_size 64 must still suit block_kv)
+    return c

@@ -30,13 +30,12 @@ class KernelLib:
     """One built variant: its ctypes entry points and the constants it was built with."""
 
     def __init__(self, schedule: Schedule):
+        from mlagen.codegen import render
         from mlagen.jit import build
         from mlagen.runtime import load_library
 
-        from . import render
-
         self.schedule = schedule
-        self.artifact = build(render(schedule))
+        self.artifact = build(render(schedule), origin=schedule)
         lib = load_library(self.artifact.path)
         lib.mlagen_hopper_error_string.restype = ctypes.c_char_p
         lib.mlagen_hopper_error_string.argtypes = [I]
