@@ -212,7 +212,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     from .strategies import RUN_KNOBS
 
     def variant_key(s: Schedule) -> str:
-        # run-time knobs (e.g. SC11's scheme and softmax scale) do not change the build
+        # run-time knobs (a multi-core scheme, the softmax scale) do not change the build
         same = {k: getattr(schedule.mapping, k) if hasattr(schedule.mapping, k)
                 else getattr(schedule.problem, k)
                 for k in RUN_KNOBS.get(schedule.target.name, {})}

@@ -140,7 +140,7 @@ def problems(spec: Union[Schedule, Problem], bounds: Bounds = Bounds(), **kw
 # Compile-time knobs (each distinct value is a build) come from short lists; run-time knobs
 # are drawn freely.  Values a target never allows are left out; the rest go through rules.
 # Each backend's tuning space, split by its knob record's compile_time metadata.  A space may
-# name problem knobs too (SC11 compiles page size, dtype and max_s_q in); those are
+# name problem knobs too (page size, dtype, max_s_q compiled into a template); those are
 # compile-time unless the backend lists them in ``run_time_problem_knobs``.
 def _space(compile_time: bool) -> dict[str, dict[str, tuple]]:
     out = {}
