@@ -28,6 +28,7 @@ from ...problem import TORCH_DTYPES, FusedWeights, MlaInputs
 from ...schedule import check, load
 from ...schedule.records import Schedule
 from .costmodel import simulate
+from .floors import floor_s, floors_table
 from .schemes import SCHEMES, choose_scheme, machine_for
 from .timeline import text_summary
 
@@ -315,7 +316,6 @@ class SeedReport:
     @property
     def floor(self) -> float:
         """The double-buffered run's hardware floor (ranges.phase_floors, added)."""
-        from .ranges import floor_s
         return floor_s(self.sims[(2, self.scheme)])
 
     def checks(self) -> dict:
@@ -382,7 +382,6 @@ class SeedReport:
 
 
 def _floors(sim) -> str:
-    from .ranges import floors_table
     return floors_table(sim)
 
 
