@@ -422,8 +422,16 @@ def simulate(trace: np.ndarray, machine: Optional[Machine] = None) -> SimResult:
     eng_l = eng.tolist()
     group_cap = {"ddr": mc.ddr_bw_chip, "sdma": mc.sdma_engines * mc.sdma_bw, "l2": mc.l2_bw}
 
+    # with one SDMA queue per core and at least as many engines, and L2 per core, only DDR
+    # is shared: the plain water-filling of one group per chip (the common, fast case)
+    only_ddr = mc.sdma_engines >= mc.cores_per_chip and mc.l2_scope == "core"
+    one_chip = len(set(chip_of)) == 1
+    gcache: dict = {}
+
     def groups_of(i: int) -> list:
-        g = []
+        if i in gcache:
+            return gcache[i]
+        g = gcache[i] = []
         if Mem.DDR in (srcl[i], dstl[i]):
             g.append(("ddr", chip_of[i]))
         if eng_l[i] == Engine.SDMA:
@@ -471,7 +479,16 @@ def simulate(trace: np.ndarray, machine: Optional[Machine] = None) -> SimResult:
     def rerate():
         """New shares after the set of flows changed; returns the next flow to end."""
         best, bi = math.inf, -1
-        if flows:
+        if flows and only_ddr and one_chip:
+            keys = list(flows)
+            rates = _water_fill([cap_l[k] for k in keys], mc.ddr_bw_chip)
+            for k, r in zip(keys, rates):
+                f = flows[k]
+                f[1] = r
+                t = t_upd + max(f[0], 0.0) / r
+                if t < best:
+                    best, bi = t, k
+        elif flows:
             keys = list(flows)
             gm: dict = {}
             for j, k in enumerate(keys):
