@@ -108,3 +108,57 @@ def test_api_default_variants_compile(rows_class, tmp_path):
     from mlagen.backends.hopper import defaults
     objs = compile_only(_render(defaults.default_schedule(rows_class)), tmp_path)
     assert all(o.exists() and o.stat().st_size > 0 for o in objs)
+
+
+WGMMA = dict(target="hopper", mainloop="wgmma", rows_per_tile=64, block_kv=64, buffers=2,
+             warps=8)
+
+
+def test_wgmma_smem_formula_matches_the_kernel(tmp_path):
+    """resources.hopper_smem for mainloop = "wgmma" == WgmmaConfig::kSmem."""
+    import subprocess
+
+    from mlagen.paths import TEMPLATES_DIR
+    from mlagen.schedule.resources import hopper_smem
+
+    src = tmp_path / "smem.cu"
+    src.write_text('#include <cstdio>\n#include "mla_wgmma.cuh"\nint main() {\n'
+                   '  std::printf("%d\\n", mlagen::hopper::WgmmaConfig::kSmem);\n  return 0;\n}\n')
+    exe = tmp_path / "smem"
+    subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
+                    "-I", str(TEMPLATES_DIR / "hopper" / "include"), str(src), "-o", str(exe)],
+                   check=True, capture_output=True)
+    kernel = int(subprocess.run([str(exe)], check=True, capture_output=True,
+                                text=True).stdout)
+    assert hopper_smem(Schedule.build(**WGMMA))["total"] == kernel
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_wgmma_split_kernel_registers(dtype, tmp_path):
+    """The wgmma split kernel compiles for sm_90a with setmaxnreg honoured (ptxas warns
+    C7508 when it ignores it) and within the consumer warpgroups' registers (no spills)."""
+    import subprocess
+
+    from mlagen.paths import TEMPLATES_DIR
+
+    src = _render(Schedule.build(**WGMMA, dtype=dtype))
+    split = tmp_path / "split.cu"
+    split.write_text(src.files["split.cu"])
+    r = subprocess.run(["nvcc", *src.flags, "-Xptxas", "-v", "-I",
+                        str(TEMPLATES_DIR / "hopper" / "include"), "-c", str(split), "-o",
+                        str(tmp_path / "split.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    log = r.stdout + r.stderr
+    assert "mla_split_wgmma_kernel" in log
+    assert "C7508" not in log, log           # setmaxnreg ignored
+    assert " 0 bytes spill stores" in log, log
+
+
+@pytest.mark.parametrize("fault", ["causal_off_by_one", "skip_partial_page"])
+def test_wgmma_planted_faults_render_and_compile(fault, tmp_path):
+    s = Schedule.build(**WGMMA).with_fault(fault)
+    src = _render(s)
+    assert f"#define MLAGEN_FAULT_{fault.upper()} 1" in src.files["split.cu"]
+    assert "MLAGEN_FAULT" not in _render(Schedule.build(**WGMMA)).files["split.cu"]
+    objs = compile_only(src, tmp_path)
+    assert len(objs) == 4

@@ -125,6 +125,13 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
     p, m = s.problem, s.mapping
     el = 2
     rows, bkv = m.rows_per_tile, m.block_kv
+    if m.mainloop == "wgmma":
+        # WgmmaConfig in mla_wgmma.cuh: Q, 2 K stages, P (64 x 64), alpha and l, mbarriers,
+        # 1 KiB of slack to align the tiles to the 1024-byte swizzle atom
+        q, kv, probs = rows * p.d * el, m.buffers * bkv * p.d * el, rows * bkv * el
+        stats = 2 * rows * 4 + 4 * 8 + 1024
+        return {"q": q, "kv": kv, "p": probs, "scores": 0, "stats": stats,
+                "total": q + kv + probs + stats}
     tiles = (rows // 16) * (bkv // 8)            # 16x8 score tiles of one block
     # 16-row tiles split the reduction over every warp (Q in registers); larger ones give a
     # warp up to 4 tiles and split the reduction over the rest (kQInRegs, kKSplit)
@@ -148,7 +155,7 @@ def _hopper(s: Schedule, t: Target) -> list[Need]:
     sm = hopper_smem(s)
     detail = ", ".join(f"{k} {v}" for k, v in sm.items() if k != "total")
     m = s.mapping
-    # fp32 O accumulator, per thread: rows x 512 / threads
+    # fp32 O accumulator, per thread: rows x 512 / threads (wgmma: the consumer warpgroups)
     acc_regs = m.rows_per_tile * s.problem.dv // (32 * m.warps)
     return [
         Need("shared memory bytes per block", sm["total"], int(t.smem_per_block), "buffers",

@@ -23,8 +23,12 @@ FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-lineinf
 def render(schedule: Schedule) -> SourceSet:
     m, p = schedule.mapping, schedule.problem
     ctx = dict(dtype_cpp=DTYPE_CPP[p.dtype], dtype_code=DTYPE_CODE[p.dtype],
-               rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps)
-    files = {f"{t}.cu": render_template(schedule, f"{t}.cu.j2", f"{t}.cu", **ctx)
+               rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
+               mainloop=m.mainloop, fault=schedule.fault)
+    # the wgmma main loop is its own split kernel (mla_wgmma.cuh); the rest is shared
+    split = "split_wgmma" if m.mainloop == "wgmma" else "split"
+    files = {f"{t}.cu": render_template(schedule, f"{split if t == 'split' else t}.cu.j2",
+                                        f"{t}.cu", **ctx)
              for t in TEMPLATES}
     return SourceSet(variant=schedule.variant_name(), target="hopper", files=files,
                      include_dirs=(str(TEMPLATES_DIR / "hopper" / "include"),),

@@ -35,28 +35,34 @@ _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 ops.CHECK_INDICES = os.environ.get("MLAGEN_HOPPER_CHECK_INDICES", "1") != "0"
 
 
-def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> Schedule:
+def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule],
+                  page_size: int = 64) -> Schedule:
     if schedule is None:
-        return defaults.default_schedule(rows_total, dtype)
+        return defaults.default_schedule(rows_total, dtype, page_size)
     if schedule.target.name != "hopper":
         raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.name!r}, "
                          "not hopper")
+    if schedule.mapping.mainloop == "wgmma" and page_size % 64:
+        raise InputError(f"schedule {schedule.name!r} uses mainloop = \"wgmma\", which needs a "
+                         f"page size that is a multiple of 64, not {page_size}")
     if schedule.problem.dtype != dtype:
         schedule = schedule.replace(dtype=dtype)
     return defaults.canonical(schedule)
 
 
 @functools.lru_cache(maxsize=256)
-def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> tuple[str, int, int]:
+def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule],
+             page_size: int = 64) -> tuple[str, int, int]:
     """(library key, rows_per_tile, fixed splits) of a shape and an optional schedule: built
     (cached) and loaded once; memoized because checking a schedule costs about a
     millisecond, more than a decode step."""
-    s = _schedule_for(rows_total, dtype, schedule)
+    s = _schedule_for(rows_total, dtype, schedule, page_size)
     return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s)
 
 
-def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> str:
-    return _resolve(rows_total, dtype, schedule)[0]
+def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule],
+                 page_size: int = 64) -> str:
+    return _resolve(rows_total, dtype, schedule, page_size)[0]
 
 
 def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
@@ -219,10 +225,10 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
     if torch.compiler.is_compiling():
         if out is not None:
             raise InputError("out= is not supported under torch.compile")
-        key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule)
+        key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule, k_cache.shape[1])
         return ops.mla_decode_op(q, k_cache, block_table, cache_seqlens,
                                  tile_scheduler_metadata, num_splits, scale, bool(causal), key)
-    key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule)
+    key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule, k_cache.shape[1])
     return ops.decode_into(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
                            num_splits, scale, bool(causal), key,
                            *(out if out is not None else (None, None)))

@@ -16,6 +16,12 @@ from mlagen.schedule.records import Schedule
 # (benchmarks/results/hopper_h200.md).
 TILE_KNOBS = {16: (16, 32, 2, 8), 32: (32, 64, 2, 8), 64: (64, 32, 3, 8)}
 
+# Size class -> main loop.  "wgmma" (mla_wgmma.cuh) has fixed knobs, WGMMA_KNOBS, and takes
+# page sizes that are multiples of 64 only: other page sizes use the class's mma_sync knobs.
+# MLAGEN_HOPPER_MAINLOOP (JSON {"class": "wgmma" | "mma_sync"}) replaces entries for a run.
+MAINLOOP = {16: "mma_sync", 32: "mma_sync", 64: "mma_sync"}
+WGMMA_KNOBS = (64, 64, 2, 8)
+
 
 def size_class(rows_total: int) -> int:
     for r in (16, 32):
@@ -43,20 +49,35 @@ def rows_for(rows_total: int) -> int:
     return tile_knobs()[size_class(rows_total)][0]
 
 
-def default_schedule(rows_total: int, dtype: str = "bf16") -> Schedule:
-    rows, block_kv, buffers, warps = tile_knobs()[size_class(rows_total)]
+def mainloops() -> dict[int, str]:
+    loops = dict(MAINLOOP)
+    env = os.environ.get("MLAGEN_HOPPER_MAINLOOP")
+    if env:
+        loops.update({int(cls): str(v) for cls, v in json.loads(env).items()})
+    return loops
+
+
+def default_schedule(rows_total: int, dtype: str = "bf16", page_size: int = 64) -> Schedule:
+    cls = size_class(rows_total)
+    mainloop = mainloops()[cls]
+    if mainloop == "wgmma" and page_size % 64 == 0:
+        rows, block_kv, buffers, warps = WGMMA_KNOBS
+    else:
+        mainloop = "mma_sync"
+        rows, block_kv, buffers, warps = tile_knobs()[cls]
     return canonical(Schedule.build(name=f"hopper_default_r{rows}_{dtype}", target="hopper",
                                     dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
-                                    buffers=buffers, warps=warps))
+                                    buffers=buffers, warps=warps, mainloop=mainloop))
 
 
 def canonical(s: Schedule) -> Schedule:
     """The schedule a library is built from: problem fields that are run-time arguments set
     to fixed values, so that one build serves every head count, s_q and page size."""
     m = s.mapping
-    return Schedule.build(name=f"hopper_{s.problem.dtype}_r{m.rows_per_tile}_bkv{m.block_kv}"
+    c = Schedule.build(name=f"hopper_{s.problem.dtype}_r{m.rows_per_tile}_bkv{m.block_kv}"
                                f"_buf{m.buffers}_w{m.warps}",
                           target="hopper", heads=128, page_size=64, max_s_q=8,
                           dtype=s.problem.dtype, rows_per_tile=m.rows_per_tile,
                           block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
                           mainloop=m.mainloop, split_kv=m.split_kv)
+    return c if s.fault == "none" else c.with_fault(s.fault)
