@@ -136,7 +136,8 @@ def test_wgmma_smem_formula_matches_the_kernel(tmp_path):
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_wgmma_split_kernel_registers(dtype, tmp_path):
     """The wgmma split kernel compiles for sm_90a with setmaxnreg honoured (ptxas warns
-    C7508 when it ignores it) and within the consumer warpgroups' registers (no spills)."""
+    C7508 when it ignores it), within the consumer warpgroups' registers (no spills), and
+    with its wgmmas pipelined (not serialized by ptxas)."""
     import subprocess
 
     from mlagen.paths import TEMPLATES_DIR
@@ -152,13 +153,16 @@ def test_wgmma_split_kernel_registers(dtype, tmp_path):
     assert "mla_split_wgmma_kernel" in log
     assert "C7508" not in log, log           # setmaxnreg ignored
     assert " 0 bytes spill stores" in log, log
+    # C7515/C7517/C7518: ptxas serializes the wgmmas (waits after each one)
+    assert "serialized" not in log and "C7517" not in log, log
 
 
 @pytest.mark.parametrize("fault", ["causal_off_by_one", "skip_partial_page"])
 def test_wgmma_planted_faults_render_and_compile(fault, tmp_path):
     s = Schedule.build(**WGMMA).with_fault(fault)
     src = _render(s)
-    assert f"#define MLAGEN_FAULT_{fault.upper()} 1" in src.files["split.cu"]
-    assert "MLAGEN_FAULT" not in _render(Schedule.build(**WGMMA)).files["split.cu"]
+    enum = "kFault" + "".join(w.capitalize() for w in fault.split("_"))
+    assert f"kFault = {enum};" in src.files["split.cu"]
+    assert "kFault = kFaultNone;" in _render(Schedule.build(**WGMMA)).files["split.cu"]
     objs = compile_only(src, tmp_path)
     assert len(objs) == 4

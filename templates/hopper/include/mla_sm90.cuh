@@ -73,11 +73,13 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 
 // ---- named barriers (id 0 is __syncthreads) ----
+// The non-.aligned forms: a warp may reach them diverged (after `if (lane % 4 == 0)`
+// stores); bar.sync / bar.arrive would count the whole warp at its first arriving lanes.
 __device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- register reallocation between warpgroups ----

@@ -34,15 +34,12 @@
 #include "mla_common.cuh"
 #include "mla_sm90.cuh"
 
-#ifndef MLAGEN_FAULT_CAUSAL_OFF_BY_ONE
-#define MLAGEN_FAULT_CAUSAL_OFF_BY_ONE 0
-#endif
-#ifndef MLAGEN_FAULT_SKIP_PARTIAL_PAGE
-#define MLAGEN_FAULT_SKIP_PARTIAL_PAGE 0
-#endif
-
 namespace mlagen {
 namespace hopper {
+
+// Faults planted for the verifier's tests (Schedule.with_fault); a template argument, so a
+// faulted library's kernel is another symbol than the sound one's.
+enum WgmmaFault { kFaultNone = 0, kFaultCausalOffByOne = 1, kFaultSkipPartialPage = 2 };
 
 struct WgmmaConfig {
   static constexpr int kRows = 64;
@@ -59,14 +56,16 @@ struct WgmmaConfig {
   static constexpr int kLOff = kAlphaOff + 64 * 4;
   static constexpr int kBarOff = kLOff + 64 * 4;
   static constexpr int kSmem = kBarOff + 4 * 8 + 1024;    // + alignment slack
-  // setmaxnreg: the producer warpgroup gives its registers to the two consumers (ptxas
-  // honours it because __launch_bounds__ fixes the entry count at 65536 / 384 = 168)
+  // setmaxnreg: the producer warpgroup gives its registers to the consumers, most to WG1
+  // (O half, scores, softmax copy, P fragments); ptxas honours it because
+  // __launch_bounds__ fixes the entry count at 65536 / 384 = 168
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kScoreRegs = 256;
+  static constexpr int kValueRegs = 224;
   // named barriers
   static constexpr int kBarWg1 = 1, kBarPFull = 2, kBarPEmpty = 3, kBarEpi = 4;
   static_assert(kSmem <= 232448, "227 KiB of shared memory per CTA");
-  static_assert(kProducerRegs * 128 + 2 * kConsumerRegs * 128 <= 64512, "register file");
+  static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
 };
 
 struct WgmmaParams {
@@ -99,7 +98,7 @@ __device__ __forceinline__ bool next_piece(const MlaParams& p, int& req, Piece& 
   return true;
 }
 
-template <typename T>
+template <typename T, int FAULT>
 struct WgmmaKernel {
   using C = WgmmaConfig;
 
@@ -215,7 +214,7 @@ struct WgmmaKernel {
     const int st = it & 1;
     unsigned char* kt = sm.k + st * C::kTileBytes;
     sm90::mbar_wait(&sm.full[st], (it >> 1) & 1);
-    if (!MLAGEN_FAULT_SKIP_PARTIAL_PAGE && end - t0 < C::kBlock) zero_tail(kt, end - t0, t);
+    if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock) zero_tail(kt, end - t0, t);
     issue_scores(sm, kt, s);
   }
 
@@ -236,7 +235,7 @@ struct WgmmaKernel {
         const int gr = row0 + r0 + 8 * h;
         int l = 0;
         if (gr < rows_total) l = p.causal ? seqlen - p.s_q + gr / p.h_q + 1 : seqlen;
-        lim[h] = min(l + MLAGEN_FAULT_CAUSAL_OFF_BY_ONE, pc.end);
+        lim[h] = min(l + (FAULT == kFaultCausalOffByOne), pc.end);
       }
       load_q(p, sm, pc.req, row0, rows_total, t);
       cp_async_wait<0>();
@@ -267,6 +266,9 @@ struct WgmmaKernel {
         sm90::reg_fence(o);
 
         // online softmax (log2 domain) on this thread's 2 rows x 16 keys
+        // (into another array: ptxas serializes every wgmma of the kernel (C7515) when
+        // non-wgmma instructions write the scores' accumulator registers)
+        float xs[32];
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int j = 0; j < 8; ++j)
@@ -275,7 +277,7 @@ struct WgmmaKernel {
             const int key = t0 + 8 * j + c2 + (e & 1);
             const int h = e >> 1;
             const float x = key < lim[h] ? s[4 * j + e] * p.scale_log2 : -INFINITY;
-            s[4 * j + e] = x;
+            xs[4 * j + e] = x;
             mx[h] = fmaxf(mx[h], x);
           }
         float alpha[2];
@@ -293,9 +295,9 @@ struct WgmmaKernel {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int h = e >> 1;
-            const float x = s[4 * j + e];
+            const float x = xs[4 * j + e];
             const float pe = x == -INFINITY ? 0.f : exp2f(x - m[h]);
-            s[4 * j + e] = pe;
+            xs[4 * j + e] = pe;
             sum[h] += pe;
           }
         lsum[0] = lsum[0] * alpha[0] + sum[0];
@@ -311,10 +313,10 @@ struct WgmmaKernel {
         uint32_t pa[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          pa[kk][0] = sm90::pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-          pa[kk][1] = sm90::pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-          pa[kk][2] = sm90::pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-          pa[kk][3] = sm90::pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+          pa[kk][0] = sm90::pack2<T>(xs[8 * kk + 0], s[8 * kk + 1]);
+          pa[kk][1] = sm90::pack2<T>(xs[8 * kk + 2], s[8 * kk + 3]);
+          pa[kk][2] = sm90::pack2<T>(xs[8 * kk + 4], s[8 * kk + 5]);
+          pa[kk][3] = sm90::pack2<T>(xs[8 * kk + 6], s[8 * kk + 7]);
         }
         // P and alpha for WG2 (after it is done with the previous block's P)
         if (i > 0) sm90::bar_sync(C::kBarPEmpty, 256);
@@ -464,10 +466,10 @@ struct WgmmaKernel {
     __syncthreads();
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-      sm90::setmaxnreg_inc<C::kConsumerRegs>();
+      sm90::setmaxnreg_inc<C::kScoreRegs>();
       scores_wg(wp.p, sm);
     } else if (wg == 1) {
-      sm90::setmaxnreg_inc<C::kConsumerRegs>();
+      sm90::setmaxnreg_inc<C::kValueRegs>();
       values_wg(wp.p, sm);
     } else {
       sm90::setmaxnreg_dec<C::kProducerRegs>();
@@ -476,11 +478,11 @@ struct WgmmaKernel {
   }
 };
 
-template <typename T>
+template <typename T, int FAULT>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, 1)
 mla_split_wgmma_kernel(const __grid_constant__ WgmmaParams wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaKernel<T>::run(wp, smem);
+  WgmmaKernel<T, FAULT>::run(wp, smem);
 }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda link).
@@ -497,30 +499,30 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-template <typename T>
+template <typename T, int FAULT>
 cudaError_t prepare_split_wgmma() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T, FAULT>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        WgmmaConfig::kSmem);
   done = e == cudaSuccess;
   return e;
 }
 
-template <typename T>
+template <typename T, int FAULT>
 cudaError_t split_wgmma_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma<T>();
+  cudaError_t e = prepare_split_wgmma<T, FAULT>();
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T>,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T, FAULT>,
                                                        WgmmaConfig::kThreads, WgmmaConfig::kSmem);
 }
 
-template <typename T>
+template <typename T, int FAULT>
 cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   // a 64-key block must be one box of one page (the API falls back to mma_sync otherwise)
   if (p.page_size % 64 != 0) return cudaErrorInvalidValue;
-  cudaError_t e = prepare_split_wgmma<T>();
+  cudaError_t e = prepare_split_wgmma<T, FAULT>();
   if (e != cudaSuccess) return e;
   auto encode = tensor_map_encoder();
   if (!encode) return cudaErrorNotSupported;
@@ -541,7 +543,7 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   const int rows_total = p.s_q * p.h_q;
   dim3 grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
-  mla_split_wgmma_kernel<T><<<grid, WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream>>>(wp);
+  mla_split_wgmma_kernel<T, FAULT><<<grid, WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream>>>(wp);
   return cudaGetLastError();
 }
 
