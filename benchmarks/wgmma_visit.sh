@@ -46,7 +46,7 @@ if has time && [ $SMALL_OK = 1 ]; then
 fi
 if has sanitize; then
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-  for tool in memcheck racecheck synccheck; do
+  for tool in ${TOOLS:-memcheck racecheck synccheck}; do
     timeout 150 "$CS" --tool $tool --error-exitcode 9 python3 benchmarks/wgmma_bench.py small \
       > "$OUT/sanitize_$tool.log" 2>&1
     echo "sanitize $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$OUT/sanitize_$tool.log" | head -3

@@ -300,6 +300,15 @@ struct WgmmaKernel {
             xs[4 * j + e] = pe;
             sum[h] += pe;
           }
+        // P as the A fragments of 4 k steps (16 keys each)
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          pa[kk][0] = sm90::pack2<T>(xs[8 * kk + 0], xs[8 * kk + 1]);
+          pa[kk][1] = sm90::pack2<T>(xs[8 * kk + 2], xs[8 * kk + 3]);
+          pa[kk][2] = sm90::pack2<T>(xs[8 * kk + 4], xs[8 * kk + 5]);
+          pa[kk][3] = sm90::pack2<T>(xs[8 * kk + 6], xs[8 * kk + 7]);
+        }
         lsum[0] = lsum[0] * alpha[0] + sum[0];
         lsum[1] = lsum[1] * alpha[1] + sum[1];
 #pragma unroll
@@ -308,15 +317,6 @@ struct WgmmaKernel {
           o[4 * j + 1] *= alpha[0];
           o[4 * j + 2] *= alpha[1];
           o[4 * j + 3] *= alpha[1];
-        }
-        // P as the A fragments of 4 k steps (16 keys each)
-        uint32_t pa[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          pa[kk][0] = sm90::pack2<T>(xs[8 * kk + 0], s[8 * kk + 1]);
-          pa[kk][1] = sm90::pack2<T>(xs[8 * kk + 2], s[8 * kk + 3]);
-          pa[kk][2] = sm90::pack2<T>(xs[8 * kk + 4], s[8 * kk + 5]);
-          pa[kk][3] = sm90::pack2<T>(xs[8 * kk + 6], s[8 * kk + 7]);
         }
         // P and alpha for WG2 (after it is done with the previous block's P)
         if (i > 0) sm90::bar_sync(C::kBarPEmpty, 256);
