@@ -19,7 +19,7 @@ TILE_KNOBS = {16: (16, 32, 2, 8), 32: (32, 64, 2, 8), 64: (64, 32, 3, 8)}
 # Size class -> main loop.  "wgmma" (mla_wgmma.cuh) has fixed knobs, WGMMA_KNOBS, and takes
 # page sizes that are multiples of 64 only: other page sizes use the class's mma_sync knobs.
 # MLAGEN_HOPPER_MAINLOOP (JSON {"class": "wgmma" | "mma_sync"}) replaces entries for a run.
-MAINLOOP = {16: "mma_sync", 32: "mma_sync", 64: "wgmma"}
+MAINLOOP = {16: "mma_sync", 32: "wgmma", 64: "wgmma"}
 WGMMA_KNOBS = (64, 64, 2, 8)
 
 
