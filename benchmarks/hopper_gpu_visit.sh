@@ -18,7 +18,7 @@ CANDS=${CANDS:-} python3 - <<'PY' > /tmp/hopper_build.log 2>&1
 import os, sys, time
 from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, "tests")
-from mlagen.build import build
+from mlagen.jit import build
 from mlagen.backends.hopper import render, defaults
 from mlagen.schedule.records import Schedule
 import test_hopper_gpu as tg

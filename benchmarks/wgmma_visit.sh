@@ -18,7 +18,7 @@ if has build; then
   timeout 200 python3 - > "$OUT/build.log" 2>&1 <<'PY'
 import time
 from concurrent.futures import ThreadPoolExecutor
-from mlagen.build import build
+from mlagen.jit import build
 from mlagen.backends.hopper import render, defaults
 from mlagen.schedule.records import Schedule
 w = dict(target="hopper", mainloop="wgmma", rows_per_tile=64, block_kv=64, buffers=2, warps=8)

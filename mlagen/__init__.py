@@ -14,30 +14,32 @@ from pathlib import Path
 
 from .errors import (BuildError, EmulatorError, InputError, MlagenError, ResourceError,
                      ScheduleError, TargetError)
-from .schedule import Schedule, can_implement, check
+from .schedule import Plan, Schedule, can_implement, check, plan_of
 from .schedule import load as load_schedule
 from .version import __version__
 
-# Import the build subpackage before ``def build`` below: a submodule's first import sets
-# the package attribute, which would otherwise replace the function with the subpackage.
-from .build import build as _build_sources  # noqa: E402
+# The JIT builder lives in mlagen.jit, so ``mlagen.build`` is only ever this function.
+from .jit import build as _build_sources  # noqa: E402
 
-__all__ = ["__version__", "Schedule", "load_schedule", "check", "can_implement", "render",
+__all__ = ["__version__", "Schedule", "Plan", "plan_of", "load_schedule", "check", "can_implement", "render",
            "generate", "build", "runner", "run", "MlagenError", "ScheduleError",
            "ResourceError", "TargetError", "BuildError", "InputError", "EmulatorError",
            "get_mla_metadata", "flash_mla_with_kvcache"]
 
 
 def __getattr__(name: str):
-    # The FlashMLA-compatible calls, imported on first use (they register torch ops).
-    if name in ("get_mla_metadata", "flash_mla_with_kvcache"):
-        from .backends.hopper import api
+    # A backend's public calls (e.g. the FlashMLA-compatible ones), imported on first use
+    # (they register torch ops).
+    from .backends import all_backends
 
-        return getattr(api, name)
+    for b in all_backends():
+        if name in getattr(b, "api_names", ()):
+            return b.api(name)
     raise AttributeError(f"module 'mlagen' has no attribute {name!r}")
 
 
 def render(schedule: Schedule):
+    """The kernel sources (a SourceSet) of a schedule or its checked Plan."""
     from .codegen import render as _render
 
     return _render(schedule)
@@ -51,15 +53,15 @@ def generate(schedule: Schedule, out_dir: str | Path) -> list[Path]:
 
 
 def build(schedule: Schedule, progress: bool = False):
-    """The schedule's kernel library, compiled once per cache key (see mlagen.build)."""
-    return _build_sources(render(schedule), progress=progress)
+    """The schedule's kernel library, compiled once per cache key (see mlagen.jit)."""
+    plan = plan_of(schedule)
+    return _build_sources(render(plan), progress=progress, origin=plan.schedule)
 
 
 def runner(schedule: Schedule):
     """A callable MlaInputs -> MlaOutputs running the schedule's kernel (built on demand)."""
-    from .backends import backend_for
-
-    return backend_for(schedule).runner(schedule)
+    plan = plan_of(schedule)
+    return plan.backend.runner(plan)
 
 
 def run(schedule: Schedule, inputs):

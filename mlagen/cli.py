@@ -5,7 +5,7 @@
     mlagen build SCHEDULE            compile (cached) and print the artifact
     mlagen run SCHEDULE              build, run on random data, check against the reference
     mlagen verify SCHEDULE           hypothesis-driven verification against the reference
-    mlagen bench --target sc11       benchmarks (SC11: the seed's Table 2 grid)
+    mlagen bench --target KIND       a target's benchmark
     mlagen cache list | clear        the build cache
 """
 
@@ -28,15 +28,13 @@ def _schedule(path: str):
 
 # ---------------------------------------------------------------- commands ---------
 def cmd_check(args) -> int:
-    from .schedule import can_implement
-    from .schedule.rules import check
+    from .schedule import plan_of
 
     for path in args.schedules:
-        s = _schedule(path)
-        t = check(s)
-        print(f"{path}: ok ({s.variant_name()})")
+        plan = plan_of(_schedule(path))
+        print(f"{path}: ok ({plan.variant})")
         if args.verbose:
-            print(can_implement(s, t).table())
+            print(plan.resources.table())
     return 0
 
 
@@ -86,15 +84,13 @@ def cmd_verify(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    if args.target == "sc11":
-        from .backends.sc11.bench import bench_main
-    else:
-        from .backends.hopper.bench import bench_main
-    return bench_main(args)
+    from .backends import backend
+
+    return backend(args.target).bench_main(args)
 
 
 def cmd_cache(args) -> int:
-    from .build import clear, entries
+    from .jit import clear, entries
     from .paths import cache_dir
 
     if args.action == "list":
@@ -137,16 +133,19 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_build)
 
     p = sub.add_parser("run", help="build, run on random data, compare with the reference "
-                       "(SC11: simulated time, timeline summary and chart)")
+                       "(and the target's report, e.g. a simulated timeline)")
     p.add_argument("schedule", metavar="SCHEDULE")
     p.add_argument("--batch", type=int, default=None, help="sequences (default: per target)")
     p.add_argument("--seqlen", type=int, default=None, help="KV length of each sequence")
     p.add_argument("--s-q", type=int, default=1, help="query tokens per sequence")
     p.add_argument("--varlen", action="store_true", help="draw lengths around --seqlen")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scheme", default=None, help="SC11 phase-B scheme (default: schedule's)")
+    p.add_argument("--scheme", default=None,
+                   help="run-time multi-core scheme, where the target has one "
+                        "(default: the schedule's)")
     p.add_argument("--chart", default=None,
-                   help="SC11 timeline chart path prefix (default: out/<schedule>)")
+                   help="timeline chart path prefix, where the target draws one "
+                        "(default: out/<schedule>)")
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("verify", help="check a schedule's kernel against the reference over "
@@ -158,8 +157,10 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("schedule")
     p.set_defaults(fn=cmd_verify)
 
-    p = sub.add_parser("bench", help="benchmarks: --target sc11 (Table 2 grid) or hopper")
-    p.add_argument("--target", choices=("sc11", "hopper"), default="sc11")
+    from .backends import default_kind, kinds
+
+    p = sub.add_parser("bench", help="a target's benchmark (--target KIND)")
+    p.add_argument("--target", choices=kinds(), default=default_kind())
     p.add_argument("--schedule", default=None, help="schedule file (default: the example)")
     p.add_argument("--output", default=None, help="write the table (markdown) here")
     p.add_argument("--quick", action="store_true", help="a reduced grid")

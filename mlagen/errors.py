@@ -46,5 +46,5 @@ class InputError(MlagenError, ValueError):
 
 
 class EmulatorError(MlagenError, RuntimeError):
-    """The SC11 emulator caught a protocol violation (a read before its DMA, a capacity
+    """An emulated target caught a protocol violation (a read before its DMA, a capacity
     overflow, a DMA into a buffer in use)."""

@@ -7,7 +7,7 @@ Conventions (FlashMLA's, see docs/conventions.md):
     cache_seqlens int32 [b]
     out          [b, s_q, h_q, dv] (q's dtype);  lse fp32 [b, h_q, s_q], natural log
     (MlaInputs.dv says dv; mlagen.reference computes the same in fp32 or fp64)
-Fused (the SC11 seed's operator) adds the up-projection inputs; see FusedWeights.
+Fused (the seed's operator) adds the up-projection inputs; see FusedWeights.
 
 Cache slots that a kernel must never read (unused pages, the tail of each last page) are
 filled with NaN so that any over-read shows in the output.
@@ -85,7 +85,7 @@ class MlaInputs:
 class MlaOutputs:
     out: torch.Tensor                    # [b, s_q, h, dv] or fused [b, s_q, h, v_head_dim]
     lse: torch.Tensor                    # [b, h, s_q]: fp32 from kernels
-    extra: dict = field(default_factory=dict)    # e.g. the SC11 trace and timeline
+    extra: dict = field(default_factory=dict)    # e.g. an emulator's trace and timeline
 
 
 def positions(cache_seqlens: torch.Tensor, s_q: int) -> torch.Tensor:

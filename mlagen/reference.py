@@ -198,7 +198,7 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float = 10000.0) -> torch.Te
     return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).reshape(x.shape)
 
 
-# ---- the fused operator (the SC11 seed's), absorbed and plain ---------------------------
+# ---- the fused operator (the seed's), absorbed and plain ---------------------------
 
 def _split_query(q_lora: torch.Tensor, weights: FusedWeights, cache_seqlens: torch.Tensor,
                  rope_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

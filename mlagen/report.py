@@ -1,5 +1,5 @@
 """`mlagen run`: build a schedule's kernel, run it on a random workload, compare with the
-reference and report (SC11: simulated time, timeline summary and Gantt charts)."""
+reference and report (the backend adds its own lines, e.g. a simulated timeline)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from typing import Optional
 import torch
 
 from .errors import MlagenError
+from .schedule.rules import plan_of
 from .schedule.records import Schedule
-
-DEFAULTS = {"sc11": (128, 512), "hopper": (64, 4096)}   # (batch, seqlen): the seed's point
 
 
 def _lengths(batch: int, seqlen: int, varlen: bool, seed: int) -> list[int]:
@@ -31,18 +30,19 @@ def run_report(schedule: Schedule, batch: Optional[int] = None, seqlen: Optional
     from .verify.compare import compare
     from .verify.oracle import oracle_for
 
-    kind = schedule.target.name
-    b0, l0 = DEFAULTS[kind]
+    plan = plan_of(schedule)
+    be = plan.backend
+    b0, l0 = be.run_point
     batch, seqlen = batch or b0, seqlen or l0
     if s_q > schedule.problem.max_s_q:
         raise MlagenError(f"--s-q {s_q} is more than the schedule's max_s_q = "
                           f"{schedule.problem.max_s_q}")
-    device = "cuda" if kind == "hopper" else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise MlagenError("target hopper needs an NVIDIA GPU (none found); "
-                          "`mlagen generate` and `mlagen build` work without one")
+    why = be.device_check()
+    if why:
+        raise MlagenError(why)
+    device = be.device
     t0 = time.perf_counter()
-    run = runner(schedule)
+    run = runner(plan)
     t_build = time.perf_counter() - t0
     lens = _lengths(batch, seqlen, varlen, seed)
     inp = make_inputs(schedule.problem, batch, lens, s_q=s_q, heads=schedule.heads_per_device,
@@ -53,31 +53,14 @@ def run_report(schedule: Schedule, batch: Optional[int] = None, seqlen: Optional
           f"{'fused' if schedule.problem.fused else 'attention only'}, {schedule.problem.dtype}")
     print(f"kernel ready in {t_build:.2f} s")
     t0 = time.perf_counter()
-    out = run(inp, scheme=scheme) if kind == "sc11" else run(inp)
+    out = run(inp, **be.run_kwargs(scheme))
     t_run = time.perf_counter() - t0
     t0 = time.perf_counter()
     # the verifier's oracle: float64 reference, rounded where the kernel stores bf16/fp16
-    ref = oracle_for(schedule)(inp, dtype=torch.float64)
+    ref = oracle_for(plan)(inp, dtype=torch.float64)
     t_ref = time.perf_counter() - t0
     result = compare(out, ref, schedule.problem.dtype)
     print(f"ran in {t_run:.3f} s (reference in torch float64: {t_ref:.3f} s)")
     print(f"check against the reference: {result.summary()}")
-    if kind == "sc11":
-        _sc11_report(schedule, out, chart)
+    be.report(plan, out, chart)
     return 0 if result.ok else 1
-
-
-def _sc11_report(schedule: Schedule, out, chart: Optional[str]) -> None:
-    from .backends.sc11.costmodel import simulate
-    from .backends.sc11.schemes import machine_for
-    from .backends.sc11.timeline import plot_all, plot_core, text_summary
-
-    sim = simulate(out.extra["trace"], machine_for(schedule))
-    print(f"phase-B scheme: {out.extra['scheme']}")
-    print(f"LMEM high-water {out.extra['lmem_high']} B, L2 high-water {out.extra['l2_high']} B")
-    print(text_summary(sim))
-    prefix = Path(chart) if chart else Path("out") / schedule.name
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    files = plot_all(sim, prefix.with_name(prefix.name + "_all_cores"))
-    files += plot_core(sim, int(sim.cores[0]), prefix.with_name(prefix.name + "_core0"))
-    print("timeline charts: " + ", ".join(str(f) for f in files))

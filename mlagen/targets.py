@@ -13,12 +13,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from .backends import backend, kinds
 from .errors import TargetError
 from .paths import TARGETS_DIR
-
-KINDS = ("sc11", "hopper")
-# The schedule's target name -> its default description file.
-DEFAULT_FILES = {"sc11": "sc11.toml", "hopper": "h200.toml"}
 
 
 @dataclass(frozen=True)
@@ -52,8 +49,8 @@ def _load(path: str) -> Target:
         raise TargetError(f"{path}: not valid TOML: {e}") from None
     head = data.get("target", {})
     kind = head.get("kind")
-    if kind not in KINDS:
-        raise TargetError(f"{path}: [target] kind = {kind!r} must be one of {KINDS}")
+    if kind not in kinds():
+        raise TargetError(f"{path}: [target] kind = {kind!r} must be one of {', '.join(kinds())}")
     params, sources = {}, {}
     for key, entry in data.get("params", {}).items():
         if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
@@ -65,11 +62,11 @@ def _load(path: str) -> Target:
 
 def target_path(name: str, file: str | None = None, base: Path | None = None) -> Path:
     """The description file of a target: ``file`` (relative to the schedule's folder or
-    to targets/) or the default file of ``name``."""
+    to targets/) or the default file of ``name``'s backend."""
     if file is None:
-        if name not in DEFAULT_FILES:
-            raise TargetError(f"unknown target {name!r}; known: {', '.join(DEFAULT_FILES)}")
-        return TARGETS_DIR / DEFAULT_FILES[name]
+        if name not in kinds():
+            raise TargetError(f"unknown target {name!r}; known: {', '.join(kinds())}")
+        return TARGETS_DIR / backend(name).target_file
     cand = Path(file)
     if cand.is_absolute():
         return cand

@@ -1,4 +1,4 @@
-"""The build cache (mlagen.build): keys, cache hits, one build among racing processes,
+"""The build cache (mlagen.jit): keys, cache hits, one build among racing processes,
 killed builds, compiler errors, cache listing and clearing.
 
 A tiny SourceSet (one C++ file with an extern "C" function) stands in for a kernel; a
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from mlagen.build import build, cache_key, clear, compile_only, entries
-from mlagen.build import cache as cache_mod
+from mlagen.jit import build, cache_key, clear, compile_only, entries
+from mlagen.jit import cache as cache_mod
 from mlagen.codegen import SourceSet
 from mlagen.errors import BuildError
 from mlagen.runtime import load_library
@@ -153,7 +153,7 @@ _CHILD = textwrap.dedent("""\
     import json, os, sys, time
     sys.path.insert(0, {root!r})
     from pathlib import Path
-    from mlagen.build import build
+    from mlagen.jit import build
     from mlagen.codegen import SourceSet
     from mlagen.runtime import load_library
     go = Path({go!r})
@@ -322,10 +322,10 @@ def test_cli_cache_list_and_clear(cache, capsys):
     assert entries() == []
 
 
-def test_public_build_stays_a_function_after_the_subpackage_is_imported():
-    """``mlagen.build(schedule)`` is the public API; importing ``mlagen.build.*`` (as the
-    backends do) must not turn it into the subpackage."""
-    code = ("import types, mlagen.build.cache; from mlagen.build import build as b; "
+def test_public_build_stays_a_function_after_the_jit_package_is_imported():
+    """``mlagen.build(schedule)`` is the public API; importing ``mlagen.jit.*`` (as the
+    backends do) must leave it a function."""
+    code = ("import types, mlagen.jit.cache; from mlagen.jit import build as b; "
             "import mlagen; assert isinstance(mlagen.build, types.FunctionType), mlagen.build; "
             "assert b is not mlagen.build")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from mlagen.build import compile_only
+from mlagen.jit import compile_only
 from mlagen.errors import ScheduleError
 from mlagen.paths import SCHEDULES_DIR
 from mlagen.schedule import load
@@ -65,7 +65,7 @@ def test_smem_formula_matches_the_kernel(tmp_path):
     import subprocess
 
     from mlagen.paths import TEMPLATES_DIR
-    from mlagen.schedule.resources import hopper_smem
+    from mlagen.backends.hopper.resources import hopper_smem
 
     combos = list(itertools.product((16, 32, 64), (16, 32, 64), (1, 2, 3, 5, 8), (4, 8)))
     lines = []

@@ -255,6 +255,7 @@ def test_pipeline_depth_limits():
 def test_tile_knobs_override(monkeypatch):
     from mlagen.backends.hopper import defaults
     monkeypatch.setenv("MLAGEN_HOPPER_TILE_KNOBS", '{"32": [16, 32, 5, 8], "16": [16, 2, 4]}')
+    monkeypatch.setenv("MLAGEN_HOPPER_MAINLOOP", '{"32": "mma_sync", "64": "mma_sync"}')
     s32 = defaults.default_schedule(32)
     assert (s32.mapping.rows_per_tile, s32.mapping.block_kv, s32.mapping.buffers) == (16, 32, 5)
     assert defaults.rows_for(17) == 16
@@ -262,3 +263,7 @@ def test_tile_knobs_override(monkeypatch):
     assert (s16.mapping.rows_per_tile, s16.mapping.block_kv, s16.mapping.buffers,
             s16.mapping.warps) == (16, 16, 2, 4)
     assert defaults.rows_for(33) == defaults.TILE_KNOBS[64][0]
+    monkeypatch.delenv("MLAGEN_HOPPER_MAINLOOP")
+    if defaults.MAINLOOP[32] == "wgmma":        # the knobs of a class on wgmma are its own
+        assert defaults.default_schedule(32).mapping.rows_per_tile == defaults.WGMMA_KNOBS[0]
+        assert defaults.rows_for(17) == defaults.WGMMA_KNOBS[0]

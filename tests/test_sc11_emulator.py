@@ -19,7 +19,7 @@ from mlagen.errors import EmulatorError, InputError, ScheduleError
 from mlagen.paths import TEMPLATES_DIR
 from mlagen.problem import make_inputs
 from mlagen.schedule.records import FAULTS, Schedule
-from mlagen.schedule.resources import sc11_layout
+from mlagen.backends.sc11.resources import sc11_layout
 from mlagen.targets import load_target
 
 from mlagen import reference

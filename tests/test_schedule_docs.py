@@ -6,8 +6,9 @@ import dataclasses
 import re
 from pathlib import Path
 
+from mlagen.backends import all_backends
 from mlagen.schedule import loads
-from mlagen.schedule.records import Mapping, Problem, TargetRef
+from mlagen.schedule.records import Problem, TargetRef
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "schedule-language.md"
 
@@ -15,7 +16,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "schedule-language.md"
 def test_every_key_has_a_row():
     text = DOC.read_text()
     rows = set(re.findall(r"^\| `([a-z_]+)` \|", text, flags=re.M))
-    for record in (Problem, TargetRef, Mapping):
+    for record in (Problem, TargetRef, *(b.mapping for b in all_backends())):
         for f in dataclasses.fields(record):
             assert f.name in rows, f"{f.name} ({record.__name__}) is not documented"
 

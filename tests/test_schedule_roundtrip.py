@@ -14,7 +14,9 @@ from mlagen.errors import ResourceError
 from mlagen.paths import SCHEDULES_DIR
 from mlagen.schedule import Schedule, dumps, load, loads
 from mlagen.schedule.parse import _toml_value
-from mlagen.schedule.records import DTYPES, HOPPER_MAINLOOPS, SC11_SCHEMES, Problem
+from mlagen.backends.hopper.knobs import MAINLOOPS as HOPPER_MAINLOOPS
+from mlagen.backends.sc11.knobs import SCHEMES as SC11_SCHEMES
+from mlagen.schedule.records import DTYPES, Problem
 
 EXAMPLES = sorted(SCHEDULES_DIR.glob("*.toml"))
 PROBLEM_KEYS = {f for f in Problem.__dataclass_fields__}
@@ -83,6 +85,9 @@ def hopper_knobs(draw) -> dict:
          "mainloop": draw(st.sampled_from(HOPPER_MAINLOOPS)),
          "split_kv": draw(st.one_of(st.just("auto"), st.integers(1, 64)))}
     k.update(_common(draw))
+    if k["mainloop"] == "wgmma":       # its knobs are fixed (rules: hopper_mapping)
+        k.update(rows_per_tile=64, block_kv=64, buffers=2, warps=8,
+                 page_size=draw(st.sampled_from([64, 128, 256])))
     return k
 
 

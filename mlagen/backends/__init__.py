@@ -1,24 +1,54 @@
-"""One backend module per target kind.  Each provides:
+"""The backend registry: one subpackage per target kind, each holding one ``Backend`` object
+(``mlagen/backends/<kind>/backend.py``, attribute ``BACKEND``).
 
-    render(schedule) -> SourceSet          the kernel sources of a checked schedule
-    runner(schedule) -> Runner             build (cached), load, and a callable that runs
-                                           the kernel on an MlaInputs (mlagen.problem)
-
-Adding a target is a description in targets/, templates in templates/<kind>/, and one
-module here registered in KINDS.
+The registry finds backends by looking at this folder, so adding a target is a new backend
+folder, its templates (templates/<kind>/) and its description (targets/), nothing else.
+The core reaches a target only through these functions; the backend modules are imported
+on first use (importlib), so the core never imports a backend statically.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from types import ModuleType
+import importlib.util
+import pkgutil
+from typing import TYPE_CHECKING
 
-KINDS = {"sc11": "mlagen.backends.sc11", "hopper": "mlagen.backends.hopper"}
+if TYPE_CHECKING:  # pragma: no cover
+    from .base import Backend
 
 
-def backend(kind: str) -> ModuleType:
-    return importlib.import_module(KINDS[kind])
+@functools.lru_cache(maxsize=None)
+def kinds() -> tuple[str, ...]:
+    """Every target kind: the subpackages of mlagen/backends/ that hold a backend.py."""
+    found = []
+    for m in pkgutil.iter_modules(__path__):
+        if m.ispkg and importlib.util.find_spec(f"{__name__}.{m.name}.backend") is not None:
+            found.append(m.name)
+    return tuple(sorted(found))
 
 
-def backend_for(schedule) -> ModuleType:
+@functools.lru_cache(maxsize=None)
+def backend(kind: str) -> "Backend":
+    """The backend object of a target kind (KeyError for an unknown kind)."""
+    if kind not in kinds():
+        raise KeyError(kind)
+    return importlib.import_module(f"{__name__}.{kind}.backend").BACKEND
+
+
+def backend_for(schedule) -> "Backend":
     return backend(schedule.target.name)
+
+
+def all_backends() -> list["Backend"]:
+    return [backend(k) for k in kinds()]
+
+
+@functools.lru_cache(maxsize=None)
+def default_kind() -> str:
+    """The kind a schedule gets when it names none: the backend marked ``default``."""
+    marked = [b.kind for b in all_backends() if b.default]
+    if len(marked) != 1:
+        raise RuntimeError(f"exactly one backend must be the default; marked: {marked}")
+    return marked[0]

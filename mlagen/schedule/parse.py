@@ -15,14 +15,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from ..backends import all_backends, backend, kinds
 from ..errors import ScheduleError
+from .located import Located, Positions
+from .rules import remember
 from .records import Mapping, Problem, Schedule, TargetRef
+from .rules import check
 
+# The tables of a file and their records; [schedule]'s record is the target's own knob
+# record (a subclass of Mapping, from its backend).
 TABLES = {"problem": Problem, "target": TargetRef, "schedule": Mapping}
-# Keys a file may not set although the record has them.
-_HIDDEN = {"schedule": set(), "problem": set(), "target": set()}
-
-Positions = dict[tuple[str, "str | None"], int]
 
 
 class _Scanner:
@@ -167,50 +169,17 @@ def _positions(text: str) -> Positions:
     return pos
 
 
-_NAMED = re.compile(r"\b([a-z_]+) = ")
-
-
-class Located:
-    """Where each key of a schedule came from, so rules can point at a line."""
-
-    def __init__(self, source: str | None, positions: Positions):
-        self.source = source
-        self.positions = positions
-
-    def line_of(self, table: str, key: str | None, message: str = "") -> int | None:
-        """The key's line; else the line of a key the message names (``page_size = 48``
-        when the rule's own key kept its default); else the table's header."""
-        if (table, key) in self.positions:
-            return self.positions[(table, key)]
-        for named in _NAMED.findall(message):
-            for t in TABLES:
-                if (t, named) in self.positions:
-                    return self.positions[(t, named)]
-        return self.positions.get((table, None))
-
-    def error(self, table: str, key: str | None, message: str,
-              cls: type[ScheduleError] = ScheduleError) -> ScheduleError:
-        return cls(message, file=self.source, line=self.line_of(table, key, message))
+_TYPES = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,)}
 
 
 def _field_kinds(record: type) -> dict[str, tuple[type, ...]]:
-    """Accepted Python types of each field, from its default value (bool is not an int)."""
-    kinds: dict[str, tuple[type, ...]] = {}
+    """Accepted Python types of each field, from its annotation (bool is not an int; an
+    integer is a number)."""
+    kinds_: dict[str, tuple[type, ...]] = {}
     for f in dataclasses.fields(record):
-        default = f.default if f.default is not dataclasses.MISSING else None
-        if f.name == "softmax_scale" or f.name == "file":
-            kinds[f.name] = (float, int) if f.name == "softmax_scale" else (str,)
-        elif f.name == "split_kv":
-            kinds[f.name] = (int, str)
-        elif isinstance(default, bool):
-            kinds[f.name] = (bool,)
-        elif isinstance(default, int):
-            kinds[f.name] = (int,)
-        elif isinstance(default, float):
-            kinds[f.name] = (float, int)
-        else:
-            kinds[f.name] = (str,)
-    return kinds
+        names = re.findall(r"\b(int|float|str|bool)\b", str(f.type))
+        kinds_[f.name] = tuple(dict.fromkeys(k for n in names for k in _TYPES[n]))
+    return kinds_
 
 
 def _type_name(kinds: tuple[type, ...]) -> str:
@@ -235,18 +204,52 @@ def _shown(key: str, value: Any) -> str:
     return key
 
 
+def _records(table: str) -> list[type]:
+    if table == "schedule":
+        return [b.mapping for b in all_backends()]
+    return [TABLES[table]]
+
+
 def _owner(key: str) -> str | None:
-    for table, record in TABLES.items():
-        if key in _field_kinds(record):
+    for table in TABLES:
+        if any(key in _field_kinds(r) for r in _records(table)):
             return table
     return None
+
+
+def _validate(loc: Located, table: str, given: dict[str, Any], record: type,
+              kind: str | None = None) -> dict[str, Any]:
+    """The table's keys and value types against its record; returns the values."""
+    kinds_ = _field_kinds(record)
+    allowed = list(kinds_)
+    for key, value in given.items():
+        if key not in allowed:
+            if table == "schedule" and _owner(key) == "schedule":   # another target's knob
+                why = backend(kind).foreign_why.get(key, "") if kind else ""
+                raise loc.error(table, key, f"{key} is not a knob of target {kind}{why}")
+            hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            other = _owner(key)
+            if other and other != table:
+                extra = f"; '{key}' belongs in [{other}]"
+            elif hint:
+                extra = f"; did you mean '{hint[0]}'?"
+            else:
+                extra = f"; known keys: {', '.join(allowed)}"
+            raise loc.error(table, key, f"unknown key '{key}' in [{table}]{extra}")
+        ok = kinds_[key]
+        if isinstance(value, bool) and bool not in ok or not isinstance(value, ok):
+            raise loc.error(table, key, f"{_shown(key, value)} must be {_type_name(ok)}, "
+                                        f"not {_kind_of(value)}")
+    return dict(given)
+
+
+def _known_kinds() -> str:
+    return " or ".join(f'"{k}"' for k in kinds())
 
 
 def schedule_from_tables(tables: dict[str, Any], source: str | None, name: str,
                          positions: Positions | None = None) -> Schedule:
     """Tables (as TOML gives them) to a checked Schedule; every error names its line."""
-    from .rules import check  # rules import records only; no cycle at import time
-
     loc = Located(source, positions or {})
     for table, given in tables.items():
         if table in TABLES:
@@ -264,36 +267,39 @@ def schedule_from_tables(tables: dict[str, Any], source: str | None, name: str,
         extra = f"; did you mean [{hint[0]}]?" if hint else \
             f"; tables are {', '.join('[' + t + ']' for t in TABLES)}"
         raise loc.error(table, None, f"unknown table [{table}]{extra}")
-    values: dict[str, dict[str, Any]] = {}
-    for table, record in TABLES.items():
-        given = tables.get(table, {})
-        kinds = _field_kinds(record)
-        allowed = [k for k in kinds if k not in _HIDDEN[table]]
-        for key, value in given.items():
-            if key not in allowed:
-                hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-                other = _owner(key)
-                if other and other != table:
-                    extra = f"; '{key}' belongs in [{other}]"
-                elif hint:
-                    extra = f"; did you mean '{hint[0]}'?"
-                else:
-                    extra = f"; known keys: {', '.join(allowed)}"
-                raise loc.error(table, key, f"unknown key '{key}' in [{table}]{extra}")
-            ok = kinds[key]
-            if isinstance(value, bool) and bool not in ok or not isinstance(value, ok):
-                raise loc.error(table, key, f"{_shown(key, value)} must be {_type_name(ok)}, "
-                                            f"not {_kind_of(value)}")
-        values[table] = dict(given)
-    if "name" not in values["target"]:
-        raise loc.error("target", None, "[target] needs name = \"sc11\" or \"hopper\"")
-    if values["problem"].get("softmax_scale") is not None:
-        values["problem"]["softmax_scale"] = float(values["problem"]["softmax_scale"])
-    schedule = Schedule(problem=Problem(**values["problem"]),
-                        target=TargetRef(**values["target"]),
-                        mapping=Mapping(**values["schedule"]), name=name, source=source)
-    check(schedule, loc)
+    problem = _validate(loc, "problem", tables.get("problem", {}), Problem)
+    target = _validate(loc, "target", tables.get("target", {}), TargetRef)
+    if "name" not in target:
+        raise loc.error("target", None, f"[target] needs name = {_known_kinds()}")
+    kind = target["name"]
+    if kind not in kinds():
+        raise loc.error("target", "name",
+                        f"unknown target {kind!r}; known: {', '.join(kinds())}")
+    record = backend(kind).mapping
+    mapping = _validate(loc, "schedule", tables.get("schedule", {}), record, kind)
+    if problem.get("softmax_scale") is not None:
+        problem["softmax_scale"] = float(problem["softmax_scale"])
+    schedule = Schedule(problem=Problem(**problem), target=TargetRef(**target),
+                        mapping=record(**mapping), name=name, source=source)
+    remember(check(schedule, loc))
     return schedule
+
+
+def build(name: str = "unnamed", target: str | None = None, target_file: str | None = None,
+          **knobs: Any) -> Schedule:
+    """A checked schedule from keyword knobs (``Schedule.build``): problem fields by name,
+    the rest into [schedule]."""
+    from ..backends import default_kind
+
+    problem_names = {f.name for f in dataclasses.fields(Problem)}
+    tables: dict[str, dict[str, Any]] = {"problem": {}, "target": {"name": target or
+                                                                   default_kind()},
+                                          "schedule": {}}
+    if target_file is not None:
+        tables["target"]["file"] = target_file
+    for key, value in knobs.items():
+        tables["problem" if key in problem_names else "schedule"][key] = value
+    return schedule_from_tables(tables, source=None, name=name)
 
 
 # tomllib's terse phrases, said the way a schedule's author thinks of them
@@ -339,12 +345,7 @@ def _toml_value(value: Any) -> str:
 
 def dumps(schedule: Schedule) -> str:
     """The schedule as a TOML file; ``loads(dumps(s), name=s.name)`` equals ``s`` (for a
-    schedule loaded from a file, source aside).  The other target's knobs are left out
-    while they hold their defaults (the only legal value for them)."""
-    from .rules import _HOPPER_ONLY, _SC11_ONLY
-
-    foreign = {"sc11": _HOPPER_ONLY, "hopper": _SC11_ONLY}.get(schedule.target.name, ())
-    defaults = Mapping()
+    schedule loaded from a file, source aside)."""
     out = [f"# mlagen schedule '{schedule.name}'"]
     for table, record in (("problem", schedule.problem), ("target", schedule.target),
                           ("schedule", schedule.mapping)):
@@ -352,8 +353,6 @@ def dumps(schedule: Schedule) -> str:
         for f in dataclasses.fields(record):
             value = getattr(record, f.name)
             if value is None:
-                continue
-            if table == "schedule" and f.name in foreign and value == getattr(defaults, f.name):
                 continue
             out.append(f"{f.name} = {_toml_value(value)}")
     return "\n".join(out) + "\n"

@@ -3,24 +3,23 @@
 A schedule file has three tables, each parsed into one record here:
 
     [problem]   what is computed (MLA shapes, page size, dtype, fused or attention-only)
-    [target]    where it runs (a target name and the description file in targets/)
-    [schedule]  how it is mapped (tp, cores, block_kv, buffers, split-KV, tiles ...)
+    [target]    where it runs (a target kind and, optionally, its description file)
+    [schedule]  how it is mapped: the knobs every target has (``Mapping``) plus the knobs of
+                the target's own record, a subclass of ``Mapping`` its backend declares
+                (mlagen/backends/<kind>/knobs.py)
 
-Records hold values only; every check with its message lives in ``rules.py`` and every
-resource count in ``resources.py``.  A knob that one target does not use keeps its default
-and the rules reject a non-default value for the wrong target.
+Records hold values only; the common rules live in ``rules.py``, a target's rules and
+resource counts in its backend.  No target is named here: the default kind and the knob
+records come from the backend registry.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, ClassVar
 
 DTYPES = ("bf16", "fp16")
-SC11_SCHEMES = ("auto", "heads", "batch", "seq", "batch_seq")
-HOPPER_MAINLOOPS = ("mma_sync", "wgmma")
-
 # Planted faults for the verifier's own tests (issue: verifier power).  They are not
 # schedule-file keys: only ``Schedule.with_fault`` sets one.
 FAULTS = (
@@ -68,65 +67,71 @@ class Problem:
         return float(self.d ** -0.5)
 
 
+def _default_kind() -> str:
+    from ..backends import default_kind
+
+    return default_kind()
+
+
 @dataclass(frozen=True)
 class TargetRef:
-    name: str = "sc11"
-    file: str | None = None        # a target description; None: targets/<name>.toml
+    name: str = field(default_factory=_default_kind)   # the target kind (a backend)
+    file: str | None = None        # a target description; None: the backend's default file
+
+
+def knob(default: Any, doc: str = "", *, compile_time: bool = True, tag: str | None = None
+         ) -> Any:
+    """A mapping knob: its default, what it means, whether the kernel bakes it in
+    (``compile_time``: part of the variant name and the build) and its short tag in the
+    variant name (``bkv`` for block_kv; None: the field's name)."""
+    return field(default=default, metadata={"doc": doc, "compile_time": compile_time,
+                                            "tag": tag})
 
 
 @dataclass(frozen=True)
 class Mapping:
-    """How the problem is mapped onto the target.  Knobs of both targets; see rules.py."""
+    """The knobs every target has.  A backend's knob record subclasses this one."""
 
-    # common
-    tp: int = 1                    # devices (cards / GPUs) the heads are split over
-    block_kv: int = 64             # KV tokens per block the kernel works on
-    buffers: int = 2               # SC11: KV buffers in L2/LMEM; Hopper: pipeline stages
-    split_kv: Union[int, str] = "auto"   # partial-KV splits per sequence, or "auto"
-    # SC11
-    cores: int = 8                 # cores of the chip used (<= target cores)
-    heads_per_core: int = 0        # 0: heads per card / cores (phase A and C)
-    scheme: str = "auto"           # phase B multi-core scheme
-    seq_tile: int = 2048           # KV tokens per L2 tile of a sequence
-    # Hopper
-    rows_per_tile: int = 32        # query rows (s_q * h_q packed) per CTA tile
-    warps: int = 8                 # warps per CTA (mma_sync main loop)
-    mainloop: str = "mma_sync"
+    tp: int = knob(1, "devices (cards / GPUs) the heads are split over", compile_time=False)
+    block_kv: int = knob(64, "KV tokens per block the kernel works on", tag="bkv")
+    buffers: int = knob(2, "KV buffers / pipeline stages", tag="buf")
+
+
+def _default_mapping() -> Mapping:
+    from ..backends import backend
+
+    return backend(_default_kind()).mapping()
 
 
 @dataclass(frozen=True)
 class Schedule:
     problem: Problem = field(default_factory=Problem)
     target: TargetRef = field(default_factory=TargetRef)
-    mapping: Mapping = field(default_factory=Mapping)
+    mapping: Mapping = field(default_factory=_default_mapping)
     name: str = "unnamed"          # the schedule's name: file stem or given by the builder
     source: str | None = None      # the file it came from, for messages
     fault: str = "none"            # planted fault; internal, never read from a file
 
     # ---- builder API -------------------------------------------------------------
+    # Set by mlagen.schedule (the parser and checker sit above this module): one path
+    # for files and for schedules made in Python.
+    _builder: ClassVar[Callable[..., "Schedule"] | None] = None
+
     @staticmethod
-    def build(name: str = "unnamed", target: str = "sc11", target_file: str | None = None,
-              **knobs: Any) -> "Schedule":
+    def build(name: str = "unnamed", target: str | None = None,
+              target_file: str | None = None, **knobs: Any) -> "Schedule":
         """Make a schedule from keyword knobs: problem and mapping fields by name.
 
-        ``Schedule.build(target="sc11", heads=128, tp=4, block_kv=64, scheme="seq")``
-        makes the same record as the equivalent file; it is checked by ``rules.check``.
+        ``Schedule.build(target=KIND, heads=128, tp=4, block_kv=64)``
+        makes the same record as the equivalent file, checked the same way.
         """
-        from .parse import schedule_from_tables  # one path for files and builders
-
-        problem_names = {f.name for f in dataclasses.fields(Problem)}
-        tables: dict[str, dict[str, Any]] = {"problem": {}, "target": {"name": target},
-                                              "schedule": {}}
-        if target_file is not None:
-            tables["target"]["file"] = target_file
-        for key, value in knobs.items():
-            tables["problem" if key in problem_names else "schedule"][key] = value
-        return schedule_from_tables(tables, source=None, name=name)
+        assert Schedule._builder is not None, "import mlagen.schedule first"
+        return Schedule._builder(name=name, target=target, target_file=target_file, **knobs)
 
     def replace(self, **knobs: Any) -> "Schedule":
         """A copy with problem or mapping knobs replaced (no checks: call rules.check)."""
         problem_names = {f.name for f in dataclasses.fields(Problem)}
-        mapping_names = {f.name for f in dataclasses.fields(Mapping)}
+        mapping_names = {f.name for f in dataclasses.fields(self.mapping)}
         p = {k: v for k, v in knobs.items() if k in problem_names}
         m = {k: v for k, v in knobs.items() if k in mapping_names}
         other = set(knobs) - problem_names - mapping_names
@@ -146,17 +151,11 @@ class Schedule:
         return self.problem.heads // self.mapping.tp
 
     def variant_name(self) -> str:
-        """A readable name that spells out the knobs that change the generated code."""
-        p, m = self.problem, self.mapping
-        parts = [self.target.name, "fused" if p.fused else "attn", p.dtype,
-                 f"h{self.heads_per_device}", f"pg{p.page_size}", f"bkv{m.block_kv}",
-                 f"buf{m.buffers}"]
-        if self.target.name == "sc11":
-            # the multi-core scheme is a run-time argument (``auto`` picks per workload),
-            # so one build serves every scheme
-            parts += [f"c{m.cores}", f"t{m.seq_tile}"]
-        else:
-            parts += [m.mainloop.replace("_", ""), f"r{m.rows_per_tile}", f"w{m.warps}"]
+        """A readable name that spells out what the kernel is compiled with (its backend
+        says which fields those are): schedules that compile the same share it."""
+        from ..backends import backend
+
+        parts = backend(self.target.name).variant_parts(self)
         if self.fault != "none":
             parts.append("FAULT-" + self.fault.replace("_", "-"))
         return "_".join(parts)

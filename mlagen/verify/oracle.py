@@ -3,7 +3,7 @@
 Attention only: `mlagen.reference.run(inputs, float64)` on the kernel's own bf16/fp16 q and
 cache.  The fused operator has two more inputs to a stage that are rounded by design: the
 absorbed query [q_nope W_UK | rope(q_pe)] and the latent output o_lat are stored in L2 in
-the storage dtype between phases (templates/sc11/runtime/mla.h, phases A and C).  Comparing
+the storage dtype between phases (the emulator kernel's phases A and C).  Comparing
 against an unrounded chain would measure that rounding (lse off by ~4e-3, far above the
 fp32-arithmetic bound), so the fused oracle rounds at exactly those two points and is
 float64 everywhere else.  Each stage is then checked on its own rounded inputs, as FlashMLA
@@ -128,15 +128,14 @@ def p_rounding_slack(inputs: MlaInputs, expected: MlaOutputs, store: torch.dtype
     return slack
 
 
-# Which intermediates each target's kernels round to the storage dtype (beyond the inputs).
-ROUNDED = {"sc11": (), "hopper": ("p",)}
-
-
 def oracle_for(schedule) -> Callable[..., MlaOutputs]:
-    """reference(inputs, dtype=...) -> MlaOutputs for a schedule's kernels."""
+    """reference(inputs, dtype=...) -> MlaOutputs for a schedule's (or plan's) kernels: the
+    intermediates its backend rounds to the storage dtype get their allowance."""
     from .. import reference
+    from ..backends import backend
 
-    rounded = ROUNDED.get(schedule.target.name, ())
+    schedule = getattr(schedule, "schedule", schedule)      # a Plan
+    rounded = backend(schedule.target.name).rounded
 
     def oracle(inputs: MlaInputs, dtype: torch.dtype = torch.float64) -> MlaOutputs:
         if inputs.q is None and inputs.q_lora is not None:

@@ -25,7 +25,8 @@ from hypothesis import settings as hyp_settings
 from ..errors import MlagenError
 from ..problem import MlaInputs, MlaOutputs
 from ..schedule.parse import dumps
-from ..schedule.records import SC11_SCHEMES, Schedule
+from ..backends import backend
+from ..schedule.records import Schedule
 from . import repro
 from .calls import accepts, call_poisoned
 from .compare import Comparison, Tolerance, compare
@@ -33,7 +34,6 @@ from .isolate import IsolatedRunner
 from .profiles import Profile, get_profile, hypothesis_settings
 from .strategies import Bounds, Case, cases
 
-GPU_TARGETS = ("hopper",)
 
 
 class _BudgetSpent(BaseException):
@@ -174,7 +174,8 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                 makes its runner with `runner_factory` ("module:function" of a schedule);
     reference:  reference(inputs, dtype=torch.float64) -> MlaOutputs (mlagen.reference.run);
     bounds, time_budget_s: override the profile's problem sizes and time budget;
-    draw_schemes: on SC11 with scheme = "auto", draw the run-time scheme per example
+    draw_schemes: where the backend has a run-time scheme choice (scheme = "auto"), draw it
+                  per example
                 (default: when the runner takes a ``scheme=`` keyword), so one build is
                 checked under every multi-core scheme.
     """
@@ -185,9 +186,9 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     bounds = bounds or prof.bounds
     budget = time_budget_s if time_budget_s is not None else prof.time_budget_s
     ref = reference or _default_reference(schedule)
-    gpu = schedule.target.name in GPU_TARGETS
+    gpu = backend(schedule.target.name).device != "cpu"
     isolate = gpu if isolate is None else isolate
-    device = device or ("cuda" if gpu else "cpu")
+    device = device or backend(schedule.target.name).device
 
     t0 = time.perf_counter()
     worker: Optional[IsolatedRunner] = None
@@ -202,10 +203,13 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             from .. import runner as make_runner
             kernel = make_runner(schedule)
     setup_s = time.perf_counter() - t0
+    be = backend(schedule.target.name)
+    choices = dict(be.runtime_choices(schedule))
+    choices.setdefault("scheme", be.tuning_space().get("scheme", ()))
     if draw_schemes is None:
-        draw_schemes = (schedule.target.name == "sc11" and schedule.mapping.scheme == "auto"
+        draw_schemes = (bool(be.runtime_choices(schedule).get("scheme"))
                         and kernel is not None and accepts(kernel, "scheme"))
-    scheme_st = st.sampled_from(SC11_SCHEMES) if draw_schemes else st.none()
+    scheme_st = st.sampled_from(choices["scheme"]) if draw_schemes else st.none()
 
     state = dict(run=0, failure=None, first_fail_t=None, poisoned=True, shrinking=False)
 
@@ -305,7 +309,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         result.notes.append("note: the runner has no out= hook, so outputs were not "
                             "NaN-poisoned; an element it never writes may go unnoticed")
     if draw_schemes:
-        result.notes.append(f"schemes drawn per example from {', '.join(SC11_SCHEMES)}")
+        result.notes.append(f"schemes drawn per example from {', '.join(choices['scheme'])}")
     if worker is not None and worker.restarts:
         result.notes.append(f"note: the worker process was restarted {worker.restarts} times")
     return result
@@ -326,7 +330,7 @@ def replay(path: str | Path, *, runner: Optional[Callable] = None,
     rp = repro.load(path)
     schedule = rp.schedule
     ref = reference or _default_reference(schedule)
-    gpu = schedule.target.name in GPU_TARGETS
+    gpu = backend(schedule.target.name).device != "cpu"
     isolate = gpu if isolate is None else isolate
     t0 = time.perf_counter()
     expected = ref(rp.inputs, dtype=torch.float64)
@@ -335,7 +339,7 @@ def replay(path: str | Path, *, runner: Optional[Callable] = None,
     try:
         if isolate:
             with IsolatedRunner(schedule, factory=runner_factory,
-                                device=device or ("cuda" if gpu else "cpu")) as w:
+                                device=device or backend(schedule.target.name).device) as w:
                 actual = w.run(rp.inputs, expected.out.shape, expected.lse.shape)
                 poisoned = w.poisoned
         else:
@@ -369,6 +373,3 @@ def _describe(rp: "repro.Repro") -> str:
             f"page {c.get('page_size')}, {c.get('dtype')}, seqlens {c.get('seqlens')}, "
             f"seed {c.get('seed')}" + (f", scheme {c['scheme']}" if c.get("scheme") else ""))
 
-
-# the CLI pair lives in cli.py; mlagen/cli.py imports it from here
-from .cli import add_verify_arguments, verify_main  # noqa: E402,F401

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from ..errors import ScheduleError
 from ..problem import MlaInputs, make_inputs
-from ..schedule.records import DTYPES, SC11_SCHEMES, Problem, Schedule
+from ..backends import all_backends, backend
+from ..schedule.records import DTYPES, Problem, Schedule
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     prob = _problem_of(spec)
     if isinstance(spec, Schedule):
         h = heads or spec.heads_per_device
-        tile = spec.mapping.seq_tile if spec.target.name == "sc11" else None
+        tile = backend(spec.target.name).boundary_tile(spec)
     else:
         h = heads or draw(st.sampled_from([c for c in head_counts if c <= prob.heads]
                                           or [prob.heads]))
@@ -147,27 +148,27 @@ def problems(spec: Union[Schedule, Problem], bounds: Bounds = Bounds(), **kw
 # ---------------------------------------------------------------- schedules --------
 # Compile-time knobs (each distinct value is a build) come from short lists; run-time knobs
 # are drawn freely.  Values a target never allows are left out; the rest go through rules.
-COMPILE_KNOBS = {
-    "sc11": {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "cores": (1, 2, 4, 8),
-             "seq_tile": (256, 512, 1024), "heads_per_core": (0, 1, 2, 4)},
-    "hopper": {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "warps": (4, 8),
-               "rows_per_tile": (16, 32, 64)},
-}
-RUN_KNOBS = {
-    "sc11": {"scheme": SC11_SCHEMES},
-    "hopper": {"split_kv": ("auto", 1, 2, 3, 4, 8)},
-}
+# Each backend's tuning space, split by its knob record's compile_time metadata.
+def _space(compile_time: bool) -> dict[str, dict[str, tuple]]:
+    out = {}
+    for b in all_backends():
+        fields = {f.name: f for f in dataclasses.fields(b.mapping)}
+        out[b.kind] = {k: v for k, v in b.tuning_space().items()
+                       if fields[k].metadata.get("compile_time", True) == compile_time}
+    return out
+
+
+COMPILE_KNOBS = _space(True)
+RUN_KNOBS = _space(False)
 
 
 def default_base(target: str) -> Schedule:
     """A small starting schedule per target (16 heads a device, as TP8 DeepSeek-V3)."""
-    if target == "sc11":
-        return Schedule.build(name=f"drawn-{target}", target="sc11", heads=128, tp=8,
-                              max_s_q=2, cores=8, block_kv=64, buffers=2, seq_tile=512)
-    if target == "hopper":
-        return Schedule.build(name=f"drawn-{target}", target="hopper", heads=128, tp=8,
-                              max_s_q=2, block_kv=32, buffers=2, rows_per_tile=64, warps=8)
-    raise ValueError(f"unknown target {target!r}")
+    try:
+        knobs = backend(target).verify_base()
+    except KeyError:
+        raise ValueError(f"unknown target {target!r}") from None
+    return Schedule.build(name=f"drawn-{target}", target=target, **knobs)
 
 
 def legal(s: Schedule) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from mlagen.codegen import SourceSet, render_template
 from mlagen.paths import TEMPLATES_DIR
+from mlagen.schedule.plan import Plan
+from mlagen.schedule.rules import plan_of
 from mlagen.schedule.records import Schedule
 
 DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}
@@ -20,7 +22,9 @@ FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-lineinf
          "--use_fast_math")
 
 
-def render(schedule: Schedule) -> SourceSet:
+def render(plan: Plan | Schedule) -> SourceSet:
+    plan = plan_of(plan)
+    schedule = plan.schedule
     m, p = schedule.mapping, schedule.problem
     ctx = dict(dtype_cpp=DTYPE_CPP[p.dtype], dtype_code=DTYPE_CODE[p.dtype],
                rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
@@ -30,15 +34,17 @@ def render(schedule: Schedule) -> SourceSet:
     files = {f"{t}.cu": render_template(schedule, f"{split if t == 'split' else t}.cu.j2",
                                         f"{t}.cu", **ctx)
              for t in TEMPLATES}
-    return SourceSet(variant=schedule.variant_name(), target="hopper", files=files,
+    return SourceSet(variant=plan.variant, target="hopper", files=files,
                      include_dirs=(str(TEMPLATES_DIR / "hopper" / "include"),),
                      compiler="nvcc", flags=FLAGS, sources=tuple(f"{t}.cu" for t in TEMPLATES),
                      meta=dict(ctx, dtype=p.dtype))
 
 
-def runner(schedule: Schedule):
+def runner(plan: Plan | Schedule):
     """A callable MlaInputs -> MlaOutputs running this schedule through the public API."""
     from mlagen.problem import MlaOutputs
+
+    schedule = plan_of(plan).schedule
 
     from . import api
 

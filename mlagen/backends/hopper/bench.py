@@ -17,7 +17,7 @@ def bench_main(args) -> int:
 
     if not torch.cuda.is_available():
         raise MlagenError("mlagen bench --target hopper needs an NVIDIA GPU (sm_90); none "
-                          "was found. `mlagen bench --target sc11` runs anywhere")
+                          "was found")
     script = DATA_ROOT / "benchmarks" / "hopper_sweep.py"
     if not script.exists():
         raise MlagenError(f"{script} is missing: the sweep runs from a source checkout")

@@ -5,6 +5,7 @@ shares one build."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -44,9 +45,9 @@ def tile_knobs() -> dict[int, tuple[int, int, int, int]]:
 
 
 def rows_for(rows_total: int) -> int:
-    """Query rows per CTA tile for s_q * h_q packed rows: by default the smallest tile that
-    holds them (so h_q = 16 does not pad to 64), else 64."""
-    return tile_knobs()[size_class(rows_total)][0]
+    """Query rows per CTA tile of the default schedule for s_q * h_q packed rows (page sizes
+    that are multiples of 64): the wgmma main loop's 64, or the mma_sync class's tile."""
+    return default_schedule(rows_total).mapping.rows_per_tile
 
 
 def mainloops() -> dict[int, str]:
@@ -71,13 +72,12 @@ def default_schedule(rows_total: int, dtype: str = "bf16", page_size: int = 64) 
 
 
 def canonical(s: Schedule) -> Schedule:
-    """The schedule a library is built from: problem fields that are run-time arguments set
-    to fixed values, so that one build serves every head count, s_q and page size."""
-    m = s.mapping
-    c = Schedule.build(name=f"hopper_{s.problem.dtype}_r{m.rows_per_tile}_bkv{m.block_kv}"
-                               f"_buf{m.buffers}_w{m.warps}",
-                          target="hopper", heads=128, page_size=64, max_s_q=8,
-                          dtype=s.problem.dtype, rows_per_tile=m.rows_per_tile,
-                          block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
-                          mainloop=m.mainloop, split_kv=m.split_kv)
-    return c if s.fault == "none" else c.with_fault(s.fault)
+    """The schedule a library is built from: the problem fields that are run-time arguments
+    set to fixed values (every knob kept as it is), so that one build serves every head
+    count, s_q and page size."""
+    from mlagen.schedule.rules import plan_of
+
+    c = s.replace(heads=128, tp=1, page_size=64, max_s_q=8)
+    c = dataclasses.replace(c, name=c.variant_name(), source=None)
+    plan_of(c)           # checked (page_size 64 must still suit block_kv)
+    return c

@@ -1,4 +1,4 @@
-"""The kernel libraries (built once through mlagen.build, loaded once per process) and the
+"""The kernel libraries (built once through mlagen.jit, loaded once per process) and the
 torch ops over them (torch.library.custom_op + register_fake), so the calls work under
 torch.compile and inside CUDA-graph capture.
 
@@ -30,13 +30,12 @@ class KernelLib:
     """One built variant: its ctypes entry points and the constants it was built with."""
 
     def __init__(self, schedule: Schedule):
-        from mlagen.build import build
+        from mlagen.codegen import render
+        from mlagen.jit import build
         from mlagen.runtime import load_library
 
-        from . import render
-
         self.schedule = schedule
-        self.artifact = build(render(schedule))
+        self.artifact = build(render(schedule), origin=schedule)
         lib = load_library(self.artifact.path)
         lib.mlagen_hopper_error_string.restype = ctypes.c_char_p
         lib.mlagen_hopper_error_string.argtypes = [I]

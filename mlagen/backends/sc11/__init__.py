@@ -17,15 +17,16 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ...build import build
+from ...jit import build
 from ...codegen import SourceSet, render_template
 from ...errors import EmulatorError, InputError
 from ...paths import TEMPLATES_DIR
 from ...problem import TORCH_DTYPES, MlaInputs, MlaOutputs
 from ...runtime import load_library
+from ...schedule.plan import Plan
+from ...schedule.rules import plan_of
 from ...schedule.records import Schedule
-from ...schedule.resources import SC11_PROJ_ROWS, sc11_granules, sc11_heads_per_core
-from ...schedule.rules import check
+from .resources import SC11_PROJ_ROWS, sc11_granules, sc11_heads_per_core
 from .trace import EVENT_DTYPE
 
 RUNTIME_DIR = TEMPLATES_DIR / "sc11" / "runtime"
@@ -39,9 +40,10 @@ FAULT_ENUMS = {"none": "FAULT_NONE", "causal_off_by_one": "FAULT_CAUSAL_OFF_BY_O
 DTYPE_CLASSES = {"bf16": "Bf16", "fp16": "Fp16"}
 
 
-def render(schedule: Schedule) -> SourceSet:
-    """The kernel source of a checked SC11 schedule (one translation unit)."""
-    t = check(schedule)
+def render(plan: Plan | Schedule) -> SourceSet:
+    """The kernel source of a checked SC11 plan (one translation unit)."""
+    plan = plan_of(plan)
+    schedule, t = plan.schedule, plan.target
     lmem_granule, l2_granule = sc11_granules(t)
     name = "kernel.cpp"
     text = render_template(
@@ -53,9 +55,9 @@ def render(schedule: Schedule) -> SourceSet:
         fault_enum=FAULT_ENUMS[schedule.fault],
         lmem_bytes=int(t.lmem_bytes), lmem_granule=lmem_granule,
         l2_bytes=int(t.l2_bytes), l2_granule=l2_granule)
-    return SourceSet(variant=schedule.variant_name(), target="sc11", files={name: text},
+    return SourceSet(variant=plan.variant, target="sc11", files={name: text},
                      include_dirs=(str(RUNTIME_DIR),), compiler="c++", flags=FLAGS,
-                     sources=(name,), meta={"schedule": schedule.name})
+                     sources=(name,))
 
 
 class _Args(ctypes.Structure):
@@ -81,10 +83,11 @@ class Sc11Runner:
     """A built SC11 variant.  ``runner(inputs, scheme=None)`` runs it on real data;
     ``dry_run(inputs, scheme)`` returns the trace alone (no data work)."""
 
-    def __init__(self, schedule: Schedule, progress: bool = False):
-        self.schedule = schedule
-        self.target = check(schedule)
-        self.artifact = build(render(schedule), progress=progress)
+    def __init__(self, plan: Plan | Schedule, progress: bool = False):
+        self.plan = plan = plan_of(plan)
+        self.schedule = schedule = plan.schedule
+        self.target = plan.target
+        self.artifact = build(render(plan), progress=progress, origin=schedule)
         lib = load_library(self.artifact.path)
         lib.mlagen_sc11_run.argtypes = [ctypes.POINTER(_Args), ctypes.c_int,
                                         ctypes.POINTER(_Result), ctypes.c_char_p, ctypes.c_int]
@@ -260,7 +263,7 @@ def _check_dest(dest: MlaOutputs, out_shape: tuple, out_dtype, lse_shape: tuple)
                              f"{dtype}; got {got}")
 
 
-def runner(schedule: Schedule, progress: bool = False) -> Sc11Runner:
-    """Build (cached) and load the schedule's kernel; the result runs MlaInputs."""
-    return Sc11Runner(schedule, progress=progress)
+def runner(plan: Plan | Schedule, progress: bool = False) -> Sc11Runner:
+    """Build (cached) and load the plan's kernel; the result runs MlaInputs."""
+    return Sc11Runner(plan, progress=progress)
 

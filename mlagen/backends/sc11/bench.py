@@ -29,6 +29,7 @@ from ...schedule import check, load
 from ...schedule.records import Schedule
 from .costmodel import simulate
 from .schemes import SCHEMES, choose_scheme, machine_for
+from .timeline import text_summary
 
 BATCHES = (1, 4, 8, 16, 32, 64, 128)
 SEQLENS = (128, 512, 1024, 4096, 16384)
@@ -354,8 +355,8 @@ class SeedReport:
                   "| parameter | x | saving | double / pipelined bound |", "|---|---|---|---|"]
         lines += [f"| {n} | {f:g} | {sv:.1%} | {wb:+.1%} |" for n, f, sv, wb in
                   self.sensitivity()]
-        lines += ["", "### double buffered", "", "```", d.summary(), "```",
-                  "", "### single buffered", "", "```", s1.summary(), "```"]
+        lines += ["", "### double buffered", "", "```", text_summary(d), "```",
+                  "", "### single buffered", "", "```", text_summary(s1), "```"]
         if self.files:
             lines += ["", "charts: " + ", ".join(_shown(f) for f in self.files)]
         return "\n".join(lines)

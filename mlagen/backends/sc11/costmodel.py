@@ -247,10 +247,6 @@ class SimResult:
     def pipelined_bound_s(self) -> float:
         return pipelined_bound(self)
 
-    def summary(self) -> str:
-        from .timeline import text_summary
-        return text_summary(self)
-
 
 # ---------------------------------------------------------------------------------------
 # The simulation

@@ -15,11 +15,12 @@ from typing import Callable, Optional
 import numpy as np
 
 from ...errors import MlagenError
-from ...schedule.records import SC11_SCHEMES, Schedule
+from ...schedule.records import Schedule
 from ...targets import load_target
 from .costmodel import Machine, simulate
+from .knobs import SCHEMES as ALL_SCHEMES
 
-SCHEMES = tuple(s for s in SC11_SCHEMES if s != "auto")     # heads, batch, seq, batch_seq
+SCHEMES = tuple(s for s in ALL_SCHEMES if s != "auto")     # heads, batch, seq, batch_seq
 
 _CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
 _CACHE_SIZE = 256

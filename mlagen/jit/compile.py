@@ -132,8 +132,18 @@ def _progress(message: str, enabled: bool) -> Iterator[None]:
         yield
 
 
-def build(sources: SourceSet, progress: bool = False) -> Artifact:
-    """The shared library of a SourceSet, compiled once per key across processes."""
+def provenance(origin) -> dict:
+    """Where a build was asked for (not part of its key): the schedule's name and file."""
+    if origin is None:
+        return {}
+    return {"schedule": getattr(origin, "name", str(origin)),
+            "source": getattr(origin, "source", None)}
+
+
+def build(sources: SourceSet, progress: bool = False, origin=None) -> Artifact:
+    """The shared library of a SourceSet, compiled once per key across processes.
+    ``origin`` (the schedule it was rendered from) goes into meta.json only: the key
+    depends on what the compiler sees, so identical kernels share one build."""
     t0 = time.perf_counter()
     key = cache_key(sources)
     final = builds_dir() / key
@@ -154,6 +164,7 @@ def build(sources: SourceSet, progress: bool = False) -> Artifact:
             "compiler": (compiler_version(compiler_path(sources.compiler)).splitlines()
                          or ["?"])[0],
             "torch": torch_version(), "flags": list(sources.flags), "meta": sources.meta,
+            "built_for": provenance(origin),
         }, indent=1, default=str))
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():       # an entry without its library (removed by hand): replace

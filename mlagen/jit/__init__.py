@@ -1,4 +1,4 @@
-"""Cached, locked builds of a SourceSet into a shared library.
+"""JIT: cached, locked builds of a SourceSet into a shared library.
 
     key      = readable variant name + hash(rendered sources, templates, flags, compiler,
                torch version, mlagen version)                          (cache.py)

@@ -1,0 +1,100 @@
+"""What a backend (one target kind) provides.  The core calls only these members; each
+target's subclass lives in mlagen/backends/<kind>/backend.py as ``BACKEND``.
+
+    kind, mapping                 its name in [target] and its knob record (a Mapping subclass;
+                                  field metadata says which knobs are compile-time)
+    target_file                   its default description under targets/
+    rules(), resources(s, t)      its checks (``rule(s, t) -> (table, key, message)...``) and
+                                  its resource counts (``Need``s) against a Target
+    variant_parts(s)              the compile-time fields that name a build
+    render(plan), runner(plan)    sources of a checked plan; a callable MlaInputs -> MlaOutputs
+    device, device_check()        where its tensors live; why it cannot run here (or None)
+    tuning_space()                knob -> values the verifier and tuners draw from
+    rounded                       intermediates its kernels round to the storage dtype
+    run_point, report(...)        `mlagen run`'s default workload and its extra report
+    bench_main(args)              `mlagen bench --target <kind>`
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..schedule.plan import Plan
+    from ..schedule.records import Mapping, Schedule
+    from ..schedule.resources import Need
+    from ..targets import Target
+
+Violation = tuple[str, str, str]
+
+
+class Backend:
+    kind: str = ""
+    mapping: "type[Mapping]"
+    target_file: str = ""
+    default: bool = False          # the kind of a schedule that names none
+    device: str = "cpu"
+    rounded: tuple[str, ...] = ()
+    run_point: tuple[int, int] = (1, 64)        # (batch, seqlen) of `mlagen run`
+    foreign_why: dict[str, str] = {}            # why another target's knob is wrong here
+
+    # ---- the schedule language -------------------------------------------------------
+    def knob_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self.mapping))
+
+    def rules(self) -> list[Callable[["Schedule", "Target"], Iterator[Violation]]]:
+        return []
+
+    def resources(self, s: "Schedule", t: "Target") -> list["Need"]:
+        return []
+
+    def variant_parts(self, s: "Schedule") -> list[str]:
+        """``kind`` then every compile-time knob as ``<tag><value>``; a backend adds the
+        problem fields its kernels are compiled with."""
+        parts = [self.kind]
+        for f in dataclasses.fields(s.mapping):
+            if f.metadata.get("compile_time", True):
+                value = getattr(s.mapping, f.name)
+                tag = f.metadata.get("tag")
+                parts.append(f"{f.name if tag is None else tag}{str(value).replace('_', '')}")
+        return parts
+
+    # ---- the pipeline ----------------------------------------------------------------
+    def render(self, plan: "Plan"):
+        raise NotImplementedError
+
+    def runner(self, plan: "Plan", progress: bool = False):
+        raise NotImplementedError
+
+    def device_check(self) -> str | None:
+        """None when this machine can run the kernels; else one line saying why not."""
+        return None
+
+    def tuning_space(self) -> dict[str, tuple[Any, ...]]:
+        """Knob -> the values the verifier and tuners draw (compile-time knobs: short lists,
+        each value is a build)."""
+        return {}
+
+    def verify_base(self) -> dict[str, Any]:
+        """The knobs of a small schedule the verifier starts from."""
+        return {}
+
+    def runtime_choices(self, s: "Schedule") -> dict[str, tuple[Any, ...]]:
+        """Run-time arguments of the runner the verifier draws per example."""
+        return {}
+
+    def boundary_tile(self, s: "Schedule") -> int | None:
+        """KV tokens per tile where buffers change hands (lengths around its multiples are
+        drawn), or None."""
+        return None
+
+    def report(self, plan: "Plan", outputs, chart: str | None) -> None:
+        """What `mlagen run` prints after the comparison (nothing by default)."""
+
+    def run_kwargs(self, scheme: str | None) -> dict[str, Any]:
+        """Extra keyword arguments of the runner for `mlagen run`'s options."""
+        return {}
+
+    def bench_main(self, args) -> int:
+        raise NotImplementedError(f"no benchmark for target {self.kind}")

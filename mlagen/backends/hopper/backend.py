@@ -1,0 +1,69 @@
+"""The Hopper (sm_90a) target as one backend object (see mlagen/backends/base.py)."""
+
+from __future__ import annotations
+
+from ..base import Backend
+from . import resources, rules
+from .knobs import HopperMapping
+
+
+class HopperBackend(Backend):
+    kind = "hopper"
+    mapping = HopperMapping
+    target_file = "h200.toml"
+    device = "cuda"
+    rounded = ("p",)                  # P is rounded to bf16/fp16 before the P @ V product
+    run_point = (64, 4096)
+    # the FlashMLA-compatible calls, reachable as mlagen.<name>
+    api_names = ("get_mla_metadata", "flash_mla_with_kvcache")
+
+    def rules(self):
+        return rules.RULES
+
+    def resources(self, s, t):
+        return resources.needs(s, t)
+
+    def variant_parts(self, s):
+        # heads, s_q and the page size are run-time arguments: only dtype and the tile
+        # knobs are compiled in, so every shape with the same knobs shares one build
+        parts = super().variant_parts(s)
+        return parts[:1] + [s.problem.dtype] + parts[1:]
+
+    def render(self, plan):
+        from . import render
+
+        return render(plan)
+
+    def runner(self, plan, progress: bool = False):
+        from . import runner
+
+        return runner(plan)
+
+    def device_check(self):
+        import torch
+
+        if not torch.cuda.is_available():
+            return ("target hopper needs an NVIDIA GPU (none found); "
+                    "`mlagen generate` and `mlagen build` work without one")
+        return None
+
+    def tuning_space(self):
+        return {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "warps": (4, 8),
+                "rows_per_tile": (16, 32, 64), "split_kv": ("auto", 1, 2, 3, 4, 8)}
+
+    def verify_base(self):
+        return dict(heads=128, tp=8, max_s_q=2, block_kv=32, buffers=2, rows_per_tile=64,
+                    warps=8)
+
+    def api(self, name: str):
+        from . import api
+
+        return getattr(api, name)
+
+    def bench_main(self, args) -> int:
+        from .bench import bench_main
+
+        return bench_main(args)
+
+
+BACKEND = HopperBackend()

@@ -1,0 +1,20 @@
+"""The Hopper target's knobs: the common ones (records.Mapping) plus these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from ...schedule.records import Mapping, knob
+
+MAINLOOPS = ("mma_sync", "wgmma")
+
+
+@dataclass(frozen=True)
+class HopperMapping(Mapping):
+    # run-time: the metadata kernel cuts sequences; one build serves every split count
+    split_kv: Union[int, str] = knob("auto", "partial-KV splits per sequence, or \"auto\"",
+                                     compile_time=False)
+    rows_per_tile: int = knob(32, "query rows (s_q * h_q packed) per CTA tile", tag="r")
+    warps: int = knob(8, "warps per CTA (mma_sync main loop)", tag="w")
+    mainloop: str = knob("mma_sync", "main loop: mma_sync (cp.async) or wgmma", tag="")

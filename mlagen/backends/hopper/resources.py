@@ -1,0 +1,54 @@
+"""The Hopper resource model: shared memory per block and accumulator registers."""
+
+from __future__ import annotations
+
+from ...schedule.records import Schedule
+from ...schedule.resources import Need
+from ...targets import Target
+
+def hopper_smem(s: Schedule) -> dict[str, int]:
+    """Shared memory of the split-KV kernel: the same formulas as SplitConfig in
+    templates/hopper/include/mla_split.cuh (Q, the K pipeline, P, fp32 scores, row stats),
+    or WgmmaConfig in mla_wgmma.cuh for mainloop = "wgmma"."""
+    p, m = s.problem, s.mapping
+    el = 2
+    rows, bkv = m.rows_per_tile, m.block_kv
+    if m.mainloop == "wgmma":
+        # WgmmaConfig in mla_wgmma.cuh: Q, 2 K stages, P (64 x 64), alpha and l, mbarriers,
+        # 1 KiB of slack to align the tiles to the 1024-byte swizzle atom
+        q, kv, probs = rows * p.d * el, m.buffers * bkv * p.d * el, rows * bkv * el
+        stats = 2 * rows * 4 + 4 * 8 + 1024
+        return {"q": q, "kv": kv, "p": probs, "scores": 0, "stats": stats,
+                "total": q + kv + probs + stats}
+    tiles = (rows // 16) * (bkv // 8)            # 16x8 score tiles of one block
+    # 16-row tiles split the reduction over every warp (Q in registers); larger ones give a
+    # warp up to 4 tiles and split the reduction over the rest (kQInRegs, kKSplit)
+    group = min(bkv // 8, 4)
+    if rows == 16:
+        ksplit = m.warps
+    elif tiles // group >= m.warps:
+        ksplit = 1
+    else:
+        ksplit = m.warps // (tiles // group)
+    q = rows * p.d * el
+    kv = m.buffers * bkv * p.d * el
+    probs = rows * (bkv + 8) * el
+    scores = ksplit * rows * (bkv + 4) * 4
+    stats = 2 * rows * 4
+    return {"q": q, "kv": kv, "p": probs, "scores": scores, "stats": stats,
+            "total": q + kv + probs + scores + stats}
+
+
+def needs(s: Schedule, t: Target) -> list[Need]:
+    sm = hopper_smem(s)
+    detail = ", ".join(f"{k} {v}" for k, v in sm.items() if k != "total")
+    m = s.mapping
+    # fp32 O accumulator, per thread: rows x 512 / threads
+    acc_regs = m.rows_per_tile * s.problem.dv // (32 * m.warps)
+    return [
+        Need("shared memory bytes per block", sm["total"], int(t.smem_per_block), "buffers",
+             detail),
+        Need("accumulator registers per thread", acc_regs, int(t.max_regs_per_thread) - 64,
+             "rows_per_tile",
+             f"{m.rows_per_tile} rows x {s.problem.dv} fp32 over {32 * m.warps} threads"),
+    ]

@@ -1,0 +1,70 @@
+"""The SC11 target as one backend object (see mlagen/backends/base.py)."""
+
+from __future__ import annotations
+
+from ..base import Backend
+from . import resources, rules
+from .knobs import SCHEMES, Sc11Mapping
+
+
+class Sc11Backend(Backend):
+    kind = "sc11"
+    mapping = Sc11Mapping
+    target_file = "sc11.toml"
+    default = True
+    device = "cpu"
+    rounded = ()                      # fused: the oracle's own rounding points (verify.oracle)
+    run_point = (128, 512)            # the seed's point
+    foreign_why = {"split_kv": " (its multi-core scheme splits sequences; see scheme)"}
+
+    def rules(self):
+        return rules.RULES
+
+    def resources(self, s, t):
+        return resources.needs(s, t)
+
+    def variant_parts(self, s):
+        p = s.problem
+        # every problem field is a compile-time constant of the emulator kernel
+        return ([self.kind, "fused" if p.fused else "attn", p.dtype, f"h{s.heads_per_device}",
+                 f"pg{p.page_size}"] + super().variant_parts(s)[1:])
+
+    def render(self, plan):
+        from . import render
+
+        return render(plan)
+
+    def runner(self, plan, progress: bool = False):
+        from . import runner
+
+        return runner(plan, progress=progress)
+
+    def tuning_space(self):
+        return {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "cores": (1, 2, 4, 8),
+                "seq_tile": (256, 512, 1024), "heads_per_core": (0, 1, 2, 4),
+                "scheme": SCHEMES}
+
+    def verify_base(self):
+        return dict(heads=128, tp=8, max_s_q=2, cores=8, block_kv=64, buffers=2, seq_tile=512)
+
+    def runtime_choices(self, s):
+        return {"scheme": SCHEMES} if s.mapping.scheme == "auto" else {}
+
+    def boundary_tile(self, s):
+        return s.mapping.seq_tile
+
+    def run_kwargs(self, scheme):
+        return {"scheme": scheme}
+
+    def report(self, plan, outputs, chart):
+        from .report import report
+
+        report(plan, outputs, chart)
+
+    def bench_main(self, args) -> int:
+        from .bench import bench_main
+
+        return bench_main(args)
+
+
+BACKEND = Sc11Backend()

@@ -1,0 +1,19 @@
+"""The SC11 target's knobs: the common ones (records.Mapping) plus these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...schedule.records import Mapping, knob
+
+SCHEMES = ("auto", "heads", "batch", "seq", "batch_seq")
+
+
+@dataclass(frozen=True)
+class Sc11Mapping(Mapping):
+    cores: int = knob(8, "cores of the chip used (<= the target's cores_per_chip)", tag="c")
+    heads_per_core: int = knob(0, "heads one core owns in phases A and C; 0: heads per "
+                                  "card / cores", tag="hpc")
+    # a run-time argument (``auto`` picks per workload), so one build serves every scheme
+    scheme: str = knob("auto", "phase-B multi-core scheme", compile_time=False)
+    seq_tile: int = knob(2048, "KV tokens per L2 tile of a sequence", tag="t")

@@ -1,0 +1,44 @@
+"""The SC11 target's rules (run after the common ones in mlagen/schedule/rules.py)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ...schedule.records import Schedule
+from ...targets import Target
+from .knobs import SCHEMES
+
+Violation = tuple[str, str, str]
+
+
+def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
+    p, m = s.problem, s.mapping
+    if not 1 <= m.buffers <= 3:
+        yield "schedule", "buffers", f"buffers = {m.buffers} must be 1, 2 or 3"
+    cores = int(t.cores_per_chip)
+    if not 1 <= m.cores <= cores:
+        yield "schedule", "cores", f"cores = {m.cores} must be between 1 and {cores} (cores per chip)"
+    if m.scheme not in SCHEMES:
+        yield "schedule", "scheme", f"scheme = {m.scheme!r} must be one of {', '.join(SCHEMES)}"
+    if m.tp < 1 or p.heads % m.tp:
+        return
+    hpd = s.heads_per_device
+    if m.heads_per_core < 0:
+        yield "schedule", "heads_per_core", f"heads_per_core = {m.heads_per_core} must be >= 0"
+    elif m.heads_per_core:
+        if hpd % m.heads_per_core:
+            yield "schedule", "heads_per_core", (
+                f"heads_per_core = {m.heads_per_core} must divide the heads per card "
+                f"({p.heads} / tp {m.tp} = {hpd})")
+        elif hpd // m.heads_per_core > m.cores:
+            yield "schedule", "heads_per_core", (
+                f"heads_per_core = {m.heads_per_core} needs {hpd // m.heads_per_core} cores "
+                f"for {hpd} heads but cores = {m.cores}")
+    if m.block_kv >= 1 and (m.seq_tile < 1 or m.seq_tile % m.block_kv):
+        yield "schedule", "seq_tile", (f"seq_tile = {m.seq_tile} must be a positive "
+                                       f"multiple of block_kv = {m.block_kv}")
+    if m.block_kv > 1024:
+        yield "schedule", "block_kv", f"block_kv = {m.block_kv} must be <= 1024 on sc11"
+
+
+RULES = [sc11_mapping]

@@ -1,0 +1,40 @@
+"""The checked plan: what ``rules.check`` hands down the pipeline (render, build, run).
+
+A Plan is made once per schedule by the checker; rendering, building and running take it
+instead of checking (and loading the target) again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..backends.base import Backend
+    from ..targets import Target
+    from .records import Schedule
+    from .resources import ResourceReport
+
+
+@dataclass(frozen=True)
+class Plan:
+    schedule: "Schedule"
+    target: "Target"              # the loaded description the schedule was checked against
+    backend: "Backend"
+    resources: "ResourceReport"   # what it needs of the target (all within what it has)
+
+    @property
+    def kind(self) -> str:
+        return self.backend.kind
+
+    @property
+    def problem(self):
+        return self.schedule.problem
+
+    @property
+    def mapping(self):
+        return self.schedule.mapping
+
+    @property
+    def variant(self) -> str:
+        return self.schedule.variant_name()
