@@ -39,30 +39,48 @@ def __getattr__(name: str):
 
 
 def render(schedule: Schedule):
-    """The kernel sources (a SourceSet) of a schedule or its checked Plan."""
+    """The kernel sources of a checked schedule: a ``mlagen.codegen.SourceSet`` (rendered
+    files, include folders, compiler and flags), from its target's backend."""
     from .codegen import render as _render
 
     return _render(schedule)
 
 
-def generate(schedule: Schedule, out_dir: str | Path) -> list[Path]:
-    """Render the schedule's sources into out_dir (as `mlagen generate` does)."""
-    from .codegen import write
+def generate(schedule: Schedule, out_dir: str | Path, headers: bool = True) -> list[Path]:
+    """Render the schedule's sources into out_dir (as `mlagen generate` does) and return
+    the paths written.  With ``headers`` the headers they include are copied beside them
+    under out_dir/include/, so the folder compiles on its own (see ``compile_command``)."""
+    from .codegen import copy_headers, write
 
-    return write(render(schedule), out_dir)
+    sources = render(schedule)
+    written = write(sources, out_dir)
+    if headers:
+        written += copy_headers(sources, Path(out_dir) / "include")
+    return written
 
 
-def build(schedule: Schedule, progress: bool = False):
-    """The schedule's kernel library, compiled once per cache key (see mlagen.jit)."""
+def build(schedule: Schedule, progress: bool | None = None):
+    """Compile the schedule's kernel library, once per cache key across processes (see
+    mlagen.jit), and return its ``Artifact`` (``.path`` the shared library, ``.built``
+    False when it came from the cache).  Raises BuildError with the compiler's first error.
+    progress: say on stderr what a wait is for (default: only under the CLI)."""
     plan = plan_of(schedule)
     return _build_sources(render(plan), progress=progress, origin=plan.schedule)
 
 
 def runner(schedule: Schedule):
-    """A callable MlaInputs -> MlaOutputs running the schedule's kernel (built on demand)."""
+    """The schedule's kernel, built (cached) and loaded: a callable ``MlaInputs ->
+    MlaOutputs`` to reuse over many calls.  A backend's runner may take more keywords
+    (an emulator's ``scheme=``) and put more in ``outputs.extra`` (its trace)."""
     plan = plan_of(schedule)
     return plan.backend.runner(plan)
 
 
 def run(schedule: Schedule, inputs):
+    """Run the schedule's kernel once on ``inputs`` (an ``mlagen.problem.MlaInputs``: q,
+    paged k_cache, block_table, cache_seqlens, softmax_scale) and return ``MlaOutputs``
+    (``.out`` [batch, s_q, heads, dv] in q's dtype, ``.lse`` fp32 [batch, heads, s_q]).
+
+    Builds on first use (cached).  Bad tensors raise InputError before the kernel runs; a
+    GPU target needs its GPU and tensors on it.  Example: README, "Python API"."""
     return runner(schedule)(inputs)

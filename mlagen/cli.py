@@ -12,30 +12,83 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
-from . import __version__
 from .errors import MlagenError
+from .version import __version__
+
+INT64_MAX = 2 ** 63 - 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit status 2), like every other."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _int(lo: int, hi: int = INT64_MAX):
+    """An argparse type: a whole number in [lo, hi]."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}, got {v}")
+        if v > hi:
+            raise argparse.ArgumentTypeError(f"must be at most {hi}, got {v}")
+        return v
+    parse.__name__ = "int"
+    return parse
 
 
 def _schedule(path: str):
+    """Load a schedule file; ``schedules/<name>.toml`` (or ``<name>``) that is not there
+    names an example shipped with mlagen, so the README's commands work from an installed
+    wheel too."""
+    from .paths import SCHEDULES_DIR
     from .schedule import load
 
+    p = Path(path)
+    if not p.exists() and p.parent in (Path("."), Path("schedules")):
+        shipped = SCHEDULES_DIR / p.with_suffix(".toml").name
+        if shipped.is_file():
+            return load(shipped)
     return load(path)
+
+
+def _schedules(paths: list[str]) -> list:
+    """Load (and check) every schedule before any output is written."""
+    return [(p, _schedule(p)) for p in paths]
 
 
 # ---------------------------------------------------------------- commands ---------
 def cmd_check(args) -> int:
     from .schedule import plan_of
 
-    for path in args.schedules:
-        plan = plan_of(_schedule(path))
+    for path, s in _schedules(args.schedules):
+        plan = plan_of(s)
         print(f"{path}: ok ({plan.variant})")
         if args.verbose:
-            print(plan.resources.table())
+            _resource_table(plan.resources)
     return 0
+
+
+def _resource_table(report) -> None:
+    from .console import human_bytes, table
+
+    def size(name: str, v: int) -> str:
+        return human_bytes(v) if "bytes" in name else str(v)
+
+    rows = [(n.name.replace(" bytes", ""), size(n.name, n.needed), size(n.name, n.available),
+             f"{n.needed / max(n.available, 1):.0%}", "ok" if n.ok else "TOO MUCH", n.detail)
+            for n in report.needs]
+    table(("resource", "needed", "available", "use", "fits", "counted as"), rows,
+          right=(1, 2, 3))
 
 
 def cmd_generate(args) -> int:
@@ -47,23 +100,30 @@ def cmd_generate(args) -> int:
         return 0
     if not args.schedules:
         raise MlagenError("give a schedule file, or --examples to regenerate generated/")
-    from . import generate
+    from . import generate, render
+    from .codegen import compile_command
 
     out = Path(args.output or ".")
-    for path in args.schedules:
-        s = _schedule(path)
-        for p in generate(s, out / s.name):
-            print(p)
+    if out.exists() and not out.is_dir():
+        raise MlagenError(f"{out}: -o must be a folder, not a file")
+    for _, s in _schedules(args.schedules):
+        files = generate(s, out / s.name)
+        headers = [p for p in files if p.is_relative_to(out / s.name / "include")]
+        for p in files:
+            if p not in headers:
+                print(p)
+        print(f"{out / s.name / 'include'}/: {len(headers)} headers they include "
+              f"(copied from {Path(render(s).include_dirs[0])})")
+        print(f"  to compile by hand: cd {out / s.name} && {compile_command(render(s))}")
     return 0
 
 
 def cmd_build(args) -> int:
     from . import build
 
-    for path in args.schedules:
-        s = _schedule(path)
+    for _, s in _schedules(args.schedules):
         t0 = time.perf_counter()
-        a = build(s, progress=True)
+        a = build(s)
         how = "built" if a.built else "cached"
         print(f"{s.name}: {how} in {time.perf_counter() - t0:.2f} s -> {a.path}")
     return 0
@@ -83,7 +143,22 @@ def cmd_verify(args) -> int:
     return verify_main(args)
 
 
+def _output_file(path: str | None, flag: str) -> None:
+    """Refuse an output path that cannot be written before the work starts."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise MlagenError(f"{p}: {flag} must be a file, not a folder")
+    parent = p.parent
+    while not parent.exists():         # the folders that would be made
+        parent = parent.parent
+    if not parent.is_dir():
+        raise MlagenError(f"{p}: {flag}: {parent} is not a folder")
+
+
 def cmd_bench(args) -> int:
+    _output_file(args.output, "--output")
     from .backends import backend
 
     return backend(args.target).bench_main(args)
@@ -96,9 +171,13 @@ def cmd_cache(args) -> int:
     if args.action == "list":
         es = entries()
         print(f"cache: {cache_dir()} ({len(es)} builds)")
-        for e in es:
-            print(f"  {e.key:<72} {e.size / 1e6:7.2f} MB  "
-                  f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(e.created))}")
+        if es:
+            from .console import human_bytes, table
+
+            table(("build", "size", "created"),
+                  [(e.key, human_bytes(e.size),
+                    time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created))) for e in es],
+                  right=(1,), whole=(0,))
     elif args.action == "clear":
         n = clear()
         print(f"removed {n} builds from {cache_dir()}")
@@ -109,7 +188,7 @@ def cmd_cache(args) -> int:
 
 # ---------------------------------------------------------------- parser -----------
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="mlagen",
         description="Generate, build, run and verify MLA decode kernels from schedule files.")
     ap.add_argument("--version", action="version", version=f"mlagen {__version__}")
@@ -135,11 +214,12 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="build, run on random data, compare with the reference "
                        "(and the target's report, e.g. a simulated timeline)")
     p.add_argument("schedule", metavar="SCHEDULE")
-    p.add_argument("--batch", type=int, default=None, help="sequences (default: per target)")
-    p.add_argument("--seqlen", type=int, default=None, help="KV length of each sequence")
-    p.add_argument("--s-q", type=int, default=1, help="query tokens per sequence")
+    p.add_argument("--batch", type=_int(1), default=None,
+                   help="sequences (default: per target)")
+    p.add_argument("--seqlen", type=_int(1), default=None, help="KV length of each sequence")
+    p.add_argument("--s-q", type=_int(1), default=1, help="query tokens per sequence")
     p.add_argument("--varlen", action="store_true", help="draw lengths around --seqlen")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_int(0), default=0)
     p.add_argument("--scheme", default=None,
                    help="run-time multi-core scheme, where the target has one "
                         "(default: the schedule's)")
@@ -150,11 +230,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="check a schedule's kernel against the reference over "
                        "hypothesis-drawn problems")
-    try:
-        from .verify.cli import add_verify_arguments
-        add_verify_arguments(p)
-    except ImportError:  # pragma: no cover - verify not installed
-        p.add_argument("schedule")
+    from .verify.cli import add_verify_arguments   # light: no torch, no hypothesis
+
+    add_verify_arguments(p)
     p.set_defaults(fn=cmd_verify)
 
     from .backends import default_kind, kinds
@@ -172,10 +250,28 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _os_error(e: OSError) -> str:
+    where = f": {e.filename}" if e.filename else ""
+    return f"{e.strerror or e}{where}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The ``mlagen`` command.  Exit status: 0 done, 1 a check failed (outputs differ from
+    the reference, verify found a failure), 2 the command could not run (bad input, a
+    missing device, a build error): one line on stderr saying why, never a traceback."""
     args = parser().parse_args(argv)
+    from . import console
+
+    was, console.PROGRESS = console.PROGRESS, True    # say what every wait is for
     try:
-        return int(args.fn(args) or 0)
+        rc = int(args.fn(args) or 0)
+        sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
+        return rc
+    except BrokenPipeError:
+        # `mlagen ... | head`: the reader left; say nothing, as other tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except MlagenError as e:
         print(f"mlagen: {e}", file=sys.stderr)
         return 2
@@ -183,8 +279,13 @@ def main(argv: list[str] | None = None) -> int:
         print("mlagen: interrupted", file=sys.stderr)
         return 130
     except OSError as e:     # missing files, unwritable output folders
-        print(f"mlagen: {e}", file=sys.stderr)
+        print(f"mlagen: {_os_error(e)}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print("mlagen: out of memory (try a smaller --batch or --seqlen)", file=sys.stderr)
+        return 2
+    finally:
+        console.PROGRESS = was
 
 
 if __name__ == "__main__":  # pragma: no cover

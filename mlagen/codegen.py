@@ -98,5 +98,33 @@ def write(sources: SourceSet, out_dir: str | Path) -> list[Path]:
     return written
 
 
+HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
+
+
+def copy_headers(sources: SourceSet, dest: str | Path) -> list[Path]:
+    """Copy the headers of a SourceSet's include folders under dest (keeping their
+    layout); returns the paths written."""
+    dest = Path(dest)
+    written = []
+    for inc in sources.include_dirs:
+        root = Path(inc)
+        for p in sorted(root.rglob("*")):
+            if p.is_file() and p.suffix in HEADER_SUFFIXES:
+                q = dest / p.relative_to(root)
+                q.parent.mkdir(parents=True, exist_ok=True)
+                q.write_bytes(p.read_bytes())
+                written.append(q)
+    return written
+
+
+def compile_command(sources: SourceSet, include: str = "include") -> str:
+    """How to compile a generated folder by hand (run inside it), e.g.
+    ``c++ -O3 ... -Iinclude -shared -fPIC kernel.cpp -o kernel.so``."""
+    cc = "nvcc" if sources.compiler == "nvcc" else "c++"
+    pic = "-Xcompiler -fPIC" if cc == "nvcc" else "-fPIC"
+    return (f"{cc} {' '.join(sources.flags)} {pic} -shared -I{include} "
+            f"{' '.join(sources.sources)} -o kernel.so")
+
+
 def replace(sources: SourceSet, **kw: Any) -> SourceSet:
     return dataclasses.replace(sources, **kw)

@@ -31,5 +31,5 @@ def regenerate(out: Path = EXAMPLES_OUT) -> list[Path]:
         s = dataclasses.replace(load(path), source=os.path.relpath(path, DATA_ROOT))
         target = out / path.stem
         shutil.rmtree(target, ignore_errors=True)
-        written += generate(s, target)
+        written += generate(s, target, headers=False)   # headers stay in templates/
     return written

@@ -331,3 +331,88 @@ def test_public_build_stays_a_function_after_the_jit_package_is_imported():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# ---------------------------------------------------------------- hints (issue 10) ----
+from mlagen.jit.compile import _first_error, _hint  # noqa: E402
+
+NVCC_MISSING = """\
+[1/5] compile api.cu
+FAILED: scheduler.o
+nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -I/x/include -c scheduler.cu -o scheduler.o
+/bin/sh: 1: nvcc: not found
+[2/5] compile split.cu
+FAILED: split.o
+nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -I/x/include -c split.cu -o split.o
+/bin/sh: 1: nvcc: not found
+ninja: build stopped: subcommand failed.
+"""
+OLD_TOOLKIT = """\
+FAILED: split.o
+nvcc -gencode=arch=compute_90a,code=sm_90a -c split.cu -o split.o
+nvcc fatal   : Unsupported gpu architecture 'compute_90a'
+ninja: build stopped: subcommand failed.
+"""
+GCC_HEADER = """\
+FAILED: kernel.o
+c++ -O3 -Iruntime -c kernel.cpp -o kernel.o
+kernel.cpp:3:10: fatal error: plan.h: No such file or directory
+    3 | #include "plan.h"
+compilation terminated.
+ninja: build stopped: subcommand failed.
+"""
+
+
+@pytest.mark.parametrize("log,first,hint", [
+    (NVCC_MISSING, "nvcc: not found", "nvcc is not on PATH"),
+    (OLD_TOOLKIT, "nvcc fatal   : Unsupported gpu architecture 'compute_90a'", "too old"),
+    (GCC_HEADER, "kernel.cpp:3:10: fatal error: plan.h: No such file or directory",
+     "header is missing"),
+])
+def test_first_error_and_hint_match_the_real_failure(log, first, hint):
+    assert _first_error(log) == first          # never ninja's "build stopped" summary
+    assert hint in _hint(log)
+
+
+def test_missing_compiler_says_not_found(cache, monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    cache_mod.compiler_version.cache_clear()
+    try:
+        with pytest.raises(BuildError) as info:
+            build(tiny(variant="buildtest_nocc2"))
+        assert info.value.first_error.endswith("no-such-compiler: not found")
+        assert "compiler is not there" in info.value.hint
+    finally:
+        cache_mod.compiler_version.cache_clear()
+
+
+# ---------------------------------------------------------------- feedback (issue 10) --
+def test_build_progress_names_the_compile_step(cache, wrapper, capsys):
+    build(tiny(variant="buildtest_steps"), progress=True)
+    err = capsys.readouterr().err
+    assert "building buildtest_steps" in err
+    assert "[1/2] cxx-wrapper.sh add.cpp" in err          # the compiler and the file
+    build(tiny(variant="buildtest_quiet"))                 # a library call: quiet
+    assert capsys.readouterr().err == ""
+
+
+def test_lock_wait_names_the_holder(cache, wrapper, capsys):
+    key = cache_key(tiny(variant="buildtest_held"))
+    locks = cache / "locks"
+    locks.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
+        import os, sys, time
+        from filelock import FileLock
+        lock = FileLock({str(locks / (key + '.lock'))!r}); lock.acquire()
+        open({str(locks / (key + '.pid'))!r}, "w").write(str(os.getpid()))
+        print("held", flush=True); time.sleep(2); lock.release()
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        a = build(tiny(variant="buildtest_held"), progress=True)
+    finally:
+        holder.wait(timeout=60)
+    assert a.built                                         # the holder built nothing
+    err = capsys.readouterr().err
+    assert f"waiting for buildtest_held: pid {holder.pid} is building it" in err
+    assert not (locks / f"{key}.pid").exists()             # our own pid file is gone

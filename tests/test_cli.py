@@ -64,7 +64,7 @@ def test_bench_hopper_without_gpu_is_a_clear_error(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     assert main(["bench", "--target", "hopper"]) == 2
-    assert "needs an NVIDIA GPU" in capsys.readouterr().err
+    assert "needs an NVIDIA sm_90 GPU" in capsys.readouterr().err
 
 
 def test_run_sc11_example_checks_and_charts(tmp_path, capsys):
@@ -74,3 +74,15 @@ def test_run_sc11_example_checks_and_charts(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "outputs match" in out and "simulated time" in out
     assert (tmp_path / "chart_all_cores.png").stat().st_size > 1000
+
+
+def test_generate_copies_the_headers_it_includes(tmp_path, capsys):
+    """The generated folder compiles on its own: every header it includes is beside it."""
+    assert main(["generate", str(ROOT / "schedules" / "sc11_attn.toml"), "-o",
+                 str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    d = tmp_path / "sc11_attn"
+    assert (d / "include" / "mla.h").is_file() and "to compile by hand" in out
+    proc = subprocess.run(["c++", "-std=c++17", "-fsyntax-only", "-Iinclude", "kernel.cpp"],
+                          cwd=d, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -41,6 +41,17 @@ def backend_for(schedule) -> "Backend":
     return backend(schedule.target.name)
 
 
+def require_device(schedule) -> None:
+    """Raise MlagenError (one line, exit 2 from the CLI) when this machine cannot run the
+    schedule's kernel (its backend's device_check), before anything is built, drawn or
+    saved."""
+    from ..errors import MlagenError
+
+    why = backend_for(schedule).device_check()
+    if why:
+        raise MlagenError(why)
+
+
 def all_backends() -> list["Backend"]:
     return [backend(k) for k in kinds()]
 

@@ -64,7 +64,7 @@ class Backend:
     def render(self, plan: "Plan"):
         raise NotImplementedError
 
-    def runner(self, plan: "Plan", progress: bool = False):
+    def runner(self, plan: "Plan", progress: "bool | None" = None):
         raise NotImplementedError
 
     def device_check(self) -> str | None:
@@ -93,7 +93,12 @@ class Backend:
         """What `mlagen run` prints after the comparison (nothing by default)."""
 
     def run_kwargs(self, scheme: str | None) -> dict[str, Any]:
-        """Extra keyword arguments of the runner for `mlagen run`'s options."""
+        """Extra keyword arguments of the runner for `mlagen run`'s options (checked here,
+        before the build: MlagenError for an option the target does not take)."""
+        if scheme is not None:
+            from ..errors import MlagenError
+
+            raise MlagenError(f"--scheme: target {self.kind} has no run-time scheme")
         return {}
 
     def bench_main(self, args) -> int:

@@ -9,14 +9,15 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
+
+from .. import console
 
 from ..codegen import SourceSet, write
 from ..errors import BuildError
@@ -25,16 +26,23 @@ from .cache import (LIB_NAME, Artifact, builds_dir, cache_key, compiler_path,
 
 _ERROR_LINE = re.compile(r"(error|Error|fatal error)\b.*")
 
+# Matched against the first failed step's own output (not the whole log, whose command
+# lines name sm_90a and every include folder), in this order.
 HINTS = [
+    (re.compile(r"^(/bin/sh: \d+: )?(\S*/)?nvcc: (command )?not found$", re.M),
+     "nvcc is not on PATH: install the CUDA toolkit (12.3 or newer) or set CUDA_HOME"),
+    (re.compile(r"^(/bin/sh: \d+: )?\S+: (command )?not found$", re.M),
+     "the compiler is not there: set CXX (C++) or CUDA_HOME (nvcc), or fix PATH"),
     (re.compile(r"No such file or directory|cannot open source file"),
      "a header is missing: check the include folders and that the templates are installed"),
     (re.compile(r"out of memory|Killed|virtual memory exhausted"),
      "the compiler ran out of memory: build fewer variants at once (MLAGEN_BUILD_JOBS=1)"),
-    (re.compile(r"Unsupported gpu architecture|sm_90a"),
+    (re.compile(r"Unsupported gpu architecture|[Vv]alue 'sm_90a' is not defined|"
+                r"compute_90a.*(not supported|unsupported)"),
      "the CUDA toolkit is too old for sm_90a: CUDA 12.3 or newer is needed"),
-    (re.compile(r"command not found|not found"),
-     "the compiler is not on PATH (set CXX or CUDA_HOME)"),
 ]
+_STEP = re.compile(r"^(\[\d+/\d+\] |FAILED: |ninja: )")
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] (.*)")
 
 
 def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, list[str]]:
@@ -48,7 +56,7 @@ def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, lis
         f"cc = {cc}",
         f"rule compile\n  command = $cc {flags} {pic} {incs} {dep} -c $in -o $out\n"
         + ("  depfile = $out.d\n  deps = gcc\n" if dep else "")
-        + "  description = compile $in",
+        + f"  description = {Path(cc).name} $in",
         f"rule link\n  command = $cc {flags} {pic} -shared $in -o $out\n  description = link $out",
     ]
     objs, shown = [], []
@@ -66,15 +74,36 @@ def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, lis
     return "\n".join(lines) + "\n", shown
 
 
-def _first_error(log: str) -> str:
-    """The compiler's first ``error:`` line (gcc, clang and nvcc all write one)."""
+def _failed_output(log: str) -> str:
+    """What the first failed step printed: the lines after ninja's ``FAILED:`` line and
+    the command under it, up to ninja's next line.  Empty when no step failed (ninja
+    itself failed, e.g. a bad build file)."""
     lines = log.splitlines()
-    for line in lines:
-        if "error:" in line or line.lstrip().startswith("error"):
-            return line.strip()
-    for line in lines:
-        if _ERROR_LINE.search(line) and not line.startswith("FAILED:"):
-            return line.strip()
+    for i, line in enumerate(lines):
+        if line.startswith("FAILED:"):
+            out = []
+            for nxt in lines[i + 2:]:
+                if _STEP.match(nxt):
+                    break
+                out.append(nxt)
+            return "\n".join(out)
+    return ""
+
+
+def _first_error(log: str) -> str:
+    """The first failed step's first ``error`` line (gcc, clang and nvcc all write one),
+    else its first line (``/bin/sh: 1: nvcc: not found``), else ninja's own complaint."""
+    own = _failed_output(log)
+    for text in (own, log):
+        for line in text.splitlines():
+            if "error:" in line or line.lstrip().startswith("error"):
+                return line.strip()
+        for line in text.splitlines():
+            if _ERROR_LINE.search(line) and not _STEP.match(line):
+                return line.strip()
+    for line in own.splitlines():
+        if line.strip():
+            return re.sub(r"^/bin/sh: \d+: ", "", line.strip())
     return (log.strip().splitlines() or ["(no output)"])[-1]
 
 
@@ -88,13 +117,15 @@ def _failed_command(log: str) -> str | None:
 
 
 def _hint(log: str) -> str | None:
+    text = _failed_output(log) or log
     for pattern, hint in HINTS:
-        if pattern.search(log):
+        if pattern.search(text):
             return hint
     return None
 
 
-def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool) -> None:
+def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool,
+               step: Optional[Callable[[str], None]] = None) -> None:
     """Write the sources and a build.ninja into ``work`` and run ninja there.  On failure
     raise BuildError; with ``move_failed`` the tree is first renamed to ``<work>.failed``
     so the log survives the clean-up of ``work``."""
@@ -103,8 +134,20 @@ def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool) 
     (work / "build.ninja").write_text(ninja_file)
     jobs = os.environ.get("MLAGEN_BUILD_JOBS")
     cmd = ["ninja", "-C", str(work)] + (["-j", jobs] if jobs else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")
+    except FileNotFoundError:
+        raise BuildError(sources.variant, " ".join(cmd), "ninja: not found", str(work),
+                         "pip install ninja (a dependency of mlagen)") from None
+    lines = []
+    for line in proc.stdout:            # "[2/5] nvcc split.cu": the step now running
+        lines.append(line)
+        m = _NINJA_STEP.match(line)
+        if m and step is not None:
+            step(f"[{m.group(1)}/{m.group(2)}] {m.group(3).strip()}")
+    proc.wait()
+    log = "".join(lines)
     (work / "build.log").write_text("\n".join(shown) + "\n\n" + log)
     if proc.returncode != 0:
         failed = work
@@ -117,19 +160,34 @@ def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool) 
                          _first_error(log), str(failed / "build.log"), _hint(log))
 
 
-@contextlib.contextmanager
-def _progress(message: str, enabled: bool) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    if sys.stderr.isatty():
-        from rich.console import Console
+def _holder(pid_file: Path) -> str:
+    try:
+        pid = pid_file.read_text().strip()
+    except OSError:
+        return "another process"
+    return f"pid {pid}" if pid.isdigit() else "another process"
 
-        with Console(stderr=True).status(message):
-            yield
-    else:
-        print(message, file=sys.stderr, flush=True)
+
+@contextlib.contextmanager
+def _key_lock(key: str, variant: str, progress: bool) -> Iterator[None]:
+    """The key's lock; while another process holds it, say who (its pid) and wait."""
+    path = locks_dir() / f"{key}.lock"
+    pid_file = locks_dir() / f"{key}.pid"
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        who = _holder(pid_file)
+        with console.status(f"mlagen: waiting for {variant}: {who} is building it "
+                            f"(lock {path})", progress):
+            lock.acquire()
+    try:
+        pid_file.write_text(str(os.getpid()))
         yield
+    finally:
+        with contextlib.suppress(OSError):
+            pid_file.unlink()
+        lock.release()
 
 
 def provenance(origin) -> dict:
@@ -140,10 +198,14 @@ def provenance(origin) -> dict:
             "source": getattr(origin, "source", None)}
 
 
-def build(sources: SourceSet, progress: bool = False, origin=None) -> Artifact:
+def build(sources: SourceSet, progress: Optional[bool] = None, origin=None) -> Artifact:
     """The shared library of a SourceSet, compiled once per key across processes.
     ``origin`` (the schedule it was rendered from) goes into meta.json only: the key
-    depends on what the compiler sees, so identical kernels share one build."""
+    depends on what the compiler sees, so identical kernels share one build.
+
+    progress: say what a wait is for (the compile step running, the pid holding the lock)
+    on stderr; default: when the CLI asked for it (mlagen.console.PROGRESS)."""
+    progress = console.PROGRESS if progress is None else progress
     t0 = time.perf_counter()
     key = cache_key(sources)
     final = builds_dir() / key
@@ -151,14 +213,16 @@ def build(sources: SourceSet, progress: bool = False, origin=None) -> Artifact:
     if lib.exists():   # the common, warm path: no lock needed, publication is atomic
         return Artifact(key, lib, final, False, time.perf_counter() - t0)
     locks_dir().mkdir(parents=True, exist_ok=True)
-    with FileLock(str(locks_dir() / f"{key}.lock")):
+    with _key_lock(key, sources.variant, progress):
         if lib.exists():   # another process built it while we waited
             return Artifact(key, lib, final, False, time.perf_counter() - t0)
         staging_dir().mkdir(parents=True, exist_ok=True)
         work = staging_dir() / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         work.mkdir(parents=True)
-        with _progress(f"mlagen: building {sources.variant} ...", progress):
-            _run_ninja(sources, work, shared=True, move_failed=True)
+        what = f"mlagen: building {sources.variant}"
+        with console.status(f"{what} ...", progress) as st:
+            _run_ninja(sources, work, shared=True, move_failed=True,
+                       step=lambda text: st.update(f"{what}: {text}"))
         (work / "meta.json").write_text(json.dumps({
             "variant": sources.variant, "target": sources.target, "created": time.time(),
             "compiler": (compiler_version(compiler_path(sources.compiler)).splitlines()

@@ -325,13 +325,42 @@ def loads(text: str, source: str | None = None, name: str = "unnamed") -> Schedu
     return schedule_from_tables(tables, source, name, _positions(text))
 
 
-def load(path: str | Path) -> Schedule:
+MAX_SCHEDULE_BYTES = 1 << 20   # a schedule is a few hundred bytes; refuse to slurp a disk
+
+
+def read_text_file(path: str | Path, what: str = "schedule") -> str:
+    """The UTF-8 text of a small file, or a ScheduleError that says in one line why not
+    (missing, a folder, too large, binary, not UTF-8, empty).  At most 1 MiB is read, so
+    /dev/zero or a huge file is refused without filling memory."""
     path = Path(path)
+    where = str(path)
     try:
-        text = path.read_text()
+        if path.is_dir():
+            raise ScheduleError(f"cannot read {what}: is a directory", file=where)
+        with path.open("rb") as f:
+            data = f.read(MAX_SCHEDULE_BYTES + 1)
     except OSError as e:
-        raise ScheduleError(f"cannot read schedule: {e.strerror}", file=str(path)) from None
-    return loads(text, source=str(path), name=path.stem)
+        raise ScheduleError(f"cannot read {what}: {e.strerror or e}", file=where) from None
+    if len(data) > MAX_SCHEDULE_BYTES:
+        raise ScheduleError(f"not a {what}: larger than {MAX_SCHEDULE_BYTES >> 20} MiB",
+                            file=where)
+    if b"\0" in data:
+        raise ScheduleError(f"not a {what}: a binary file (TOML text expected)", file=where)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ScheduleError(f"not UTF-8 text (byte 0x{data[e.start]:02x}); a {what} is "
+                            f"TOML in UTF-8", file=where, line=line) from None
+    if not text.strip():
+        raise ScheduleError(f"{what} file is empty", file=where)
+    return text
+
+
+def load(path: str | Path) -> Schedule:
+    """Parse and check a schedule file (ScheduleError with file and line when it is not)."""
+    path = Path(path)
+    return loads(read_text_file(path), source=str(path), name=path.stem)
 
 
 def _toml_value(value: Any) -> str:

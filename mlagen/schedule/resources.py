@@ -50,7 +50,8 @@ class ResourceReport:
 
 
 def can_implement(s: Schedule, t: Target) -> ResourceReport:
-    """What the schedule needs of its target (the backend counts), against what it has."""
+    """What the schedule needs of its target (the backend counts), against what it has:
+    ``report.ok``, ``report.needs`` (one Need per resource) and ``report.table()``."""
     from ..backends import backend
 
     return ResourceReport(backend(t.kind).resources(s, t))

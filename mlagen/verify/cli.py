@@ -10,22 +10,53 @@ Exit status: 0 all examples passed, 1 a failure was found, 2 the command could n
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from ..errors import MlagenError
-from .profiles import ENV, PROFILES
+from .profiles import ENV, PROFILES   # light: no torch, no hypothesis (mlagen --help)
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= v < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2**63 - 1, got {v}")
+    return v
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return v
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("schedule", nargs="?", help="schedule file (TOML) to verify")
-    parser.add_argument("--examples", "-n", type=int, default=None,
+    parser.add_argument("--examples", "-n", type=_count, default=None,
                         help="examples to draw (default: the profile's)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default=None,
                         help=f"ci (derandomized, small, time-bounded) or explore (random, "
                              f"larger, remembers failures); default ${ENV} or ci")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=_seed, default=None,
                         help="draw a different (reproducible) sequence of examples")
-    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--time-budget", type=_seconds, default=None, metavar="SECONDS",
                         help="stop drawing new examples after this long (default: the "
                              "profile's; ci 900 s, explore none)")
     parser.add_argument("--repro", metavar="FILE", default=None,
@@ -39,21 +70,28 @@ def verify_main(args: argparse.Namespace, out=None, err=None) -> int:
     in the main CLI's one-line form, and returns 2."""
     out = out or sys.stdout
     err = err or sys.stderr
-    from .runner import replay, verify
+    from ..backends import require_device
 
     try:
         if args.repro:
             if args.schedule:
                 print("mlagen: give a schedule or --repro FILE, not both", file=err)
                 return 2
-            result = replay(args.repro)
+            from . import repro
+            from .runner import replay
+
+            rp = repro.load(args.repro)
+            require_device(rp.schedule)     # before any worker starts or file is written
+            result = replay(rp)
         else:
             if not args.schedule:
                 print("mlagen: give a schedule file (or --repro FILE)", file=err)
                 return 2
             from .. import load_schedule
+            from .runner import verify
 
             schedule = load_schedule(args.schedule)
+            require_device(schedule)        # no GPU: exit 2, no worker, no repro file
             result = verify(schedule, examples=args.examples, profile=args.profile,
                             seed=args.seed, progress=not args.no_progress,
                             time_budget_s=getattr(args, "time_budget", None))

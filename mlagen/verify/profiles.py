@@ -14,11 +14,19 @@ import os
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from hypothesis import HealthCheck, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
-
 from ..paths import cache_dir
-from .strategies import Bounds
+
+# hypothesis and torch are imported where they are used: `mlagen --help` reads PROFILES.
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Size limits of drawn problems (CPU time grows with batch x length x heads)."""
+
+    max_batch: int = 4
+    max_len: int = 300            # ordinary lengths: 0 .. max_len
+    long_len: int = 1200          # "long" lengths reach up to this (crossing KV tiles)
+    max_extra_table: int = 3      # extra block-table columns pointing at NaN pages
 
 ENV = "MLAGEN_VERIFY_PROFILE"
 
@@ -63,8 +71,11 @@ def database_dir():
     return cache_dir() / "hypothesis"
 
 
-def hypothesis_settings(profile: Profile, examples: Optional[int] = None) -> settings:
+def hypothesis_settings(profile: Profile, examples: Optional[int] = None):
     """The hypothesis settings of a profile (examples overrides the profile's count)."""
+    from hypothesis import HealthCheck, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
     db = DirectoryBasedExampleDatabase(str(database_dir())) if profile.use_database else None
     return settings(
         max_examples=examples or profile.examples,

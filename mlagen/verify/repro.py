@@ -73,10 +73,16 @@ class Repro:
 
 def load(path: str | Path) -> Repro:
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: cannot read repro file: is a directory")
     try:
         data = torch.load(path, weights_only=False)
-    except (OSError, RuntimeError, EOFError) as e:
-        raise InputError(f"{path}: cannot read repro file: {e}") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read repro file: {e.strerror or e}") from None
+    except Exception as e:   # a file that is not one: unpickling fails in many ways
+        raise InputError(f"{path}: not an mlagen verify repro file "
+                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                         ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputError(f"{path}: not an mlagen verify repro file (format {FORMAT})")
     schedule = loads(data["schedule_toml"], source=data.get("schedule_source"),

@@ -322,12 +322,13 @@ def _case_fields(case: Case) -> dict:
                 dtype=case.problem.dtype)
 
 
-def replay(path: str | Path, *, runner: Optional[Callable] = None,
+def replay(path: "str | Path | repro.Repro", *, runner: Optional[Callable] = None,
            reference: Optional[Callable] = None, isolate: Optional[bool] = None,
            runner_factory: str = "mlagen:runner", device: Optional[str] = None,
            tolerances: Optional[dict[str, Tolerance]] = None) -> VerifyResult:
-    """Run the saved case of a repro file once and compare again."""
-    rp = repro.load(path)
+    """Run the saved case of a repro file (a path, or one repro.load has read) once and
+    compare again."""
+    rp = path if isinstance(path, repro.Repro) else repro.load(path)
     schedule = rp.schedule
     ref = reference or _default_reference(schedule)
     gpu = backend(schedule.target.name).device != "cpu"

@@ -25,16 +25,7 @@ from ..errors import ScheduleError
 from ..problem import MlaInputs, make_inputs
 from ..backends import all_backends, backend
 from ..schedule.records import DTYPES, Problem, Schedule
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """Size limits of drawn problems (CPU time grows with batch x length x heads)."""
-
-    max_batch: int = 4
-    max_len: int = 300            # ordinary lengths: 0 .. max_len
-    long_len: int = 1200          # "long" lengths reach up to this (crossing KV tiles)
-    max_extra_table: int = 3      # extra block-table columns pointing at NaN pages
+from .profiles import Bounds  # noqa: F401  (defined beside the profiles; re-exported here)
 
 
 # ---------------------------------------------------------------- problems ---------

@@ -43,9 +43,14 @@ class HopperBackend(Backend):
         import torch
 
         if not torch.cuda.is_available():
-            return ("target hopper needs an NVIDIA GPU (none found); "
-                    "`mlagen generate` and `mlagen build` work without one")
-        return None
+            found = "none found"
+        else:
+            major, minor = torch.cuda.get_device_capability()
+            if (major, minor) == (9, 0):           # sm_90a code runs on sm_90 alone
+                return None
+            found = f"found {torch.cuda.get_device_name()}, sm_{major}{minor}"
+        return (f"target hopper needs an NVIDIA sm_90 GPU ({found}); `mlagen check`, "
+                f"`generate` and `build` work without one")
 
     def tuning_space(self):
         return {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "warps": (4, 8),

@@ -13,11 +13,12 @@ from ...paths import DATA_ROOT
 
 
 def bench_main(args) -> int:
-    import torch
+    from .. import backend       # the registry (hopper.backend imports this module)
 
-    if not torch.cuda.is_available():
-        raise MlagenError("mlagen bench --target hopper needs an NVIDIA GPU (sm_90); none "
-                          "was found")
+    why = backend("hopper").device_check()
+    if why:   # "target hopper needs ...": said as the bench command's own words
+        raise MlagenError("bench --" + why.split(";")[0] + "; the other targets' "
+                          "benchmarks run anywhere")
     script = DATA_ROOT / "benchmarks" / "hopper_sweep.py"
     if not script.exists():
         raise MlagenError(f"{script} is missing: the sweep runs from a source checkout")

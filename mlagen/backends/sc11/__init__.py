@@ -83,7 +83,7 @@ class Sc11Runner:
     """A built SC11 variant.  ``runner(inputs, scheme=None)`` runs it on real data;
     ``dry_run(inputs, scheme)`` returns the trace alone (no data work)."""
 
-    def __init__(self, plan: Plan | Schedule, progress: bool = False):
+    def __init__(self, plan: Plan | Schedule, progress: Optional[bool] = None):
         self.plan = plan = plan_of(plan)
         self.schedule = schedule = plan.schedule
         self.target = plan.target
@@ -263,7 +263,7 @@ def _check_dest(dest: MlaOutputs, out_shape: tuple, out_dtype, lse_shape: tuple)
                              f"{dtype}; got {got}")
 
 
-def runner(plan: Plan | Schedule, progress: bool = False) -> Sc11Runner:
+def runner(plan: Plan | Schedule, progress: Optional[bool] = None) -> Sc11Runner:
     """Build (cached) and load the plan's kernel; the result runs MlaInputs."""
     return Sc11Runner(plan, progress=progress)
 

@@ -34,7 +34,7 @@ class Sc11Backend(Backend):
 
         return render(plan)
 
-    def runner(self, plan, progress: bool = False):
+    def runner(self, plan, progress: "bool | None" = None):
         from . import runner
 
         return runner(plan, progress=progress)
@@ -54,6 +54,10 @@ class Sc11Backend(Backend):
         return s.mapping.seq_tile
 
     def run_kwargs(self, scheme):
+        if scheme is not None and scheme not in SCHEMES:
+            from ...errors import MlagenError
+
+            raise MlagenError(f"--scheme {scheme!r} must be one of {', '.join(SCHEMES)}")
         return {"scheme": scheme}
 
     def report(self, plan, outputs, chart):

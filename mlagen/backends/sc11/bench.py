@@ -171,13 +171,14 @@ class Grid:
     assumed: list
     seconds: float = 0.0
 
-    def markdown(self) -> str:
+    def cells(self) -> tuple[list, list]:
+        """The grid as (column names, rows of strings): markdown() and the terminal's
+        table (mlagen.console.table) show the same cells."""
         nb2, nb1 = max(self.buffers), min(self.buffers)
         us = 1e6
-        head = ("| batch | seqlen | best | time (us) | " + " | ".join(SCHEMES) +
-                f" | best, {nb1} buffer (us) | saving | time / bound | dominant | auto |")
-        sep = "|" + "---|" * (head.count("|") - 1)
-        rows = [head, sep]
+        head = (["batch", "seqlen", "best", "time (us)"] + list(SCHEMES) +
+                [f"best, {nb1} buffer (us)", "saving", "time / bound", "dominant", "auto"])
+        rows = []
         for p in self.points:
             best, t = p.best(nb2)
             cells = [f"{p.times[nb2][s] * us:.1f}" if s in p.times[nb2] else "n/a"
@@ -185,11 +186,17 @@ class Grid:
             b1, t1 = p.best(nb1)
             auto = p.auto[nb2]
             auto_s = auto if auto == best else f"{auto} (+{p.auto_excess(nb2):.1%})"
-            rows.append(f"| {p.batch} | {p.seqlen} | **{best}** | {t * us:.1f} | "
-                        + " | ".join(cells)
-                        + f" | {t1 * us:.1f} ({b1}) | {p.saving(nb1, nb2):.0%} | "
-                        f"{t / p.bound[nb2]:.2f} | {p.dominant[nb2]} | {auto_s} |")
-        return "\n".join(rows)
+            rows.append([str(p.batch), str(p.seqlen), best, f"{t * us:.1f}", *cells,
+                         f"{t1 * us:.1f} ({b1})", f"{p.saving(nb1, nb2):.0%}",
+                         f"{t / p.bound[nb2]:.2f}", p.dominant[nb2], auto_s])
+        return head, rows
+
+    def markdown(self) -> str:
+        head, rows = self.cells()
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(f"**{c}**" if i == 2 else c for i, c in enumerate(r))
+                  + " |" for r in rows]
+        return "\n".join(lines)
 
     def best_map(self) -> str:
         """A compact batch x seqlen map of the best scheme (double buffered)."""
@@ -382,23 +389,61 @@ def seed_point(schedule=None, dry: DryRun = emulator_dry_run, charts: Optional[P
 
 def bench_main(args) -> int:
     """`mlagen bench --target sc11`: the seed point, then the grid (args: schedule, output,
-    quick, and optionally charts / no_grid); writes the markdown report to `output`."""
+    quick, and optionally charts / no_grid); writes the markdown report to `output`.
+
+    On a terminal the results are rich tables and the grid's rows advance a progress bar;
+    piped, the same markdown as the report file (and one line per row on stderr)."""
     import sys
 
+    from ...console import progress_rows, status, table
+
+    tty = sys.stdout.isatty()
     charts = getattr(args, "charts", None)
-    seed = seed_point(args.schedule, charts=Path(charts) if charts else None)
-    print(seed.text())
+    with status(f"mlagen: bench sc11: the seed's point (batch {SEED['batch']}, seqlen "
+                f"{SEED['seqlen']}), every scheme at 1 and 2 buffers ..."):
+        seed = seed_point(args.schedule, charts=Path(charts) if charts else None)
+    if tty:
+        _show_seed(seed, table)
+    else:
+        print(seed.text())
     parts = [seed.text()]
     if not getattr(args, "no_grid", False):
         kw = dict(batches=(1, 16, 128), seqlens=(128, 1024, 16384)) if args.quick else {}
-        g = bench_grid(args.schedule, progress=lambda s: print(s, file=sys.stderr), **kw)
+        n = len(kw.get("batches", BATCHES)) * len(kw.get("seqlens", SEQLENS))
+        with progress_rows(n, "bench sc11 grid") as advance:
+            g = bench_grid(args.schedule, progress=advance, **kw)
         parts.insert(0, grid_report(g))
-        print(g.best_map())
-        print()
-        print(g.markdown())
+        if tty:      # the best of each point; every scheme's time is in the report
+            head, rows = g.cells()
+            keep = [i for i, h in enumerate(head) if h not in SCHEMES]
+            table([head[i] for i in keep], [[r[i] for i in keep] for r in rows],
+                  title=f"SC11, best scheme by batch x seqlen (simulated, "
+                        f"{max(g.buffers)} buffers)", right=(0, 1, 3, 4, 5, 6))
+        else:
+            print(g.best_map())
+            print()
+            print(g.markdown())
     if args.output:
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("\n\n".join(parts) + "\n")
         print(f"\nwritten: {out}", file=sys.stderr)
+    elif tty:
+        print("(the full report, with timelines and sensitivity: --output FILE)")
     return 0 if all(seed.checks().values()) else 1
+
+
+def _show_seed(seed: SeedReport, table) -> None:
+    us = 1e6
+    rows = []
+    for s in SCHEMES:
+        if (1, s) in seed.sims and (2, s) in seed.sims:
+            a, b = seed.sims[(1, s)].total_s, seed.sims[(2, s)].total_s
+            rows.append((s + (" (best)" if s == seed.scheme else ""), f"{a * us:.1f}",
+                         f"{b * us:.1f}", f"{1 - b / a:.1%}"))
+    table(("scheme", "1 buffer (us)", "2 buffers (us)", "saving"), rows, right=(1, 2, 3),
+          title=f"The seed's point: batch {seed.point.batch}, seqlen {seed.point.seqlen}")
+    print(f"pipelined bound {seed.pipelined * us:.1f} us; double-buffered time is "
+          f"{seed.within_bound:+.1%} from it")
+    for k, v in seed.checks().items():
+        print(f"  {'ok    ' if v else 'MISSED'} {k}")

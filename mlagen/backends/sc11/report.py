@@ -7,13 +7,15 @@ from typing import Optional
 
 
 def report(plan, out, chart: Optional[str]) -> None:
+    from ...console import human_bytes
     from .costmodel import Machine, simulate
     from .timeline import plot_all, plot_core, text_summary
 
     schedule = plan.schedule
     sim = simulate(out.extra["trace"], Machine.from_target(plan.target))
     print(f"phase-B scheme: {out.extra['scheme']}")
-    print(f"LMEM high-water {out.extra['lmem_high']} B, L2 high-water {out.extra['l2_high']} B")
+    print(f"LMEM high-water {human_bytes(out.extra['lmem_high'])} per core, "
+          f"L2 high-water {human_bytes(out.extra['l2_high'])}")
     print(text_summary(sim))
     prefix = Path(chart) if chart else Path("out") / schedule.name
     prefix.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,200 @@
+"""Bad input at the command line: exit status 2, one line on stderr, no traceback, and
+nothing written (no output files, no build cache entries, no repro files)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlagen.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SC11 = str(ROOT / "schedules" / "sc11_attn.toml")
+HOPPER = str(ROOT / "schedules" / "hopper_h200.toml")
+
+
+@pytest.fixture
+def bad_files(tmp_path):
+    d = tmp_path / "inputs"
+    d.mkdir()
+    (d / "empty.toml").write_text("")
+    (d / "blank.toml").write_text("  \n\n")
+    (d / "binary.toml").write_bytes(bytes(range(256)) * 4)
+    (d / "latin1.toml").write_bytes('[problem]\nname = "caf\xe9"\n'.encode("latin-1"))
+    (d / "folder.toml").mkdir()
+    (d / "huge.toml").write_bytes(b"# " + b"x" * (2 << 20) + b"\n")
+    return d
+
+
+@pytest.fixture
+def clean(tmp_path, monkeypatch):
+    """A fresh working folder and cache; returns a function that lists what was written."""
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(cache))
+
+    def written() -> list:
+        return sorted(str(p) for p in work.rglob("*")) + \
+            sorted(str(p) for p in cache.rglob("*") if p.is_file())
+    return written
+
+
+def refused(capsys, argv: list, *needles: str) -> str:
+    """Run the CLI in this process; require exit 2 and exactly one line on stderr."""
+    try:
+        rc = main(argv)
+    except SystemExit as e:          # argparse's usage errors
+        rc = e.code
+    out, err = capsys.readouterr()
+    assert rc == 2, (argv, rc, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, (argv, err)
+    assert "Traceback" not in err and lines[0].startswith("mlagen"), err
+    for n in needles:
+        assert n in lines[0], (argv, lines[0])
+    return lines[0]
+
+
+# ------------------------------------------------------------- schedule files ---------
+@pytest.mark.parametrize("command", ["check", "generate", "build", "run", "verify"])
+@pytest.mark.parametrize("name,needle", [
+    ("empty.toml", "is empty"), ("blank.toml", "is empty"),
+    ("binary.toml", "binary file"), ("latin1.toml", "not UTF-8"),
+    ("folder.toml", "is a directory"), ("missing.toml", "No such file"),
+    ("huge.toml", "larger than 1 MiB"),
+])
+def test_bad_schedule_files(command, name, needle, bad_files, clean, capsys):
+    path = str(bad_files / name)
+    refused(capsys, [command, path], path, needle)
+    assert clean() == []
+
+
+def test_a_bad_second_schedule_writes_nothing(bad_files, clean, capsys):
+    refused(capsys, ["generate", SC11, str(bad_files / "binary.toml"), "-o", "out"])
+    assert clean() == []
+
+
+# ------------------------------------------------------------- numbers ----------------
+@pytest.mark.parametrize("args,needle", [
+    (["--batch", "0"], "--batch: must be at least 1, got 0"),
+    (["--batch", "-1"], "--batch: must be at least 1, got -1"),
+    (["--batch", "two"], "'two' is not a whole number"),
+    (["--seqlen", "0"], "--seqlen: must be at least 1, got 0"),
+    (["--seqlen", "-7"], "--seqlen: must be at least 1"),
+    (["--s-q", "0"], "--s-q: must be at least 1"),
+    (["--s-q", "3"], "max_s_q = 2"),
+    (["--seed", "-1"], "--seed: must be at least 0"),
+    (["--seqlen", str(2 ** 40)], "int32"),
+    (["--scheme", "diagonal"], "must be one of"),
+])
+def test_run_refuses_bad_numbers(args, needle, clean, capsys):
+    refused(capsys, ["run", SC11, *args], needle)
+    assert clean() == []
+
+
+@pytest.mark.parametrize("batch", ["1000000", "1000000000"])
+def test_run_refuses_a_workload_that_cannot_fit_before_allocating(batch, clean, capsys):
+    line = refused(capsys, ["run", SC11, "--batch", batch], f"batch {batch}", "needs about",
+                   "iB of memory")
+    assert "available" in line
+    assert clean() == []
+
+
+def test_memory_estimate_grows_with_the_workload():
+    from mlagen import load_schedule
+    from mlagen.console import human_bytes
+    from mlagen.report import workload_bytes
+
+    s = load_schedule(SC11)
+    small, _ = workload_bytes(s, 4, 128, 1)
+    big, _ = workload_bytes(s, 10 ** 6, 512, 1)
+    cache = 10 ** 6 * 512 * s.problem.d * 2         # the bf16 cache alone
+    assert small < 2 << 30 and big > cache
+    assert human_bytes(1536) == "1.5 KiB" and human_bytes(3 * 2 ** 40) == "3.0 TiB"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--examples", "0"], "--examples/-n: must be at least 1"),
+    (["--examples", "-3"], "must be at least 1"),
+    (["--seed", "-1"], "--seed: must be between 0"),
+    (["--time-budget", "0"], "positive number of seconds"),
+    (["--time-budget", "-5"], "positive number of seconds"),
+    (["--time-budget", "nan"], "positive number of seconds"),
+    (["--profile", "fast"], "invalid choice"),
+])
+def test_verify_refuses_bad_numbers(args, needle, clean, capsys):
+    refused(capsys, ["verify", SC11, *args], needle)
+    assert clean() == []
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["cache", "purge"], "invalid choice"),
+    (["bench", "--target", "tpu"], "invalid choice"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+    (["check"], "required"),
+    (["verify"], "give a schedule file"),
+    (["generate"], "give a schedule file"),
+])
+def test_usage_errors_are_one_line(argv, needle, clean, capsys):
+    refused(capsys, argv, needle)
+    assert clean() == []
+
+
+def test_output_paths_are_checked_before_the_work(tmp_path, clean, capsys):
+    (tmp_path / "afile").write_text("x")
+    refused(capsys, ["bench", "--output", str(tmp_path)], "must be a file, not a folder")
+    refused(capsys, ["generate", SC11, "-o", str(tmp_path / "afile")], "must be a folder")
+    refused(capsys, ["bench", "--output", str(tmp_path / "afile" / "x.md")], "is not a folder")
+    assert clean() == []
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("binary.toml", "not an mlagen verify repro file"),
+    ("empty.toml", "not an mlagen verify repro file"),
+    ("folder.toml", "is a directory"), ("missing.pt", "No such file"),
+])
+def test_verify_repro_bad_files(name, needle, bad_files, clean, capsys):
+    refused(capsys, ["verify", "--repro", str(bad_files / name)], needle)
+    assert clean() == []
+
+
+# ------------------------------------------------------------- absent device ----------
+@pytest.mark.parametrize("argv", [["verify", HOPPER, "-n", "2"], ["run", HOPPER],
+                                  ["bench", "--target", "hopper"]])
+def test_commands_needing_a_gpu_say_so_without_one(argv, clean, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    refused(capsys, argv, "needs an NVIDIA sm_90 GPU (none found)")
+    assert clean() == []                     # no repro file, no build
+
+
+def test_verify_without_gpu_starts_no_worker(clean, monkeypatch):
+    """The real process, with the GPU hidden: exit 2 at once, no worker restarts."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "mlagen.cli", "verify", HOPPER, "-n", "2"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "needs an NVIDIA sm_90 GPU" in proc.stderr and "restart" not in proc.stderr
+    assert proc.stdout == "" and clean() == []
+
+
+# ------------------------------------------------------------- pipes ---------------
+def test_closed_pipe_is_quiet(tmp_path):
+    """`mlagen ... | head`: no "Broken pipe", no traceback."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    paths = sorted(str(p) for p in (ROOT / "schedules").glob("*.toml"))
+    p = subprocess.Popen([sys.executable, "-m", "mlagen.cli", "check", "-v", *paths] * 1,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p.stdout.close()                           # the reader leaves before a line is written
+    err = p.stderr.read().decode()
+    p.wait(timeout=120)
+    assert "Broken pipe" not in err and "BrokenPipeError" not in err and "Traceback" not in err
+    assert p.returncode in (0, 141)
