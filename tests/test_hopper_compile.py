@@ -164,12 +164,18 @@ def test_wgmma_split_kernel_registers(dtype, tmp_path):
     assert "serialized" not in log and "C7517" not in log, log
 
 
-@pytest.mark.parametrize("fault", ["causal_off_by_one", "skip_partial_page"])
+@pytest.mark.parametrize("fault", ["causal_off_by_one", "wrong_scale", "skip_partial_page"])
 def test_wgmma_planted_faults_render_and_compile(fault, tmp_path):
     """A planted fault is a template argument of the wgmma kernel (another symbol than the
     sound kernel's, so both libraries load in one process)."""
+    from mlagen.backends.hopper import FAULT_CODE
+
     src = _render(Schedule.build(**WGMMA).with_fault(fault))
-    enum = "kFault" + "".join(w.capitalize() for w in fault.split("_"))
-    assert f"kFault = {enum};" in src.files["split.cu"]
-    assert "kFault = kFaultNone;" in _render(Schedule.build(**WGMMA)).files["split.cu"]
+    assert f"#define MLAGEN_FAULT {FAULT_CODE[fault]}" in src.files["split.cu"]
+    assert "#define MLAGEN_FAULT 0" in _render(Schedule.build(**WGMMA)).files["split.cu"]
     assert "mla_split_wgmma_kernel" in _ptxas_split(src, tmp_path)
+
+
+def test_wgmma_refuses_faults_it_does_not_plant():
+    with pytest.raises(ValueError, match="not planted in the wgmma main loop"):
+        _render(Schedule.build(**WGMMA).with_fault("early_buffer_swap"))

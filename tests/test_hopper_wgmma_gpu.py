@@ -56,20 +56,20 @@ def test_hypothesis(batch, data, s_q, h_q, page, dtype, causal, split, seed, sha
           wgmma(dtype, split_kv=split))
 
 
-def test_bad_page_unchecked_gives_nan_not_a_crash():
-    from mlagen.backends.hopper import ops
+def test_bad_pages_give_nan_and_the_device_flag():
+    a = api()
     inp = inputs(3, [100, 5000, 70], 1, 128, 64)
+    a.check_device_errors()                  # start clean
     inp.block_table[1, 3] = 1 << 30
     inp.block_table[2, 1] = -5
-    ops.CHECK_INDICES = False
-    try:
-        out, lse = run(inp, schedule=wgmma())
-        torch.cuda.synchronize()
-    finally:
-        ops.CHECK_INDICES = True
+    out, lse = run(inp, schedule=wgmma())
+    torch.cuda.synchronize()
     assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
     assert torch.isnan(out[2]).all()
     assert torch.isfinite(out[0]).all()
+    assert int(a.device_error_flags().item()) == 1
+    with pytest.raises(InputError, match="block_table"):
+        a.check_device_errors()
 
 
 def test_small_pages_are_refused_by_an_explicit_wgmma_schedule():

@@ -2,11 +2,11 @@
 // Do not edit: run `mlagen generate`.
 // The split-KV attention kernel of this variant with the warp-specialized wgmma main loop:
 // __nv_bfloat16, 64 rows per tile, 64-key blocks, 2 TMA stages.
+#define MLAGEN_FAULT 0
 #include "mla_wgmma.cuh"
 
 namespace mlagen {
 namespace hopper {
-constexpr int kFault = kFaultNone;
 
 cudaError_t launch_split(const MlaParams& p, cudaStream_t stream) {
   return launch_split_wgmma_impl<__nv_bfloat16, kFault>(p, stream);

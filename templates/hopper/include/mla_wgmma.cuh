@@ -23,8 +23,8 @@
 // P), EPI (row sums for the epilogue).  Keys at or past the piece's end in its last block
 // are zeroed in shared memory before any P V (TMA brought whatever the page held there,
 // NaN included) and masked to -inf before the softmax; a block-table entry outside
-// [0, num_blocks) is out of the tensor map's bounds, so TMA fills zeros, and the piece's
-// output is NaN.
+// [0, num_blocks) is out of the tensor map's bounds, so TMA fills zeros, the piece's
+// output is NaN and the device error flag (MlaParams::error) is set; so is a negative length.
 //
 // Shared memory: Q 72 KiB | 2 K stages x 72 KiB | P 8 KiB | alpha, l (64 floats each) |
 // mbarriers; 1024-byte aligned tiles (the swizzle atom).
@@ -36,10 +36,6 @@
 
 namespace mlagen {
 namespace hopper {
-
-// Faults planted for the verifier's tests (Schedule.with_fault); a template argument, so a
-// faulted library's kernel is another symbol than the sound one's.
-enum WgmmaFault { kFaultNone = 0, kFaultCausalOffByOne = 1, kFaultSkipPartialPage = 2 };
 
 struct WgmmaConfig {
   static constexpr int kRows = 64;
@@ -98,6 +94,9 @@ __device__ __forceinline__ bool next_piece(const MlaParams& p, int& req, Piece& 
   return true;
 }
 
+// FAULT: a planted fault (mla_common.cuh's kFault codes: causal off by one, wrong scale, no
+// zeroing of the last block's tail), a template argument so that a faulted library's kernel
+// is another symbol than the sound one's (two libraries with one symbol share its statics).
 template <typename T, int FAULT>
 struct WgmmaKernel {
   using C = WgmmaConfig;
@@ -237,6 +236,7 @@ struct WgmmaKernel {
         if (gr < rows_total) l = p.causal ? seqlen - p.s_q + gr / p.h_q + 1 : seqlen;
         lim[h] = min(l + (FAULT == kFaultCausalOffByOne), pc.end);
       }
+      const float scale = FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2;
       load_q(p, sm, pc.req, row0, rows_total, t);
       cp_async_wait<0>();
       sm90::fence_proxy_async();
@@ -276,7 +276,7 @@ struct WgmmaKernel {
           for (int e = 0; e < 4; ++e) {
             const int key = t0 + 8 * j + c2 + (e & 1);
             const int h = e >> 1;
-            const float x = key < lim[h] ? s[4 * j + e] * p.scale_log2 : -INFINITY;
+            const float x = key < lim[h] ? s[4 * j + e] * scale : -INFINITY;
             xs[4 * j + e] = x;
             mx[h] = fmaxf(mx[h], x);
           }
@@ -351,6 +351,12 @@ struct WgmmaKernel {
         sm90::bar_sync(C::kBarPEmpty, 256);   // WG2 is done with the last P
       }
       it += n;
+      // device error flags, as mla_split.cuh: a bad page (or a length past the table's
+      // row) and a negative length make the piece NaN
+      const bool bad_len = p.seqlens[pc.req] < 0;
+      if ((bad || bad_len) && t == 0 && p.error != nullptr)
+        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
+      bad |= bad_len;
 
       // row sums over the 4 threads of a row; lse; l for WG2
       const float kLn2 = 0.69314718055994531f;
