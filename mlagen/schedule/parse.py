@@ -141,6 +141,23 @@ def _validate(loc: Located, table: str, given: dict[str, Any], record: type,
     return dict(given)
 
 
+def _old_target_key(loc: Located, given: Any) -> Any:
+    """``[target] name = ...`` (the key's old spelling) read as ``kind``, with a one-line
+    notice on stderr."""
+    if not isinstance(given, dict) or "name" not in given:
+        return given
+    if "kind" in given:
+        raise loc.error("target", "name", "give kind only (name is its old spelling)")
+    given = {("kind" if k == "name" else k): v for k, v in given.items()}
+    line = loc.positions.get(("target", "name"))
+    if line is not None:
+        loc.positions[("target", "kind")] = line
+    where = (loc.source or "<schedule>") + (f":{line}" if line else "")
+    print(f"mlagen: {where}: [target] name is deprecated; write kind = "
+          f"{_toml_value(given['kind'])}", file=sys.stderr)
+    return given
+
+
 def _known_kinds() -> str:
     return " or ".join(f'"{k}"' for k in kinds())
 
@@ -166,12 +183,12 @@ def schedule_from_tables(tables: dict[str, Any], source: str | None, name: str,
             f"; tables are {', '.join('[' + t + ']' for t in TABLES)}"
         raise loc.error(table, None, f"unknown table [{table}]{extra}")
     problem = _validate(loc, "problem", tables.get("problem", {}), Problem)
-    target = _validate(loc, "target", tables.get("target", {}), TargetRef)
-    if "name" not in target:
-        raise loc.error("target", None, f"[target] needs name = {_known_kinds()}")
-    kind = target["name"]
+    target = _validate(loc, "target", _old_target_key(loc, tables.get("target", {})), TargetRef)
+    if "kind" not in target:
+        raise loc.error("target", None, f"[target] needs kind = {_known_kinds()}")
+    kind = target["kind"]
     if kind not in kinds():
-        raise loc.error("target", "name",
+        raise loc.error("target", "kind",
                         f"unknown target {kind!r}; known: {', '.join(kinds())}")
     record = backend(kind).mapping
     mapping = _validate(loc, "schedule", tables.get("schedule", {}), record, kind)
@@ -190,7 +207,7 @@ def build(name: str = "unnamed", target: str | None = None, target_file: str | N
     from ..backends import default_kind
 
     problem_names = {f.name for f in dataclasses.fields(Problem)}
-    tables: dict[str, dict[str, Any]] = {"problem": {}, "target": {"name": target or
+    tables: dict[str, dict[str, Any]] = {"problem": {}, "target": {"kind": target or
                                                                    default_kind()},
                                           "schedule": {}}
     if target_file is not None:

@@ -135,7 +135,7 @@ def oracle_for(schedule) -> Callable[..., MlaOutputs]:
     from ..backends import backend
 
     schedule = getattr(schedule, "schedule", schedule)      # a Plan
-    rounded = backend(schedule.target.name).rounded
+    rounded = backend(schedule.target.kind).rounded
 
     def oracle(inputs: MlaInputs, dtype: torch.dtype = torch.float64) -> MlaOutputs:
         if inputs.q is None and inputs.q_lora is not None:

@@ -186,9 +186,9 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     bounds = bounds or prof.bounds
     budget = time_budget_s if time_budget_s is not None else prof.time_budget_s
     ref = reference or _default_reference(schedule)
-    gpu = backend(schedule.target.name).device != "cpu"
+    gpu = backend(schedule.target.kind).device != "cpu"
     isolate = gpu if isolate is None else isolate
-    device = device or backend(schedule.target.name).device
+    device = device or backend(schedule.target.kind).device
 
     t0 = time.perf_counter()
     worker: Optional[IsolatedRunner] = None
@@ -203,7 +203,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             from .. import runner as make_runner
             kernel = make_runner(schedule)
     setup_s = time.perf_counter() - t0
-    be = backend(schedule.target.name)
+    be = backend(schedule.target.kind)
     choices = dict(be.runtime_choices(schedule))
     choices.setdefault("scheme", be.tuning_space().get("scheme", ()))
     if draw_schemes is None:
@@ -331,7 +331,7 @@ def replay(path: "str | Path | repro.Repro", *, runner: Optional[Callable] = Non
     rp = path if isinstance(path, repro.Repro) else repro.load(path)
     schedule = rp.schedule
     ref = reference or _default_reference(schedule)
-    gpu = backend(schedule.target.name).device != "cpu"
+    gpu = backend(schedule.target.kind).device != "cpu"
     isolate = gpu if isolate is None else isolate
     t0 = time.perf_counter()
     expected = ref(rp.inputs, dtype=torch.float64)
@@ -340,7 +340,7 @@ def replay(path: "str | Path | repro.Repro", *, runner: Optional[Callable] = Non
     try:
         if isolate:
             with IsolatedRunner(schedule, factory=runner_factory,
-                                device=device or backend(schedule.target.name).device) as w:
+                                device=device or backend(schedule.target.kind).device) as w:
                 actual = w.run(rp.inputs, expected.out.shape, expected.lse.shape)
                 poisoned = w.poisoned
         else:

@@ -38,8 +38,8 @@ ops.CHECK_INDICES = os.environ.get("MLAGEN_HOPPER_CHECK_INDICES", "1") != "0"
 def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> Schedule:
     if schedule is None:
         return defaults.default_schedule(rows_total, dtype)
-    if schedule.target.name != "hopper":
-        raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.name!r}, "
+    if schedule.target.kind != "hopper":
+        raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.kind!r}, "
                          "not hopper")
     if schedule.problem.dtype != dtype:
         schedule = schedule.replace(dtype=dtype)
