@@ -105,3 +105,24 @@ def test_scheme_numbers_and_faults_match_the_headers(probe):
     assert set(fault_enums) == set(FAULTS)
     values = [probe[f"fault.{name}"] for name in fault_enums]
     assert len(set(values)) == len(values) and probe["fault.none"] == 0
+
+
+# ---------------------------------------------------------------- Hopper ---------------
+def test_hopper_shape_array_is_read_at_the_declared_indices():
+    """api.cu.j2 reads every shape[] entry at the index abi.py declares, each exactly once,
+    and the host fills the array by the same names."""
+    import re
+
+    from mlagen.backends.hopper import abi, render
+    from mlagen.schedule.records import Schedule
+
+    text = render(Schedule.build(target="hopper", heads=16)).files["api.cu"]
+    read = re.findall(r"shape\[(\d+)\]", text)
+    assert sorted(int(i) for i in read) == list(range(len(abi.SHAPE_FIELDS)))
+    for name, i in abi.SHAPE_INDEX.items():
+        if name != "lse_offset":
+            assert re.search(rf"p\.{name} = (static_cast<int>\()?shape\[{i}\]", text), name
+    assert abi.shape_array(**{n: i * 10 for i, n in enumerate(abi.SHAPE_FIELDS)}) == \
+        [i * 10 for i in range(len(abi.SHAPE_FIELDS))]
+    with pytest.raises(TypeError, match="missing"):
+        abi.shape_array(batch=1)

@@ -15,6 +15,8 @@ from mlagen.schedule.plan import Plan
 from mlagen.schedule.rules import plan_of
 from mlagen.schedule.records import Schedule
 
+from .abi import SHAPE_INDEX
+
 DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 DTYPE_CODE = {"bf16": 1, "fp16": 2}
 # planted faults (records.FAULTS) -> MLAGEN_FAULT in templates/hopper/include/mla_common.cuh
@@ -32,7 +34,8 @@ def render(plan: Plan | Schedule) -> SourceSet:
     ctx = dict(dtype_cpp=DTYPE_CPP[p.dtype], dtype_code=DTYPE_CODE[p.dtype],
                rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
                fault=FAULT_CODE[schedule.fault])
-    files = {f"{t}.cu": render_template(schedule, f"{t}.cu.j2", f"{t}.cu", **ctx)
+    files = {f"{t}.cu": render_template(schedule, f"{t}.cu.j2", f"{t}.cu", shape=SHAPE_INDEX,
+                                        **ctx)
              for t in TEMPLATES}
     return SourceSet(variant=plan.variant, target="hopper", files=files,
                      include_dirs=(str(TEMPLATES_DIR / "hopper" / "include"),),
