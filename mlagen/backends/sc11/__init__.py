@@ -36,7 +36,12 @@ SCHEME_IDS = {"heads": 1, "batch": 2, "seq": 3, "batch_seq": 4}
 FAULT_ENUMS = {"none": "FAULT_NONE", "causal_off_by_one": "FAULT_CAUSAL_OFF_BY_ONE",
                "wrong_scale": "FAULT_WRONG_SCALE", "skip_partial_page": "FAULT_SKIP_PARTIAL_PAGE",
                "bad_split_merge": "FAULT_BAD_SPLIT_MERGE",
-               "early_buffer_swap": "FAULT_EARLY_BUFFER_SWAP"}
+               "early_buffer_swap": "FAULT_EARLY_BUFFER_SWAP",
+               "proj_first_chunk_only": "FAULT_PROJ_FIRST_CHUNK_ONLY",
+               "ignore_softmax_scale": "FAULT_IGNORE_SOFTMAX_SCALE",
+               "page_start_assumed": "FAULT_PAGE_START_ASSUMED",
+               "empty_partial_unmasked": "FAULT_EMPTY_PARTIAL_UNMASKED",
+               "default_head_split": "FAULT_DEFAULT_HEAD_SPLIT"}
 DTYPE_CLASSES = {"bf16": "Bf16", "fp16": "Fp16"}
 
 
@@ -72,7 +77,7 @@ class _Args(ctypes.Structure):
 class _Result(ctypes.Structure):
     _fields_ = [("events", ctypes.c_void_p)] + [(n, ctypes.c_int64) for n in
                 ("n_events", "lmem_high", "l2_high", "l2_static", "lmem_capacity",
-                 "l2_capacity", "n_parts")]
+                 "l2_capacity", "n_parts", "copied_bytes")]
 
 
 def _p(t: Optional[torch.Tensor]) -> Optional[int]:
@@ -226,7 +231,8 @@ class Sc11Runner:
             self.lib.mlagen_sc11_free(ctypes.byref(res))
         stats = {"scheme": scheme, "lmem_high": res.lmem_high, "l2_high": res.l2_high,
                  "l2_static": res.l2_static, "lmem_capacity": res.lmem_capacity,
-                 "l2_capacity": res.l2_capacity, "n_parts": res.n_parts}
+                 "l2_capacity": res.l2_capacity, "n_parts": res.n_parts,
+                 "copied_bytes": res.copied_bytes}
         return out, lse, trace, stats
 
     def dry_run(self, inp: MlaInputs, scheme: Optional[str], validate: bool = True) -> np.ndarray:
