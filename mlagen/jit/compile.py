@@ -15,8 +15,6 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from filelock import FileLock, Timeout
-
 from .. import console
 
 from ..codegen import SourceSet, write
@@ -171,6 +169,8 @@ def _holder(pid_file: Path) -> str:
 @contextlib.contextmanager
 def _key_lock(key: str, variant: str, progress: bool) -> Iterator[None]:
     """The key's lock; while another process holds it, say who (its pid) and wait."""
+    from filelock import FileLock, Timeout   # only a build takes the lock
+
     path = locks_dir() / f"{key}.lock"
     pid_file = locks_dir() / f"{key}.pid"
     lock = FileLock(str(path))

@@ -77,7 +77,7 @@ _RUNNERS: dict = {}
 
 def emulator_dry_run(schedule: Schedule, inputs: MlaInputs, scheme: str) -> np.ndarray:
     """The emulator's trace of `inputs` under `scheme`, in dry mode (one build per variant)."""
-    from . import runner  # the emulator's backend (mlagen/backends/sc11/__init__.py)
+    from . import runner  # the emulator's runner (mlagen/backends/sc11/emulator.py)
 
     key = (schedule.variant_name(), schedule.target.file)
     if key not in _RUNNERS:
