@@ -61,7 +61,9 @@ def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> s
 
 def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
                    schedule: Optional[Schedule]) -> tuple[int, int, str]:
-    key, rows, n = _resolve(rows_total, "bf16", schedule)
+    # the schedule's own dtype: an fp16 schedule's metadata and decode share one library
+    dtype = schedule.problem.dtype if schedule is not None else "bf16"
+    key, rows, n = _resolve(rows_total, dtype, schedule)
     b = cache_seqlens.shape[0]
     if n:
         return b * n, n, key
