@@ -16,7 +16,6 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-os.environ.setdefault("MLAGEN_HOPPER_CHECK_INDICES", "0")
 
 from mlagen.backends.hopper import api  # noqa: E402
 

@@ -23,7 +23,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-os.environ.setdefault("MLAGEN_HOPPER_CHECK_INDICES", "0")
 
 import torch  # noqa: E402
 

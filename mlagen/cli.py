@@ -6,6 +6,7 @@
     mlagen run SCHEDULE              build, run on random data, check against the reference
     mlagen verify SCHEDULE           hypothesis-driven verification against the reference
     mlagen bench --target KIND       a target's benchmark
+    mlagen tune --target KIND        a target's measured search of per-shape defaults
     mlagen cache list | clear        the build cache
 """
 
@@ -165,6 +166,12 @@ def cmd_bench(args) -> int:
     return backend(args.target).bench_main(args)
 
 
+def cmd_tune(args) -> int:
+    from .backends import backend
+
+    return backend(args.target).tune_main(args)
+
+
 def cmd_cache(args) -> int:
     from .jit import clear, entries
     from .paths import cache_dir
@@ -243,7 +250,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", default=None, help="schedule file (default: the example)")
     p.add_argument("--output", default=None, help="write the table (markdown) here")
     p.add_argument("--quick", action="store_true", help="a reduced grid")
+    p.add_argument("--no-progress", action="store_true", help="print rows instead of a bar")
     p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("tune", help="measure a target's legal schedules on a list of shapes and "
+                       "write the table its per-shape defaults read")
+    p.add_argument("--target", choices=kinds(), required=True)
+    p.add_argument("--shape", action="append", metavar="B,S_Q,S_K,H_Q[,varlen]",
+                   help="a shape to tune (repeatable; default: the target's benchmark rows)")
+    p.add_argument("--space", choices=("defaults", "small", "full"), default="small",
+                   help="search space (defaults: the static per-class tiles only; small: tile "
+                        "shapes around them; full: every legal tile and split cost)")
+    p.add_argument("--table", default=None, help="table file (default: "
+                   "$MLAGEN_HOPPER_TUNE_TABLE or the cache's hopper_tune.json); resumes from "
+                   "its .log.jsonl")
+    p.add_argument("--quick", action="store_true", help="the first 4 shapes only")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(fn=cmd_tune)
 
     p = sub.add_parser("cache", help="list or clear the build cache")
     p.add_argument("action", choices=("list", "clear", "dir"))

@@ -174,35 +174,77 @@ def test_torch_compile():
                             inp.cache_seqlens, inp.softmax_scale, True)
 
 
-def test_bad_block_table_is_rejected():
+def test_bad_block_table_is_rejected_in_strict_mode():
+    a = api()
     inp = inputs(2, [100, 200], 1, 16, 64)
     inp.block_table[1, 2] = inp.k_cache.shape[0] + 5     # page 2 of sequence 1 is used
-    with pytest.raises(InputError, match="block_table"):
-        run(inp)
-    inp.block_table[1, 2] = -1
-    with pytest.raises(InputError, match="block_table"):
-        run(inp)
+    a.set_strict(True)
+    try:
+        with pytest.raises(InputError, match="block_table"):
+            run(inp)
+        inp.block_table[1, 2] = -1
+        with pytest.raises(InputError, match="block_table"):
+            run(inp)
+    finally:
+        a.set_strict(False)
 
 
-def test_seqlen_beyond_table_is_rejected():
+def test_seqlen_beyond_table_is_rejected_in_strict_mode():
+    a = api()
     inp = inputs(2, [100, 200], 1, 16, 64)
     inp.cache_seqlens[0] = inp.block_table.shape[1] * 64 + 1
-    with pytest.raises(InputError, match="cache_seqlens"):
-        run(inp)
-
-
-def test_bad_page_unchecked_gives_nan_not_a_crash():
-    from mlagen.backends.hopper import ops
-    inp = inputs(2, [100, 5000], 1, 16, 64)
-    inp.block_table[1, 3] = 1 << 30
-    ops.CHECK_INDICES = False
+    a.set_strict(True)
     try:
-        out, lse = run(inp)
-        torch.cuda.synchronize()
+        with pytest.raises(InputError, match="cache_seqlens"):
+            run(inp)
     finally:
-        ops.CHECK_INDICES = True
+        a.set_strict(False)
+
+
+@pytest.mark.parametrize("fault", ["page_high", "page_negative", "len_beyond_table",
+                                   "len_negative"])
+@pytest.mark.parametrize("h_q,lens", [(16, [100, 5000]), (128, [3000, 20000])])
+def test_bad_input_gives_nan_and_the_device_flag_without_a_sync(fault, h_q, lens):
+    """The default call checks nothing on the host: the kernel gives the bad sequence NaN
+    (split or not), leaves the other one exact, and sets the device error flag."""
+    a = api()
+    inp = inputs(2, lens, 1, h_q, 64)
+    a.check_device_errors()                  # start clean
+    if fault == "page_high":
+        inp.block_table[1, 3] = 1 << 30
+    elif fault == "page_negative":
+        inp.block_table[1, 0] = -7
+    elif fault == "len_beyond_table":
+        inp.cache_seqlens[1] = inp.block_table.shape[1] * 64 + 1
+    else:
+        inp.cache_seqlens[1] = -5
+    out, lse = run(inp)
+    torch.cuda.synchronize()
     assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
-    assert torch.isfinite(out[0]).all()
+    assert torch.isfinite(out[0]).all() and torch.isfinite(lse[0]).all()
+    flags = int(a.device_error_flags().item())
+    assert flags == (2 if fault == "len_negative" else 1)
+    with pytest.raises(InputError, match="negative" if fault == "len_negative" else "block_table"):
+        a.check_device_errors()
+    assert int(a.device_error_flags().item()) == 0          # cleared
+    a.check_device_errors()                                  # and quiet again
+
+
+def test_repeated_calls_reuse_the_plan_and_still_reject_wrong_tensors():
+    """The per-signature plan: a second call with other data gives that data's answer, and
+    a wrong tensor after a cached call is still an InputError before any launch."""
+    a = api()
+    inp = inputs(3, [100, 2000, 65], 1, 16, 64)
+    check(inp)
+    inp2 = inputs(3, [100, 2000, 65], 1, 16, 64, seed=5)
+    check(inp2)                                  # same signature, other data
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, 16, 1)
+    with pytest.raises(InputError, match="int32"):
+        a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table.long(),
+                                 inp.cache_seqlens, 512, md, ns)
+    with pytest.raises(InputError, match="k_cache"):
+        a.flash_mla_with_kvcache(inp.q, inp.k_cache.half(), inp.block_table,
+                                 inp.cache_seqlens, 512, md, ns)
 
 
 def test_wrong_device_mix():

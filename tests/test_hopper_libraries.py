@@ -35,7 +35,7 @@ def asked(monkeypatch):
 def test_metadata_and_decode_of_a_schedule_use_one_library(asked, dtype):
     s = Schedule.build(target="hopper", heads=16, page_size=64, dtype=dtype)
     seqlens = torch.tensor([100, 5000], dtype=torch.int32)
-    _, _, md_key = api._metadata_plan(seqlens, 16, s)
+    _, _, md_key, _ = api._metadata_plan(seqlens, 16, s)
     decode_key = api._library_key(16, dtype, s)
     assert md_key == decode_key and dtype in decode_key
     assert set(asked) == {decode_key}

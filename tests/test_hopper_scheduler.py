@@ -24,12 +24,14 @@ HARNESS = r"""
 extern "C" void plan(const int* seqlens, int batch, int parts, int fixed, int fixed_splits,
                      int* sched, int* num_splits) {
   int* nblk = new int[batch];
+  long long* cum = new long long[batch + 1];
   for (int i = 0; i < batch; ++i) nblk[i] = mlagen::hopper::sched_blocks(seqlens[i]);
   if (fixed_splits > 0)
     mlagen::hopper::plan_fixed_splits(nblk, batch, fixed_splits, sched, num_splits);
   else
-    mlagen::hopper::plan_splits(nblk, batch, parts, fixed, sched, num_splits);
+    mlagen::hopper::plan_splits(nblk, batch, parts, fixed, cum, sched, num_splits);
   delete[] nblk;
+  delete[] cum;
 }
 """
 
@@ -109,28 +111,44 @@ def test_fixed_split_covers_every_token_once(seqlens, n):
 
 
 def test_split_is_balanced():
-    """Equal requests over 132 parts: no part carries more than the payload."""
+    """Equal requests over 132 parts: each part carries the payload, give or take one
+    request's overhead (counted here in the part of the request's first block, though its
+    units may lie in the part before)."""
     seqlens = [8192] * 128
     meta, ns = scheduler.plan(seqlens, 132)
     loads = [0] * 132
     for p in scheduler.pieces(seqlens, meta, ns):
-        loads[p.part] += scheduler.blocks(p.end - p.start) + scheduler.FIXED_COST
-    payload = -(-sum(scheduler.blocks(s) + scheduler.FIXED_COST for s in seqlens) // 132) \
-        + scheduler.FIXED_COST
+        loads[p.part] += scheduler.blocks(p.end - p.start)
+        if p.start == 0:
+            loads[p.part] += scheduler.FIXED_COST
+    total = sum(scheduler.blocks(s) + scheduler.FIXED_COST for s in seqlens)
+    payload = -(-total // 132)
     assert max(loads) <= payload + scheduler.FIXED_COST
-    used = [x for x in loads if x]          # the payload's slack leaves the last parts empty
-    assert len(used) >= 120
-    assert min(used[:-1]) >= payload - 2 * scheduler.FIXED_COST - 1
+    assert min(loads[:-1]) >= payload - scheduler.FIXED_COST and loads[-1] > 0
+    assert sum(loads) == total
 
 
 def test_known_plan():
     """A hand-checked case: 2 requests of 100 and 5000 tokens over 132 parts."""
     meta, ns = scheduler.plan([100, 5000], 132)
-    # total cost (2 + 5) + (79 + 5) = 91 -> payload ceil(91/132) + 5 = 6 blocks
-    assert meta[0] == [0, 0, 0, 64, 0, 0, 0, 0]        # 1 block of request 0
-    assert meta[1] == [0, 64, 0, 128, 1, 0, 0, 0]      # its 2nd block; budget used up
-    assert meta[2] == [1, 0, 1, 64, 0, 0, 0, 0]
-    assert ns[:2] == [0, 2]
+    # costs 5 + 2 and 5 + 79 = 91 units -> payload ceil(91/132) = 1 unit per part; request
+    # 0's overhead is parts 0-4, its blocks parts 5 and 6; request 1's blocks parts 12-90
+    assert meta[0] == [0, 0, -1, 0, 0, 0, 0, 0]        # empty (overhead of request 0)
+    assert meta[5] == [0, 0, 0, 64, 0, 0, 0, 0]        # block 0 of request 0
+    assert meta[6] == [0, 64, 0, 128, 1, 0, 0, 0]      # block 1, its 2nd split
+    assert meta[7] == [1, 0, 0, 0, 0, 0, 0, 0]         # empty (overhead of request 1)
+    assert meta[12] == [1, 0, 1, 64, 0, 0, 0, 0]
+    assert meta[90] == [1, 78 * 64, 1, 79 * 64, 78, 0, 0, 0]
+    assert meta[91] == [2, 0, 1, 0, 0, 0, 0, 0]        # past the end: empty
+    assert ns == [0, 2, 81]
+
+
+def test_larger_payload_packs_whole_requests():
+    """Short requests share a part: 4 requests of 64 tokens over 2 parts (cost 6 each,
+    payload 12): two whole requests per part, one split each."""
+    meta, ns = scheduler.plan([64] * 4, 2)
+    assert meta == [[0, 0, 1, 64, 0, 0, 0, 0], [2, 0, 3, 64, 0, 0, 0, 0]]
+    assert ns == [0, 1, 2, 3, 4]
 
 
 # --------------------------------------------------------------- input checks (CPU) -----

@@ -2,6 +2,7 @@
 // Do not edit: run `mlagen generate`.
 // The split-KV attention kernel of this variant: __half, 32 rows per tile,
 // block_kv 16, 3 pipeline stages, 4 warps.
+#define MLAGEN_FAULT 0
 #include "mla_split.cuh"
 
 namespace mlagen {

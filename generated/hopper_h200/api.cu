@@ -2,6 +2,7 @@
 // Do not edit: run `mlagen generate`.
 // The plain C ABI of variant hopper_bf16_bkv32_buf3_r64_w8_mmasync: device pointers, sizes, strides and a stream.
 // Returns a cudaError_t (0 = success); mlagen_hopper_error_string names it.
+#define MLAGEN_FAULT 0
 #include "mla_common.cuh"
 
 using namespace mlagen::hopper;
@@ -31,14 +32,14 @@ int mlagen_hopper_metadata(const int* seqlens, int batch, int num_parts, int fix
                                            static_cast<cudaStream_t>(stream)));
 }
 
-int mlagen_hopper_decode(const void* q, const void* k, const int* block_table,
-                         const int* seqlens, const int* sched, const int* num_splits,
-                         void* out, float* lse, float* o_acc, float* lse_acc,
-                         long long q_stride_b, long long q_stride_s, long long q_stride_h,
-                         long long k_stride_block, long long k_stride_token, int bt_stride,
-                         int batch, int s_q, int h_q, int page_size, int num_blocks,
-                         int max_blocks, int num_parts, float scale_log2, int causal,
-                         void* stream) {
+// One decode step.  shape[] holds what stays fixed for a call signature (the host caches
+// it per shape): q strides (b, s, h), k strides (block, token), block-table stride, batch,
+// s_q, h_q, page size, num_blocks, max_blocks, num_parts, causal, and the offset (in
+// floats) of the partial lse inside the workspace, which starts with the partial O.
+int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
+                         const int* block_table, const int* seqlens, const int* sched,
+                         const int* num_splits, void* out, float* lse, float* workspace,
+                         int* error, float scale_log2, void* stream) {
   MlaParams p{};
   p.q = q;
   p.k = k;
@@ -48,23 +49,24 @@ int mlagen_hopper_decode(const void* q, const void* k, const int* block_table,
   p.num_splits = num_splits;
   p.out = out;
   p.lse = lse;
-  p.o_acc = o_acc;
-  p.lse_acc = lse_acc;
-  p.q_stride_b = q_stride_b;
-  p.q_stride_s = q_stride_s;
-  p.q_stride_h = q_stride_h;
-  p.k_stride_block = k_stride_block;
-  p.k_stride_token = k_stride_token;
-  p.bt_stride = bt_stride;
-  p.batch = batch;
-  p.s_q = s_q;
-  p.h_q = h_q;
-  p.page_size = page_size;
-  p.num_blocks = num_blocks;
-  p.max_blocks = max_blocks;
-  p.num_parts = num_parts;
+  p.o_acc = workspace;
+  p.lse_acc = workspace + shape[14];
+  p.error = error;
+  p.q_stride_b = shape[0];
+  p.q_stride_s = shape[1];
+  p.q_stride_h = shape[2];
+  p.k_stride_block = shape[3];
+  p.k_stride_token = shape[4];
+  p.bt_stride = static_cast<int>(shape[5]);
+  p.batch = static_cast<int>(shape[6]);
+  p.s_q = static_cast<int>(shape[7]);
+  p.h_q = static_cast<int>(shape[8]);
+  p.page_size = static_cast<int>(shape[9]);
+  p.num_blocks = static_cast<int>(shape[10]);
+  p.max_blocks = static_cast<int>(shape[11]);
+  p.num_parts = static_cast<int>(shape[12]);
+  p.causal = static_cast<int>(shape[13]);
   p.scale_log2 = scale_log2;
-  p.causal = causal;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   cudaError_t e = launch_split(p, s);
   if (e != cudaSuccess) return static_cast<int>(e);

@@ -2,6 +2,7 @@
 // Do not edit: run `mlagen generate`.
 // The split-KV attention kernel of this variant: __nv_bfloat16, 64 rows per tile,
 // block_kv 32, 3 pipeline stages, 8 warps.
+#define MLAGEN_FAULT 0
 #include "mla_split.cuh"
 
 namespace mlagen {

@@ -13,6 +13,7 @@ target's subclass lives in mlagen/backends/<kind>/backend.py as ``BACKEND``.
     rounded                       intermediates its kernels round to the storage dtype
     run_point, report(...)        `mlagen run`'s default workload and its extra report
     bench_main(args)              `mlagen bench --target <kind>`
+    tune_main(args)               `mlagen tune --target <kind>` (default: no tuner)
 """
 
 from __future__ import annotations
@@ -103,3 +104,10 @@ class Backend:
 
     def bench_main(self, args) -> int:
         raise NotImplementedError(f"no benchmark for target {self.kind}")
+
+    def tune_main(self, args) -> int:
+        """`mlagen tune --target <kind>`: a measured search that sets per-shape defaults."""
+        from ..errors import MlagenError
+
+        raise MlagenError(f"target {self.kind} has no tuner (its schedules are chosen by "
+                          "their files or its cost model)")

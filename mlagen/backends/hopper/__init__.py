@@ -17,6 +17,9 @@ from mlagen.schedule.records import Schedule
 
 DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 DTYPE_CODE = {"bf16": 1, "fp16": 2}
+# planted faults (records.FAULTS) -> MLAGEN_FAULT in templates/hopper/include/mla_common.cuh
+FAULT_CODE = {"none": 0, "causal_off_by_one": 1, "wrong_scale": 2, "skip_partial_page": 3,
+              "bad_split_merge": 4, "early_buffer_swap": 5}
 TEMPLATES = ("scheduler", "split", "combine", "api")
 FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-lineinfo",
          "--use_fast_math")
@@ -27,7 +30,8 @@ def render(plan: Plan | Schedule) -> SourceSet:
     schedule = plan.schedule
     m, p = schedule.mapping, schedule.problem
     ctx = dict(dtype_cpp=DTYPE_CPP[p.dtype], dtype_code=DTYPE_CODE[p.dtype],
-               rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps)
+               rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
+               fault=FAULT_CODE[schedule.fault])
     files = {f"{t}.cu": render_template(schedule, f"{t}.cu.j2", f"{t}.cu", **ctx)
              for t in TEMPLATES}
     return SourceSet(variant=plan.variant, target="hopper", files=files,
@@ -36,11 +40,12 @@ def render(plan: Plan | Schedule) -> SourceSet:
                      meta=dict(ctx, dtype=p.dtype))
 
 
-def runner(plan: Plan | Schedule):
-    """A callable MlaInputs -> MlaOutputs running this schedule through the public API."""
+def runner(plan: Plan | Schedule, use_defaults: bool = False):
+    """A callable MlaInputs -> MlaOutputs running this schedule through the public API (with
+    use_defaults, the API's own per-shape choice instead: schedule=None)."""
     from mlagen.problem import MlaOutputs
 
-    schedule = plan_of(plan).schedule
+    schedule = None if use_defaults else plan_of(plan).schedule
 
     from . import api
 
@@ -52,9 +57,18 @@ def runner(plan: Plan | Schedule):
         md, ns = api.get_mla_metadata(inputs.cache_seqlens, s_q * h_q, 1, schedule=schedule)
         o, lse = api.flash_mla_with_kvcache(
             q, inputs.k_cache, inputs.block_table, inputs.cache_seqlens,
-            schedule.problem.dv, md, ns, softmax_scale=inputs.softmax_scale,
+            512, md, ns, softmax_scale=inputs.softmax_scale,
             causal=inputs.causal, schedule=schedule,
             out=None if out is None else (out.out, out.lse))
         return MlaOutputs(o, lse, extra={"metadata": md, "num_splits": ns})
 
     return run
+
+
+def defaults_runner(plan: Plan | Schedule):
+    """verify(..., runner_factory="mlagen.backends.hopper:defaults_runner"): every drawn
+    shape goes through the API's per-shape defaults, so the variants a user gets without a
+    schedule are the ones verified (heads 16 with s_q 1..4 reaches the 16-, 32- and 64-row
+    classes)."""
+    return runner(plan, use_defaults=True)
+

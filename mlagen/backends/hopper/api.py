@@ -11,10 +11,17 @@ log); a query with no visible key gives out = 0 and lse = +inf; causal is bottom
 aligned.  Beyond FlashMLA: page sizes 1..256, any h_q in 1..128, s_q 1..8, bf16 and fp16,
 and an optional ``schedule=`` (a hopper Schedule) that replaces the default per shape.
 
-Every input is checked before launch; a bad one raises mlagen.errors.InputError.  Set
-MLAGEN_HOPPER_CHECK_INDICES=0 to skip the block-table range check (one host sync per call;
-it is skipped anyway during CUDA-graph capture): the kernel still never reads outside the
-cache, and a sequence with a bad page gets NaN.
+Every input is checked before launch (dtypes, shapes, strides, devices); a bad one raises
+mlagen.errors.InputError.  The checks run once per call signature: repeated calls with the
+same shapes reuse a cached plan (about 20 us of host time per call instead of hundreds).
+
+Block-table entries and lengths live on the GPU, so by default they are checked there, with
+no host sync: a sequence with a page outside the cache (or a length beyond its table row, or
+a negative one) gets NaN out and lse, and the device's error flag is set (never read out of
+bounds).  ``device_error_flags(device)`` is that int32[1] tensor (read it when convenient);
+``check_device_errors()`` syncs, raises InputError if a flag is set and clears it.  Strict
+mode (``set_strict(True)`` or MLAGEN_HOPPER_STRICT=1) checks them on the host before each
+launch instead, with one sync per call and a message naming the bad entry.
 """
 
 from __future__ import annotations
@@ -32,12 +39,49 @@ from . import defaults, ops, scheduler
 
 D, DV = 576, 512
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-ops.CHECK_INDICES = os.environ.get("MLAGEN_HOPPER_CHECK_INDICES", "1") != "0"
+ops.STRICT = os.environ.get("MLAGEN_HOPPER_STRICT", "0") not in ("", "0")
+_DECODE_PLANS: dict = {}
+_METADATA_PLANS: dict = {}
+_PLAN_LIMIT = 4096         # plans kept per kind (a serving engine sees a handful of shapes)
 
 
-def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> Schedule:
+def set_strict(on: bool = True) -> None:
+    """Strict mode: block-table entries and lengths checked on the host before every launch
+    (one sync per call, an InputError naming the bad entry)."""
+    ops.STRICT = bool(on)
+
+
+def device_error_flags(device=None) -> torch.Tensor:
+    """The int32[1] flags that the kernels set on `device` (default: the current one) when
+    a sequence had a bad page or length (1: page outside the cache or beyond the table row,
+    2: negative length).  Reading it needs no sync of its own; it is never cleared by the
+    kernels."""
+    return ops.error_flags(torch.device("cuda", torch.cuda.current_device())
+                           if device is None else torch.device(device))
+
+
+def check_device_errors(device=None, clear: bool = True) -> None:
+    """Sync with `device` and raise InputError if a kernel flagged a bad input since the
+    last clear (the sequences concerned got NaN)."""
+    flags = device_error_flags(device)
+    v = int(flags.item())
+    if v and clear:
+        flags.zero_()
+    if v:
+        what = []
+        if v & 1:
+            what.append("a block_table entry outside [0, num_blocks) of k_cache, or a "
+                        "cache_seqlens entry beyond its block_table row")
+        if v & 2:
+            what.append("a negative cache_seqlens entry")
+        raise InputError("the decode kernel found " + " and ".join(what) +
+                         "; those sequences got NaN (set_strict(True) names the entry)")
+
+
+def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
+                  gpu: str = "") -> Schedule:
     if schedule is None:
-        return defaults.default_schedule(rows_total, dtype)
+        return defaults.default_schedule(rows_total, dtype, batch, gpu)
     if schedule.target.name != "hopper":
         raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.name!r}, "
                          "not hopper")
@@ -47,28 +91,41 @@ def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> 
 
 
 @functools.lru_cache(maxsize=256)
-def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> tuple[str, int, int]:
-    """(library key, rows_per_tile, fixed splits) of a shape and an optional schedule: built
+def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
+             gpu: str = "") -> tuple[str, int, int, int]:
+    """(library key, rows_per_tile, fixed splits, split cost) of a shape and an optional
+    schedule: built
     (cached) and loaded once; memoized because checking a schedule costs about a
     millisecond, more than a decode step."""
-    s = _schedule_for(rows_total, dtype, schedule)
-    return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s)
+    s = _schedule_for(rows_total, dtype, schedule, batch, gpu)
+    return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s), s.mapping.split_cost
 
 
-def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule]) -> str:
-    return _resolve(rows_total, dtype, schedule)[0]
+def _per_shape(batch: int, device, schedule: Optional[Schedule]) -> tuple[int, str]:
+    """(batch, GPU name) for the per-shape defaults (tuned tables are per GPU and batch);
+    an explicit schedule needs neither."""
+    if schedule is not None:
+        return 0, ""
+    return batch, ops.gpu_name(device)
+
+
+def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
+                 device=None) -> str:
+    return _resolve(rows_total, dtype, schedule, *_per_shape(batch, device, schedule))[0]
 
 
 def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
-                   schedule: Optional[Schedule]) -> tuple[int, int, str]:
+                   schedule: Optional[Schedule]) -> tuple[int, int, str, int]:
     # the schedule's own dtype: an fp16 schedule's metadata and decode share one library
     dtype = schedule.problem.dtype if schedule is not None else "bf16"
-    key, rows, n = _resolve(rows_total, dtype, schedule)
+    key, rows, n, cost = _resolve(rows_total, dtype, schedule,
+                                  *_per_shape(cache_seqlens.shape[0], cache_seqlens.device,
+                                              schedule))
     b = cache_seqlens.shape[0]
     if n:
-        return b * n, n, key
+        return b * n, n, key, cost
     slots = ops.sm_count(cache_seqlens.device) * ops.get(key).ctas_per_sm()
-    return scheduler.num_parts(slots, rows_total, rows), n, key
+    return scheduler.num_parts(slots, rows_total, rows), n, key, cost
 
 
 # Under torch.compile: a build, a dlopen and a device query are side effects it must not
@@ -112,6 +169,15 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """The split of a decode step, computed on the GPU: (tile_scheduler_metadata int32
     [num_sm_parts, 8], num_splits int32 [b + 1]).  Once per step, shared by all layers."""
+    if not torch.compiler.is_compiling():
+        try:
+            key = (cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype,
+                   cache_seqlens.get_device(), num_heads_per_head_k, num_heads_k, schedule)
+            plan = _METADATA_PLANS.get(key)
+        except (AttributeError, TypeError):
+            plan = None
+        if plan is not None:
+            return ops.get_mla_metadata_impl(cache_seqlens, *plan)
     _int_vector("cache_seqlens", cache_seqlens)
     if not (cache_seqlens.shape[0] >= 1):
         raise InputError("cache_seqlens must hold at least one sequence")
@@ -124,10 +190,15 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
                          "must be in 1..1024 (h_q <= 128, s_q <= 8)")
     _on_cuda({"cache_seqlens": cache_seqlens})
     if torch.compiler.is_compiling():
-        parts, n, key = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule)
-        return ops.get_mla_metadata_op(cache_seqlens, parts, n, key)
-    parts, n, key = _metadata_plan(cache_seqlens, num_heads_per_head_k, schedule)
-    return ops.get_mla_metadata_impl(cache_seqlens, parts, n, key)
+        plan = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule)
+        return ops.get_mla_metadata_op(cache_seqlens, *plan)
+    plan = _metadata_plan(cache_seqlens, num_heads_per_head_k, schedule)
+    if len(_METADATA_PLANS) >= _PLAN_LIMIT:
+        _METADATA_PLANS.clear()
+    _METADATA_PLANS[(cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype,
+                     cache_seqlens.get_device(), num_heads_per_head_k, num_heads_k,
+                     schedule)] = plan
+    return ops.get_mla_metadata_impl(cache_seqlens, *plan)
 
 
 def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
@@ -207,6 +278,16 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
     """Paged MLA decode: (out [b, s_q, h_q, 512] in q's dtype, lse fp32 [b, h_q, s_q]).
 
     Beyond FlashMLA: ``out=(out, lse)`` writes into given contiguous tensors (eager only)."""
+    if out is None and not ops.STRICT and not torch.compiler.is_compiling():
+        try:
+            plan = _DECODE_PLANS.get(_signature(q, k_cache, block_table, cache_seqlens,
+                                                head_dim_v, tile_scheduler_metadata,
+                                                num_splits, softmax_scale, causal, schedule))
+        except (AttributeError, TypeError):     # not tensors: the full checks say why
+            plan = None
+        if plan is not None:
+            return plan.run(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                            num_splits)
     check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
                  num_splits, softmax_scale)
     if out is not None:
@@ -214,6 +295,7 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
     _on_cuda({"q": q, "k_cache": k_cache, "block_table": block_table,
               "cache_seqlens": cache_seqlens, "tile_scheduler_metadata": tile_scheduler_metadata,
               "num_splits": num_splits})
+    q0 = q
     if any(st % 8 for st in q.stride()[:3]):
         q = q.contiguous()           # the kernel loads 16-byte pieces of q's rows
     scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
@@ -221,13 +303,38 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
     if torch.compiler.is_compiling():
         if out is not None:
             raise InputError("out= is not supported under torch.compile")
-        key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule)
+        key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule, b, q.device)
         return ops.mla_decode_op(q, k_cache, block_table, cache_seqlens,
                                  tile_scheduler_metadata, num_splits, scale, bool(causal), key)
-    key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule)
-    return ops.decode_into(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
-                           num_splits, scale, bool(causal), key,
-                           *(out if out is not None else (None, None)))
+    key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule, b, q.device)
+    if out is not None or ops.STRICT:
+        return ops.decode_into(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                               num_splits, scale, bool(causal), key,
+                               *(out if out is not None else (None, None)))
+    plan = ops.DecodePlan(q, k_cache, block_table, tile_scheduler_metadata.shape[0], scale,
+                          bool(causal), key)
+    if q is q0 and (softmax_scale is None or isinstance(softmax_scale, (int, float))):
+        if len(_DECODE_PLANS) >= _PLAN_LIMIT:
+            _DECODE_PLANS.clear()
+        _DECODE_PLANS[_signature(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                                 tile_scheduler_metadata, num_splits, softmax_scale, causal,
+                                 schedule)] = plan
+    return plan.run(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                    num_splits)
+
+
+def _signature(q, k_cache, block_table, cache_seqlens, head_dim_v, md, num_splits,
+               softmax_scale, causal, schedule) -> tuple:
+    """Everything the input checks and the plan depend on, except data and pointers."""
+    return (q.shape, q.stride(), q.dtype, q.get_device(),
+            k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.get_device(),
+            block_table.shape, block_table.stride(), block_table.dtype,
+            block_table.get_device(),
+            cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype,
+            cache_seqlens.get_device(),
+            md.shape, md.stride(), md.dtype, md.get_device(),
+            num_splits.shape, num_splits.stride(), num_splits.dtype, num_splits.get_device(),
+            head_dim_v, softmax_scale, causal, schedule)
 
 
 def _check_out(q: torch.Tensor, out) -> None:

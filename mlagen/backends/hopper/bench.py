@@ -1,32 +1,487 @@
-"""`mlagen bench --target hopper`: FlashMLA's sweep against the anchor, on a GPU.
+"""`mlagen bench --target hopper`: the benchmark of record, on a GPU.
 
-The sweep itself is benchmarks/hopper_sweep.py (the script the GPU visits run); this entry
-point runs it from the CLI with the same arguments."""
+Every row is the anchor's exact workload (shared/anchors/hopper-flashmla.md, "How these are
+counted"): seed 0, varlen lengths ``max(int(random.Random(0).normalvariate(mean, mean / 2)),
+s_q)`` in batch order, the block table padded to a multiple of 256 tokens and filled with
+``torch.randperm`` pages, q and the cache ``randn`` bf16, causal, page 64; the metadata is
+computed once outside the timed call.  Each output is checked against the reference before
+it is timed.  Three timings side by side:
+
+    eager    triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median")
+    graph    one CUDA graph of 20 back-to-back calls, replayed; median per call
+    kernels  the time the GPU runs kernels in one call (torch profiler: the union of kernel
+             intervals, mean over 10 calls)
+
+and the host time of one eager call (b=1, s_k=1024, h_q=16: 300 back-to-back calls, then one
+sync).  The calls go through the public API with its per-shape defaults (or --schedule), so
+whatever main loop the defaults pick is what is measured.  Rows: the 51 of
+hopper-best-anchor.json (ratio = the better anchor's time / ours) and the 8 of
+hopper-graph-anchor.json (ratio = FlashMLA's graph time / ours).
+"""
 
 from __future__ import annotations
 
-import runpy
-import sys
+import json
+import math
+import random
+import statistics
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
 
 from ...errors import MlagenError
 from ...paths import DATA_ROOT
 
+D, DV, PAGE = 576, 512, 64
+ANCHORS = DATA_ROOT / "benchmarks" / "anchors"
+RESULTS = DATA_ROOT / "benchmarks" / "results"
+GRAPH_CALLS = 20
+HOST_SHAPE = (1, 1, 1024, 16)      # b, s_q, s_k, h_q of the host-time measurement
+HOST_CALLS = 300
+
+
+def _anchor(name: str):
+    path = ANCHORS / name
+    if not path.exists():
+        raise MlagenError(f"{path} is missing: the benchmark of record runs from a source "
+                          "checkout (its anchors are not in the wheel)")
+    return json.loads(path.read_text())
+
+
+def anchor_rows() -> list[dict]:
+    return _anchor("hopper-best-anchor.json")
+
+
+def graph_rows() -> list[dict]:
+    return _anchor("hopper-graph-anchor.json")["rows"]
+
+
+def seqlens_for(b: int, s_q: int, mean: int, varlen: bool, seed: int = 0) -> list[int]:
+    """The anchor's lengths: Python's generator, drawn in batch order, floored at s_q."""
+    if not varlen:
+        return [mean] * b
+    g = random.Random(seed)
+    return [max(int(g.normalvariate(mean, mean / 2)), s_q) for _ in range(b)]
+
+
+def workload(b: int, s_q: int, mean: int, h_q: int, varlen: bool, seed: int = 0,
+             device: str = "cuda"):
+    """(q, k_cache, block_table, cache_seqlens, lengths) exactly as the anchor made them."""
+    import torch
+
+    lens = seqlens_for(b, s_q, mean, varlen, seed)
+    torch.manual_seed(seed)
+    max_pad = math.ceil(max(lens) / 256) * 256
+    num_blocks = b * max_pad // PAGE
+    block_table = torch.randperm(num_blocks, dtype=torch.int32).view(b, max_pad // PAGE)
+    q = torch.randn(b, s_q, h_q, D, dtype=torch.bfloat16, device=device)
+    k_cache = torch.randn(num_blocks, PAGE, 1, D, dtype=torch.bfloat16, device=device)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
+    return q, k_cache, block_table.to(device), seqlens, lens
+
+
+def flops_bytes(b: int, s_q: int, h_q: int, lens: list[int]) -> tuple[float, float]:
+    total = sum(lens)
+    flops = s_q * total * h_q * (D + DV) * 2
+    nbytes = (total * D + b * s_q * h_q * D + b * s_q * h_q * DV) * 2
+    return flops, nbytes
+
+
+@dataclass
+class Row:
+    b: int
+    s_q: int
+    sk: int
+    h_q: int
+    varlen: bool
+    kind: str                        # "anchor" (the 51) or "graph" (the 8)
+    anchor_ms: Optional[float] = None      # better of FlashMLA / FA3 (anchor rows)
+    anchor_by: str = ""
+    flashmla_ms: Optional[float] = None
+    flashmla_graph_us: Optional[float] = None
+    variant: str = ""
+    check: str = ""                  # "ok" or why not
+    cos_out: Optional[float] = None
+    lse_err: Optional[float] = None
+    eager_ms: Optional[float] = None
+    graph_ms: Optional[float] = None
+    kernel_ms: Optional[float] = None
+    tflops: Optional[float] = None
+    gbps: Optional[float] = None
+    ratio: Optional[float] = None            # anchor_ms / eager_ms
+    ratio_flashmla: Optional[float] = None   # flashmla_ms / eager_ms
+    ratio_graph: Optional[float] = None      # flashmla_graph_us / graph us
+    error: str = ""
+
+    def label(self) -> str:
+        return (f"b={self.b} s_q={self.s_q} sk={self.sk} h_q={self.h_q}"
+                f"{' varlen' if self.varlen else ''}")
+
+
+@dataclass
+class Report:
+    device: str
+    torch: str
+    commit: str
+    mlagen: str
+    command: str
+    rows: list = field(default_factory=list)
+    host: dict = field(default_factory=dict)
+    geomean: Optional[float] = None
+    geomean_flashmla: Optional[float] = None
+    won: int = 0
+    counted: int = 0
+    elapsed_s: float = 0.0
+
+
+def _commit() -> str:
+    """$MLAGEN_COMMIT when set (a copy of the tree inside another checkout, as on the GPU
+    visits, would otherwise report the outer checkout's commit), else git's HEAD."""
+    import os
+
+    if os.environ.get("MLAGEN_COMMIT"):
+        return os.environ["MLAGEN_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=DATA_ROOT,
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+class Caller:
+    """The timed call of one workload: flash_mla_with_kvcache with metadata made once."""
+
+    def __init__(self, b, s_q, sk, h_q, varlen, schedule=None):
+        from . import api
+
+        self.api = api
+        self.q, self.k, self.bt, self.seqlens, self.lens = workload(b, s_q, sk, h_q, varlen)
+        self.schedule = schedule
+        self.md, self.ns = api.get_mla_metadata(self.seqlens, s_q * h_q, 1, schedule=schedule)
+        self.variant = api._library_key(s_q * h_q, "bf16", schedule, b, self.q.device)
+
+    def __call__(self):
+        return self.api.flash_mla_with_kvcache(self.q, self.k, self.bt, self.seqlens, DV,
+                                               self.md, self.ns, causal=True,
+                                               schedule=self.schedule)
+
+
+def check_output(c: Caller) -> tuple[str, float, float]:
+    """Compare one call with the fp32 reference: NaN/inf masks equal, cos-diff of out under
+    1e-5 (randn data: bf16 P rounding in the kernel), lse within 1e-3 relative."""
+    import torch
+
+    from ...reference import attention
+    from ...verify.compare import cos_diff
+
+    out, lse = c()
+    torch.cuda.synchronize()
+    ref_o, ref_l = attention(c.q, c.k, c.bt, c.seqlens, DV, None, True, torch.float32)
+    if not torch.equal(torch.isfinite(out), torch.isfinite(ref_o.to(out.dtype))):
+        return "out: finite masks differ", float("nan"), float("nan")
+    if not torch.equal(torch.isfinite(lse), torch.isfinite(ref_l)):
+        return "lse: finite masks differ", float("nan"), float("nan")
+    fin = torch.isfinite(ref_l)
+    cd = cos_diff(out.float()[torch.isfinite(out)], ref_o[torch.isfinite(out)])
+    le = float(((lse[fin] - ref_l[fin]).abs() / ref_l[fin].abs().clamp(min=1.0)).max()) \
+        if bool(fin.any()) else 0.0
+    ok = cd < 1e-5 and le < 1e-3
+    return ("ok" if ok else f"mismatch (cos-diff {cd:.2e}, lse rel err {le:.2e})"), cd, le
+
+
+def time_eager(c: Caller) -> float:
+    import triton.testing
+
+    return triton.testing.do_bench(c, warmup=25, rep=200, return_mode="median")
+
+
+def time_graph(c: Caller, replays: int = 10) -> float:
+    """ms per call: one graph of GRAPH_CALLS back-to-back calls, replayed; the median."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            c()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(GRAPH_CALLS):
+                c()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    for _ in range(3):
+        g.replay()
+    times = []
+    for _ in range(replays):
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        g.replay()
+        t1.record()
+        t1.synchronize()
+        times.append(t0.elapsed_time(t1) / GRAPH_CALLS)
+    del g
+    return statistics.median(times)
+
+
+def time_kernels(c: Caller, calls: int = 10) -> float:
+    """ms per call that the GPU is busy with kernels (torch profiler): the union of the
+    kernels' intervals, so that the combine, launched early by programmatic dependent launch
+    and waiting beside the split kernel, is not counted twice; gaps between calls are not
+    counted."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    c()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            c()
+        torch.cuda.synchronize()
+    spans = []
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+            name = e.name.lower()
+            if "memcpy" in name or "memset" in name:
+                continue
+            spans.append((e.time_range.start, e.time_range.end))
+    return busy_us(spans) / calls / 1e3
+
+
+def busy_us(spans) -> float:
+    """Length of the union of [start, end) intervals."""
+    total, end = 0.0, -math.inf
+    for s, e in sorted(spans):
+        if s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def host_time(schedule=None) -> dict:
+    """µs of host time per eager call: HOST_CALLS back-to-back calls, then one sync."""
+    import torch
+
+    from . import api
+
+    b, s_q, sk, h_q = HOST_SHAPE
+    c = Caller(b, s_q, sk, h_q, False, schedule)
+    out = {}
+    for name, fn in (("decode", c),
+                     ("metadata_and_decode",
+                      lambda: (api.get_mla_metadata(c.seqlens, s_q * h_q, 1, schedule=schedule),
+                               c()))):
+        for _ in range(30):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(HOST_CALLS):
+            fn()
+        host = (time.perf_counter() - t0) / HOST_CALLS * 1e6
+        torch.cuda.synchronize()
+        out[name + "_us"] = round(host, 2)
+    out["shape"] = dict(b=b, s_q=s_q, sk=sk, h_q=h_q)
+    out["strict"] = bool(api.ops.STRICT)
+    return out
+
+
+def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels")) -> Row:
+    import torch
+
+    try:
+        c = Caller(row.b, row.s_q, row.sk, row.h_q, row.varlen, schedule)
+        row.variant = c.variant
+        row.check, row.cos_out, row.lse_err = check_output(c)
+        if row.check != "ok":
+            return row                     # a wrong answer is not timed
+        flops, nbytes = flops_bytes(row.b, row.s_q, row.h_q, c.lens)
+        if "eager" in modes:
+            row.eager_ms = time_eager(c)
+            row.tflops = flops / 1e9 / row.eager_ms
+            row.gbps = nbytes / 1e6 / row.eager_ms
+            if row.anchor_ms:
+                row.ratio = row.anchor_ms / row.eager_ms
+            if row.flashmla_ms:
+                row.ratio_flashmla = row.flashmla_ms / row.eager_ms
+        if "graph" in modes:
+            row.graph_ms = time_graph(c)
+            if row.flashmla_graph_us:
+                row.ratio_graph = row.flashmla_graph_us / (row.graph_ms * 1e3)
+        if "kernels" in modes:
+            try:
+                row.kernel_ms = time_kernels(c)
+            except Exception as e:         # the profiler is optional to the record
+                row.error = f"profiler: {type(e).__name__}: {e}"
+    except Exception as e:
+        row.error = f"{type(e).__name__}: {e}"
+    finally:
+        torch.cuda.synchronize()
+    return row
+
+
+def plan_rows(quick: bool = False) -> list[Row]:
+    rows = [Row(r["b"], r["s_q"], r["sk"], r["h_q"], bool(r["varlen"]), "anchor",
+                anchor_ms=r["best_ms"], anchor_by=r["best"], flashmla_ms=r["flashmla_ms"])
+            for r in anchor_rows()]
+    for g in graph_rows():
+        rows.append(Row(g["b"], g["s_q"], g["sk"], g["h_q"], bool(g["varlen"]), "graph",
+                        flashmla_graph_us=g["flashmla_graph_us"]))
+    if quick:
+        rows = rows[:6] + [r for r in rows if r.kind == "graph"][:3]
+    return rows
+
+
+def summarize(rep: Report) -> None:
+    anchored = [r for r in rep.rows if r.kind == "anchor"]
+    rep.counted = len(anchored)
+    ratios = [r.ratio for r in anchored if r.ratio]
+    if ratios and len(ratios) == len(anchored):
+        rep.geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    fl = [r.ratio_flashmla for r in anchored if r.ratio_flashmla]
+    if fl and len(fl) == len(anchored):
+        rep.geomean_flashmla = math.exp(sum(math.log(x) for x in fl) / len(fl))
+    rep.won = sum(1 for x in ratios if x >= 1.0)
+
+
+def _f(x, fmt):
+    return "-" if x is None else format(x, fmt)
+
+
+def markdown(rep: Report) -> str:
+    lines = [f"# Hopper benchmark of record: {rep.device}", "",
+             f"commit `{rep.commit}`, mlagen {rep.mlagen}, torch {rep.torch}; "
+             f"command `{rep.command}`; {rep.elapsed_s:.0f} s.", "",
+             "Workloads exactly as shared/anchors/hopper-flashmla.md counts them (seed 0, "
+             "random.Random varlen lengths, 256-token padded tables, randperm pages, causal); "
+             "each output checked against the fp32 reference before timing. eager = do_bench "
+             "median (warmup 25, rep 200); graph = CUDA graph of 20 calls, median per call; "
+             "kernels = sum of kernel times (torch profiler). ratio = anchor time / eager "
+             "time (> 1: faster than the better of FlashMLA and FA3).", ""]
+    if rep.geomean is not None:
+        lines.append(f"**geomean over the {rep.counted} anchor rows: {rep.geomean:.3f}** of the "
+                     f"best anchor ({_f(rep.geomean_flashmla, '.3f')} of FlashMLA); rows won "
+                     f"{rep.won}/{rep.counted}.")
+    if rep.host:
+        lines.append(f"Host time per eager call (b=1, s_k=1024, h_q=16, {HOST_CALLS} calls, one "
+                     f"sync): decode {rep.host.get('decode_us')} us, metadata + decode "
+                     f"{rep.host.get('metadata_and_decode_us')} us (FlashMLA 35 us).")
+    lines += ["", "| b | s_q | sk | h_q | varlen | check | eager ms | graph ms | kernels ms | "
+              "TFLOPS | GB/s | anchor ms | ratio | vs FlashMLA |", "|" + "---|" * 14]
+    for r in rep.rows:
+        if r.kind != "anchor":
+            continue
+        lines.append(f"| {r.b} | {r.s_q} | {r.sk} | {r.h_q} | {'yes' if r.varlen else 'no'} | "
+                     f"{r.check or r.error} | {_f(r.eager_ms, '.4f')} | {_f(r.graph_ms, '.4f')} | "
+                     f"{_f(r.kernel_ms, '.4f')} | {_f(r.tflops, '.1f')} | {_f(r.gbps, '.0f')} | "
+                     f"{r.anchor_ms:.4f} ({r.anchor_by}) | {_f(r.ratio, '.3f')} | "
+                     f"{_f(r.ratio_flashmla, '.3f')} |")
+    lines += ["", "CUDA-graph rows (20 calls per graph, us per call) against FlashMLA's graph "
+              "figure:", "", "| b | s_q | sk | h_q | varlen | check | graph us | FlashMLA us | "
+              "ratio | eager us | kernels us |", "|" + "---|" * 11]
+    for r in rep.rows:
+        if r.kind != "graph":
+            continue
+        lines.append(f"| {r.b} | {r.s_q} | {r.sk} | {r.h_q} | {'yes' if r.varlen else 'no'} | "
+                     f"{r.check or r.error} | {_f(r.graph_ms and r.graph_ms * 1e3, '.1f')} | "
+                     f"{r.flashmla_graph_us} | {_f(r.ratio_graph, '.2f')} | "
+                     f"{_f(r.eager_ms and r.eager_ms * 1e3, '.1f')} | "
+                     f"{_f(r.kernel_ms and r.kernel_ms * 1e3, '.1f')} |")
+    variants = sorted({r.variant for r in rep.rows if r.variant})
+    lines += ["", "Variants the defaults picked: " + ", ".join(f"`{v}`" for v in variants), ""]
+    return "\n".join(lines)
+
+
+def rich_table(rep: Report):
+    from rich.table import Table
+
+    t = Table(title=f"mlagen hopper bench ({rep.device}, {rep.commit})")
+    for col in ("row", "check", "eager ms", "graph ms", "kernels ms", "anchor ms", "ratio",
+                "graph ratio"):
+        t.add_column(col, justify="left" if col in ("row", "check") else "right")
+    for r in rep.rows:
+        ratio = r.ratio if r.kind == "anchor" else None
+        style = None if ratio is None else ("green" if ratio >= 1 else
+                                            ("yellow" if ratio >= 0.9 else "red"))
+        t.add_row(f"{r.kind[0]} {r.label()}", r.check or r.error[:30], _f(r.eager_ms, ".4f"),
+                  _f(r.graph_ms, ".4f"), _f(r.kernel_ms, ".4f"),
+                  _f(r.anchor_ms, ".4f"), _f(ratio, ".3f"), _f(r.ratio_graph, ".2f"),
+                  style=style)
+    return t
+
+
+def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = None,
+              progress: bool = True, command: str = "mlagen bench --target hopper") -> Report:
+    import torch
+
+    from ...version import __version__
+
+    t0 = time.perf_counter()
+    rep = Report(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                 commit=_commit(), mlagen=__version__, command=command)
+    rows = plan_rows(quick)
+    # host time first, in a fresh process: measured after all the rows (59 profiler runs,
+    # a full caching allocator) the same loop took 48 us per call, in a fresh process 19
+    # (benchmarks/results/hopper_host_breakdown_6768d1b.log); which of the two costs it is
+    # not yet measured
+    rep.host = host_time(schedule)
+    if progress:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task("bench", total=len(rows))
+            for r in rows:
+                bar.update(task, description=r.label())
+                rep.rows.append(measure_row(r, schedule))
+                bar.advance(task)
+    else:
+        for r in rows:
+            rep.rows.append(measure_row(r, schedule))
+            print(f"{r.label()}: {r.check or r.error} eager {_f(r.eager_ms, '.4f')} graph "
+                  f"{_f(r.graph_ms, '.4f')} kernels {_f(r.kernel_ms, '.4f')} ratio "
+                  f"{_f(r.ratio, '.3f')} graph ratio {_f(r.ratio_graph, '.2f')}", flush=True)
+    summarize(rep)
+    rep.elapsed_s = time.perf_counter() - t0
+    if out_prefix is not None:
+        out_prefix.parent.mkdir(parents=True, exist_ok=True)
+        data = asdict(rep)
+        out_prefix.with_suffix(".json").write_text(json.dumps(data, indent=1))
+        out_prefix.with_suffix(".md").write_text(markdown(rep))
+    return rep
+
 
 def bench_main(args) -> int:
+    import torch
+
     from .. import backend       # the registry (hopper.backend imports this module)
 
     why = backend("hopper").device_check()
     if why:   # "target hopper needs ...": said as the bench command's own words
         raise MlagenError("bench --" + why.split(";")[0] + "; the other targets' "
                           "benchmarks run anywhere")
-    script = DATA_ROOT / "benchmarks" / "hopper_sweep.py"
-    if not script.exists():
-        raise MlagenError(f"{script} is missing: the sweep runs from a source checkout")
-    argv = [str(script)] + (["--out", args.output] if args.output else []) + \
-        (["--rows", "12"] if args.quick else [])
-    old, sys.argv = sys.argv, argv
-    try:
-        runpy.run_path(str(script), run_name="__main__")
-    finally:
-        sys.argv = old
-    return 0
+    schedule = None
+    if args.schedule:
+        from ...schedule import load
+
+        schedule = load(args.schedule)
+    name = torch.cuda.get_device_name().replace(" ", "_")
+    prefix = Path(args.output) if args.output else RESULTS / f"hopper_bench_{name}"
+    if prefix.suffix in (".json", ".md"):
+        prefix = prefix.with_suffix("")
+    rep = run_bench(schedule, quick=args.quick, out_prefix=prefix,
+                    progress=not getattr(args, "no_progress", False),
+                    command="mlagen bench --target hopper" + (" --quick" if args.quick else ""))
+    from rich.console import Console
+
+    con = Console()
+    con.print(rich_table(rep))
+    con.print(f"geomean {_f(rep.geomean, '.3f')} of the best anchor "
+              f"({_f(rep.geomean_flashmla, '.3f')} of FlashMLA), rows won {rep.won}/"
+              f"{rep.counted}; host {rep.host.get('decode_us')} us per decode call")
+    con.print(f"written: {prefix.with_suffix('.json')}, {prefix.with_suffix('.md')}")
+    bad = [r for r in rep.rows if r.check != "ok"]
+    return 1 if bad else 0

@@ -44,7 +44,24 @@ def rows_for(rows_total: int) -> int:
     return tile_knobs()[size_class(rows_total)][0]
 
 
-def default_schedule(rows_total: int, dtype: str = "bf16") -> Schedule:
+def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
+                     gpu: str = "") -> Schedule:
+    """The schedule of a shape: what `mlagen tune` measured best for this GPU, batch and
+    s_q * h_q (tune.tuned_knobs), else the size class's TILE_KNOBS."""
+    from .tuned import tuned_knobs
+
+    knobs = tuned_knobs(gpu, batch, rows_total) if batch and gpu else None
+    if knobs:
+        from mlagen.errors import ScheduleError
+        from mlagen.schedule.rules import check
+
+        try:
+            s = Schedule.build(name=f"hopper_tuned_{dtype}", target="hopper", dtype=dtype,
+                               **knobs)
+            check(s)
+            return canonical(s)
+        except (ScheduleError, TypeError, ValueError):
+            pass          # a table from another version's knobs: the static defaults
     rows, block_kv, buffers, warps = tile_knobs()[size_class(rows_total)]
     return canonical(Schedule.build(name=f"hopper_default_r{rows}_{dtype}", target="hopper",
                                     dtype=dtype, rows_per_tile=rows, block_kv=block_kv,

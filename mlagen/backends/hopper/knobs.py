@@ -18,3 +18,6 @@ class HopperMapping(Mapping):
     rows_per_tile: int = knob(32, "query rows (s_q * h_q packed) per CTA tile", tag="r")
     warps: int = knob(8, "warps per CTA (mma_sync main loop)", tag="w")
     mainloop: str = knob("mma_sync", "main loop: mma_sync (cp.async) or wgmma", tag="")
+    # run-time: the metadata kernel's cost of one split (the split policy "auto")
+    split_cost: int = knob(5, "split policy \"auto\": 64-token blocks' worth of cost per split",
+                           compile_time=False)

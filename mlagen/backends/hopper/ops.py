@@ -22,6 +22,7 @@ from . import scheduler
 _LOCK = threading.Lock()
 _LIBS: dict[str, "KernelLib"] = {}
 _SMS: dict[int, int] = {}
+_NAMES: dict[int, str] = {}
 
 P, I, F, LL = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
 
@@ -42,7 +43,7 @@ class KernelLib:
         lib.mlagen_hopper_metadata.restype = I
         lib.mlagen_hopper_metadata.argtypes = [P, I, I, I, I, P, P, P]
         lib.mlagen_hopper_decode.restype = I
-        lib.mlagen_hopper_decode.argtypes = ([P] * 10 + [LL] * 5 + [I] * 8 + [F, I, P])
+        lib.mlagen_hopper_decode.argtypes = ([ctypes.POINTER(LL)] + [P] * 10 + [F, P])
         self.lib = lib
         self._ctas_per_sm: int | None = None
         self.rows_per_tile = lib.mlagen_hopper_rows_per_tile()
@@ -82,6 +83,15 @@ def get(key: str) -> KernelLib:
         raise InputError(f"no hopper kernel library {key!r} is loaded in this process") from None
 
 
+def gpu_name(device) -> str:
+    """The device's name (what tuned tables are keyed by), asked once per device."""
+    idx = device.index if getattr(device, "index", None) is not None \
+        else torch.cuda.current_device()
+    if idx not in _NAMES:
+        _NAMES[idx] = torch.cuda.get_device_name(idx)
+    return _NAMES[idx]
+
+
 def sm_count(device: torch.device) -> int:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     if idx not in _SMS:
@@ -89,42 +99,26 @@ def sm_count(device: torch.device) -> int:
     return _SMS[idx]
 
 
-def _stream(device: torch.device) -> ctypes.c_void_p:
-    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
-
-
-class _on_device:
-    """torch.cuda.device(dev), entered only when dev is not already current (the common
-    case costs one query instead of two device switches)."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.ctx = None
-
-    def __enter__(self):
-        if self.device.index is not None and self.device.index != torch.cuda.current_device():
-            self.ctx = torch.cuda.device(self.device)
-            self.ctx.__enter__()
-
-    def __exit__(self, *exc):
-        if self.ctx is not None:
-            self.ctx.__exit__(*exc)
-
-
 # --------------------------------------------------------------------------- metadata ----
 def get_mla_metadata_impl(cache_seqlens: torch.Tensor, num_parts: int, fixed_splits: int,
-                          kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+                          kernel: str, split_cost: int = scheduler.FIXED_COST
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
     lib = get(kernel)
     b = cache_seqlens.shape[0]
     dev = cache_seqlens.device
+    idx = cache_seqlens.get_device()
+    if torch.cuda.current_device() != idx:
+        with torch.cuda.device(idx):
+            return get_mla_metadata_impl(cache_seqlens, num_parts, fixed_splits, kernel,
+                                         split_cost)
     sched = torch.empty(num_parts, scheduler.META_INTS, dtype=torch.int32, device=dev)
     num_splits = torch.empty(b + 1, dtype=torch.int32, device=dev)
-    with _on_device(dev):
-        code = lib.lib.mlagen_hopper_metadata(cache_seqlens.data_ptr(), b, num_parts,
-                                              scheduler.FIXED_COST, fixed_splits,
-                                              sched.data_ptr(), num_splits.data_ptr(),
-                                              _stream(dev))
-    lib.check(code, "scheduler launch")
+    code = lib.lib.mlagen_hopper_metadata(cache_seqlens.data_ptr(), b, num_parts,
+                                          split_cost, fixed_splits,
+                                          sched.data_ptr(), num_splits.data_ptr(),
+                                          _raw_stream(idx))
+    if code:
+        lib.check(code, "scheduler launch")
     return sched, num_splits
 
 
@@ -135,20 +129,48 @@ get_mla_metadata_op = torch.library.custom_op("mlagen_hopper::get_mla_metadata",
 
 
 @get_mla_metadata_op.register_fake
-def _(cache_seqlens, num_parts, fixed_splits, kernel):
+def _(cache_seqlens, num_parts, fixed_splits, kernel, split_cost=scheduler.FIXED_COST):
     b = cache_seqlens.shape[0]
     return (cache_seqlens.new_empty((num_parts, scheduler.META_INTS)),
             cache_seqlens.new_empty((b + 1,)))
 
 
 # --------------------------------------------------------------------------- decode ------
-CHECK_INDICES = True   # api sets it from MLAGEN_HOPPER_CHECK_INDICES
+STRICT = False   # api sets it from MLAGEN_HOPPER_STRICT: check indices on the host (a sync)
+
+_ERRORS: dict[int, torch.Tensor] = {}
+_WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
+SHAPE_INTS = 15   # the C entry's shape[] (templates/hopper/api.cu.j2)
 
 
-def _check_indices(k_cache, block_table, cache_seqlens) -> None:
-    """Seqlens within the table's capacity and the pages they use within the cache.  One
-    host sync, so it is skipped while a CUDA graph is being captured; the kernel never
-    dereferences a bad entry anyway (it zero-fills and returns NaN for that sequence)."""
+def error_flags(device: torch.device) -> torch.Tensor:
+    """The device's int32[1] error flags that the split kernel sets (kError* in
+    mla_common.cuh); made once per device, zero until a kernel finds a bad input."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    t = _ERRORS.get(idx)
+    if t is None:
+        t = _ERRORS[idx] = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", idx))
+    return t
+
+
+def _raw_stream(idx: int) -> int:
+    return torch.cuda.current_stream(idx).cuda_stream
+
+
+try:   # the current stream's handle without building a torch.cuda.Stream object
+    _raw_stream = torch._C._cuda_getCurrentRawStream     # noqa: F811
+except AttributeError:   # pragma: no cover - older torch
+    pass
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_current_stream_capturing()
+
+
+def check_indices(k_cache, block_table, cache_seqlens) -> None:
+    """Strict mode: seqlens within the table's capacity and the pages they use within the
+    cache, checked on the host (one sync).  Skipped while a CUDA graph is being captured.
+    By default the kernel checks instead: NaN for that sequence and the error flag set."""
     page = k_cache.shape[1]
     max_blocks = block_table.shape[1]
     lens = cache_seqlens.long()
@@ -169,47 +191,92 @@ def _check_indices(k_cache, block_table, cache_seqlens) -> None:
                          f"uses that page")
 
 
+class DecodePlan:
+    """What stays fixed for one call signature (shapes, strides, dtypes, devices, scale,
+    causal, kernel): the checked sizes and the C entry's shape[] array, so that a repeated
+    call only reads pointers, allocates its outputs and launches."""
+
+    __slots__ = ("lib", "idx", "device", "dtype", "out_shape", "lse_shape", "ws_numel",
+                 "shape", "scale_log2", "error")
+
+    def __init__(self, q, k_cache, block_table, parts: int, softmax_scale: float,
+                 causal: bool, kernel: str):
+        self.lib = get(kernel)
+        b, s_q, h_q, _ = q.shape
+        self.device = q.device
+        self.idx = q.get_device()
+        self.dtype = q.dtype
+        rows_total = s_q * h_q
+        self.out_shape = (b, s_q, h_q, 512)
+        self.lse_shape = (b, h_q, s_q)
+        slots = b + parts     # each part adds at most one split beyond one per request
+        o_numel = slots * rows_total * 512
+        self.ws_numel = o_numel + slots * rows_total
+        self.shape = (LL * SHAPE_INTS)(
+            q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
+            block_table.stride(0), b, s_q, h_q, k_cache.shape[1], k_cache.shape[0],
+            block_table.shape[1], parts, int(causal), o_numel)
+        self.scale_log2 = softmax_scale * math.log2(math.e)
+        self.error = error_flags(self.device).data_ptr()
+
+    def workspace(self, stream: int) -> torch.Tensor:
+        """fp32 partial O then partial lse.  Eager calls reuse one per (device, stream):
+        calls on one stream run in order, so the next split cannot overwrite what the
+        previous combine still reads.  A CUDA-graph capture gets its own (from the graph's
+        pool), since its replays may run beside eager calls."""
+        if _capturing():
+            return torch.empty(self.ws_numel, dtype=torch.float32, device=self.device)
+        key = (self.idx, stream)
+        ws = _WORKSPACES.get(key)
+        if ws is None or ws.numel() < self.ws_numel:
+            ws = _WORKSPACES[key] = torch.empty(self.ws_numel, dtype=torch.float32,
+                                                device=self.device)
+        return ws
+
+    def run(self, q, k_cache, block_table, cache_seqlens, sched, num_splits, out=None,
+            lse=None) -> tuple[torch.Tensor, torch.Tensor]:
+        qp, kp = q.data_ptr(), k_cache.data_ptr()
+        if kp % 16:
+            raise InputError("k_cache's data must start on a 16-byte boundary")
+        if qp % 16:
+            q = q.clone()                # 16-byte aligned rows for cp.async
+            qp = q.data_ptr()
+        if torch.cuda.current_device() != self.idx:
+            with torch.cuda.device(self.idx):
+                return self.run(q, k_cache, block_table, cache_seqlens, sched, num_splits,
+                                out, lse)
+        if out is None:
+            out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+        if lse is None:
+            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        stream = _raw_stream(self.idx)
+        ws = self.workspace(stream)
+        code = self.lib.lib.mlagen_hopper_decode(
+            self.shape, qp, kp, block_table.data_ptr(), cache_seqlens.data_ptr(),
+            sched.data_ptr(), num_splits.data_ptr(), out.data_ptr(), lse.data_ptr(),
+            ws.data_ptr(), self.error, self.scale_log2, stream)
+        if code:
+            self.lib.check(code, "decode launch")
+        return out, lse
+
+
 def mla_decode_impl(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
-                  cache_seqlens: torch.Tensor, sched: torch.Tensor, num_splits: torch.Tensor,
-                  softmax_scale: float, causal: bool, kernel: str
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+                    cache_seqlens: torch.Tensor, sched: torch.Tensor, num_splits: torch.Tensor,
+                    softmax_scale: float, causal: bool, kernel: str
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     return decode_into(q, k_cache, block_table, cache_seqlens, sched, num_splits,
                        softmax_scale, causal, kernel)
 
 
 def decode_into(q, k_cache, block_table, cache_seqlens, sched, num_splits, softmax_scale,
                 causal, kernel, out=None, lse=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The launch; writes into `out`/`lse` when given (the verifier poisons them first so an
-    element the kernel never writes is caught), else allocates them."""
-    lib = get(kernel)
-    b, s_q, h_q, _ = q.shape
-    dv = 512
-    dev = q.device
-    if CHECK_INDICES and not torch.cuda.is_current_stream_capturing():
-        _check_indices(k_cache, block_table, cache_seqlens)
-    if k_cache.data_ptr() % 16:
-        raise InputError("k_cache's data must start on a 16-byte boundary")
-    if q.data_ptr() % 16:
-        q = q.clone()                # 16-byte aligned rows for cp.async
-    parts = sched.shape[0]
-    rows_total = s_q * h_q
-    if out is None:
-        out = torch.empty(b, s_q, h_q, dv, dtype=q.dtype, device=dev)
-    if lse is None:
-        lse = torch.empty(b, h_q, s_q, dtype=torch.float32, device=dev)
-    slots = b + parts     # each part adds at most one split beyond one per request
-    o_acc = torch.empty(slots, rows_total, dv, dtype=torch.float32, device=dev)
-    lse_acc = torch.empty(slots, rows_total, dtype=torch.float32, device=dev)
-    with _on_device(dev):
-        code = lib.lib.mlagen_hopper_decode(
-            q.data_ptr(), k_cache.data_ptr(), block_table.data_ptr(), cache_seqlens.data_ptr(),
-            sched.data_ptr(), num_splits.data_ptr(), out.data_ptr(), lse.data_ptr(),
-            o_acc.data_ptr(), lse_acc.data_ptr(), q.stride(0), q.stride(1), q.stride(2),
-            k_cache.stride(0), k_cache.stride(1), block_table.stride(0), b, s_q, h_q,
-            k_cache.shape[1], k_cache.shape[0], block_table.shape[1], parts,
-            softmax_scale * math.log2(math.e), int(causal), _stream(dev))
-    lib.check(code, "decode launch")
-    return out, lse
+    """The launch without a cached plan (torch.compile's op, out=); writes into `out`/`lse`
+    when given (the verifier poisons them first so an element the kernel never writes is
+    caught), else allocates them."""
+    if STRICT and not _capturing():
+        check_indices(k_cache, block_table, cache_seqlens)
+    plan = DecodePlan(q, k_cache, block_table, sched.shape[0], softmax_scale, causal, kernel)
+    return plan.run(q, k_cache, block_table, cache_seqlens, sched, num_splits, out, lse)
 
 
 mla_decode_op = torch.library.custom_op("mlagen_hopper::mla_decode", mla_decode_impl,

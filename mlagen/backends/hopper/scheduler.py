@@ -27,36 +27,42 @@ def num_parts(sms: int, rows_total: int, rows_per_tile: int) -> int:
     return max(1, sms // row_tiles(rows_total, rows_per_tile))
 
 
+def _first_last(cum: Sequence[int], nblk: Sequence[int], r: int, payload: int,
+                fixed_cost: int) -> tuple[int, int]:
+    """(first part, last part) holding request r's blocks (an empty request: the part
+    holding its start)."""
+    if nblk[r] == 0:
+        return cum[r] // payload, cum[r] // payload
+    return (cum[r] + fixed_cost) // payload, (cum[r] + fixed_cost + nblk[r] - 1) // payload
+
+
 def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST
          ) -> tuple[list[list[int]], list[int]]:
-    """(metadata rows [parts][8], num_splits [b+1]): the arithmetic of plan_splits."""
+    """(metadata rows [parts][8], num_splits [b+1]): the arithmetic of plan_splits.  Request
+    r occupies cost units [cum[r], cum[r+1]) (its overhead, then its blocks); part p owns
+    [p * payload, (p + 1) * payload)."""
     nblk = [blocks(s) for s in seqlens]
     b = len(nblk)
-    total = sum(n + fixed_cost for n in nblk)
-    payload = -(-total // parts) + fixed_cost
-    req = blk = piece = cum = 0
-    num_splits = [0] * (b + 1)
+    cum = [0]
+    for n in nblk:
+        cum.append(cum[-1] + n + fixed_cost)
+    payload = max(1, -(-cum[-1] // parts))
+    fl = [_first_last(cum, nblk, r, payload, fixed_cost) for r in range(b)]
+    num_splits = [0]
+    for f, l in fl:
+        num_splits.append(num_splits[-1] + l - f + 1)
     meta = []
-    for _ in range(parts):
-        md = [req, blk * SCHED_BLOCK, 0, 0, piece, 0, 0, 0]
-        budget = payload
-        while req < b:
-            rest = nblk[req] - blk
-            if budget >= rest + fixed_cost:
-                cum += piece + 1
-                num_splits[req + 1] = cum
-                budget -= rest + fixed_cost
-                req, blk, piece = req + 1, 0, 0
-            else:
-                if budget > fixed_cost:
-                    blk += budget - fixed_cost
-                    piece += 1
-                break
-        if blk > 0:
-            md[2], md[3] = req, blk * SCHED_BLOCK
-        else:
-            md[2], md[3] = req - 1, (nblk[req - 1] * SCHED_BLOCK if req > 0 else 0)
-        meta.append(md)
+    for p in range(parts):
+        mine = [r for r in range(b) if fl[r][0] <= p <= fl[r][1]]
+        if not mine:
+            r0 = next((r for r in range(b) if fl[r][1] >= p), b)
+            meta.append([r0, 0, r0 - 1, 0, 0, 0, 0, 0])
+            continue
+        r0, r1 = mine[0], mine[-1]
+        start = 0 if fl[r0][0] == p else (p * payload - cum[r0] - fixed_cost) * SCHED_BLOCK
+        end = (nblk[r1] if fl[r1][1] == p else (p + 1) * payload - cum[r1] - fixed_cost) \
+            * SCHED_BLOCK
+        meta.append([r0, start, r1, end, p - fl[r0][0], 0, 0, 0])
     return meta, num_splits
 
 

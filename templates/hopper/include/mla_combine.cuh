@@ -1,7 +1,8 @@
 // The combine kernel: merges the fp32 partial results of requests that were split.
 //   out = sum_i w_i o_i,  w_i = exp(lse_i - max) / sum_j exp(lse_j - max),
 //   lse = max + log(sum_j exp(lse_j - max))
-// One CTA per (request, query row), 128 threads x 4 columns.  Requests with one split were
+// One CTA per (request, query row), 128 threads x 4 columns, launched with programmatic
+// dependent launch after the split kernel.  Requests with one split were
 // written by the split kernel; their CTAs return at once.  No visible key in any split
 // (every lse_i = -inf) gives out = 0 and lse = +inf; a NaN lse (bad block table) gives NaN.
 //
@@ -42,7 +43,11 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
   __shared__ float w_sh[kCombineChunk];
   __shared__ float red[kCombineWarps];
   const int req = blockIdx.x, gr = blockIdx.y, tid = threadIdx.x;
+  // num_splits comes from the scheduler, which finished before the split kernel began
   const int first = p.num_splits[req], n = p.num_splits[req + 1] - first;
+  // every CTA waits for the split grid, even one with nothing to do: the next kernel in the
+  // stream then follows both grids, and may read what the split wrote straight to out
+  pdl_wait_primary();
   if (n <= 1) return;
   const int rows_total = p.s_q * p.h_q;
   const float* lse_col = p.lse_acc + static_cast<int64_t>(first) * rows_total + gr;
@@ -61,7 +66,8 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
   float sum = 0.f;
   if (live)
     for (int i = tid; i < n; i += kCombineThreads)
-      sum += __expf(lse_col[static_cast<int64_t>(i) * rows_total] - mx);
+      sum += kFault == kFaultBadSplitMerge
+                 ? 1.f : __expf(lse_col[static_cast<int64_t>(i) * rows_total] - mx);
   sum = combine_block_reduce<false>(sum, red);
 
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -71,7 +77,8 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
       const int cn = min(kCombineChunk, n - c0);
       __syncthreads();   // the previous chunk's weights have been used
       for (int i = tid; i < cn; i += kCombineThreads)
-        w_sh[i] = __expf(lse_col[static_cast<int64_t>(c0 + i) * rows_total] - mx);
+        w_sh[i] = kFault == kFaultBadSplitMerge
+                      ? 1.f : __expf(lse_col[static_cast<int64_t>(c0 + i) * rows_total] - mx);
       __syncthreads();
       const float* o = p.o_acc + (static_cast<int64_t>(first + c0) * rows_total + gr) * kDV + col;
       const int64_t step = static_cast<int64_t>(rows_total) * kDV;
@@ -110,9 +117,19 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
 
 template <typename T>
 cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
-  dim3 grid(p.batch, p.s_q * p.h_q);
-  mla_combine_kernel<T><<<grid, kCombineThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  // launched as a programmatic dependent of the split kernel (PDL): its launch overlaps
+  // the split's tail instead of following it
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(p.batch, p.s_q * p.h_q);
+  cfg.blockDim = dim3(kCombineThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, mla_combine_kernel<T>, p);
 }
 
 }  // namespace hopper

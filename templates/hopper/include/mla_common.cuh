@@ -16,6 +16,18 @@ constexpr int kChunks = kD / 8;      // 16-byte chunks per key row
 constexpr int kSchedBlock = 64;      // tokens per scheduler unit (independent of block_kv)
 constexpr int kMetaInts = 8;         // ints per part in the scheduler metadata
 
+// A planted fault, for the verifier's own tests only (mlagen/schedule/records.py FAULTS; the
+// rendered sources define MLAGEN_FAULT, 0 = none).  Each names the one line it breaks.
+#ifndef MLAGEN_FAULT
+#define MLAGEN_FAULT 0
+#endif
+constexpr int kFault = MLAGEN_FAULT;
+constexpr int kFaultCausalOffByOne = 1;   // a query sees one key too many
+constexpr int kFaultWrongScale = 2;       // softmax scale x 1.01
+constexpr int kFaultSkipPartialPage = 3;  // the last, partial page of a sequence is ignored
+constexpr int kFaultBadSplitMerge = 4;    // partials merged without their lse weights
+constexpr int kFaultEarlyBufferSwap = 5;  // a K stage read one cp.async group too early
+
 // Everything the split and combine kernels read; filled by the C entry point.
 struct MlaParams {
   const void* q;             // [b, s_q, h_q, 576], last dim contiguous
@@ -34,7 +46,25 @@ struct MlaParams {
   int batch, s_q, h_q, page_size, num_blocks, max_blocks, num_parts;
   float scale_log2;          // softmax_scale * log2(e)
   int causal;
+  int* error;                // device error flags (kError*), or null: set, never cleared
 };
+
+// Device-side error flags (MlaParams::error): what the split kernel found instead of a host
+// check with a sync.  The sequence concerned gets NaN out and lse.
+constexpr int kErrorBadPage = 1;      // a block-table entry outside [0, num_blocks), or a
+                                      // length beyond the table's row
+constexpr int kErrorBadLength = 2;    // a negative cache_seqlens entry
+
+// Programmatic dependent launch (sm_90): the combine is launched as a dependent of the
+// split kernel and waits here until the split grid has finished and its writes are visible.
+// A kernel may trigger its dependents early with pdl_launch_dependents (the mma_sync split
+// kernel does not: measured slower).
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait_primary() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 // Launchers, one translation unit each (split.cu, combine.cu, scheduler.cu).
 cudaError_t launch_split(const MlaParams& p, cudaStream_t stream);

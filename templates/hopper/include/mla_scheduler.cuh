@@ -1,11 +1,20 @@
 // The split scheduler: cuts the batch's KV into near-equal parts, one part per group of
 // SMs, on the GPU (no host sync, so it is CUDA-graph safe and shared by all layers).
 //
-// Cost of a request = its 64-token blocks + a fixed overhead (the cost of one more split:
-// loading Q, writing a partial result, combining it).  Each part gets
-//     payload = ceil(total cost / parts) + overhead
-// and takes requests in order: a whole request when the rest of it fits, else a prefix of
-// (budget - overhead) blocks, which makes one more split of that request.
+// Cost of a request = a fixed overhead F (what one more split costs: loading Q, writing a
+// partial result, combining it) followed by its 64-token blocks.  Laid end to end the
+// requests form a line of `total` cost units; request r starts at cum[r] (an exclusive
+// prefix sum) and its block j sits at position cum[r] + F + j.  Part p owns the positions
+// [p * P, (p + 1) * P) with P = ceil(total / parts), so each part is a closed-form function
+// of the prefix sums: a GPU thread per part finds its requests with two binary searches
+// (no thread walks the parts one after another).
+//
+//   first part of request r   (cum[r] + F) / P              (cum[r] / P when it has no block)
+//   last part of request r    (cum[r] + F + nblk[r] - 1) / P (= its first when no block)
+//   splits of request r       last - first + 1
+//
+// Both are non-decreasing in r, so the requests of part p are the range
+// [first r with last(r) >= p, last r with first(r) <= p].
 //
 // Metadata of part p (8 ints):
 //   [0] first request   [1] first token of the first request (a multiple of 64)
@@ -16,7 +25,8 @@
 // piece is num_splits[req] + (req == first request ? [4] : 0); a request with one split
 // writes its output directly and the combine kernel skips it.
 //
-// plan_splits is plain C++ so the same code runs on the host (tests, compiled with g++).
+// The per-part and per-request functions are plain C++ so the same code runs on the host
+// (tests compile this header with g++ and compare with mlagen/backends/hopper/scheduler.py).
 #pragma once
 
 #ifdef __CUDACC__
@@ -30,66 +40,101 @@ namespace hopper {
 
 MLAGEN_HD inline int sched_blocks(int seqlen) { return seqlen > 0 ? (seqlen + 63) / 64 : 0; }
 
-// nblk[i]: 64-token blocks of request i.  Writes sched[parts*8] and num_splits[batch+1].
-MLAGEN_HD inline void plan_splits(const int* nblk, int batch, int parts, int fixed_cost,
-                                  int* sched, int* num_splits) {
-  long long total = 0;
-  for (int i = 0; i < batch; ++i) total += nblk[i] + fixed_cost;
-  const long long payload = (total + parts - 1) / parts + fixed_cost;
-  int req = 0, blk = 0, piece = 0, cum = 0;
-  num_splits[0] = 0;
-  for (int p = 0; p < parts; ++p) {
-    int* md = sched + p * 8;
-    md[0] = req;
-    md[1] = blk * 64;
-    md[4] = piece;
-    md[5] = md[6] = md[7] = 0;
-    long long budget = payload;
-    while (req < batch) {
-      const long long rest = nblk[req] - blk;
-      if (budget >= rest + fixed_cost) {          // the rest of this request fits
-        cum += piece + 1;
-        num_splits[req + 1] = cum;
-        budget -= rest + fixed_cost;
-        ++req;
-        blk = 0;
-        piece = 0;
-      } else {
-        if (budget > fixed_cost) {                // a prefix of it, as one more split
-          blk += static_cast<int>(budget - fixed_cost);
-          ++piece;
-        }
-        break;
-      }
-    }
-    if (blk > 0) {
-      md[2] = req;
-      md[3] = blk * 64;
-    } else {
-      md[2] = req - 1;
-      md[3] = req > 0 ? nblk[req - 1] * 64 : 0;
-    }
+// Cost units per part, from the total cost (>= 1).
+MLAGEN_HD inline long long sched_payload(long long total, int parts) {
+  const long long p = (total + parts - 1) / parts;
+  return p > 0 ? p : 1;
+}
+
+MLAGEN_HD inline int sched_first_part(const long long* cum, const int* nblk, int r,
+                                      long long payload, int fixed_cost) {
+  return static_cast<int>((nblk[r] > 0 ? cum[r] + fixed_cost : cum[r]) / payload);
+}
+
+MLAGEN_HD inline int sched_last_part(const long long* cum, const int* nblk, int r,
+                                     long long payload, int fixed_cost) {
+  return nblk[r] > 0 ? static_cast<int>((cum[r] + fixed_cost + nblk[r] - 1) / payload)
+                     : static_cast<int>(cum[r] / payload);
+}
+
+MLAGEN_HD inline int sched_splits(const long long* cum, const int* nblk, int r,
+                                  long long payload, int fixed_cost) {
+  return sched_last_part(cum, nblk, r, payload, fixed_cost) -
+         sched_first_part(cum, nblk, r, payload, fixed_cost) + 1;
+}
+
+// The 8 metadata ints of part p (cum has batch + 1 entries).
+MLAGEN_HD inline void plan_part(const long long* cum, const int* nblk, int batch, int p,
+                                long long payload, int fixed_cost, int* md) {
+  // lo = first request whose last part is >= p
+  int lo = 0, hi = batch;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (sched_last_part(cum, nblk, mid, payload, fixed_cost) >= p) hi = mid; else lo = mid + 1;
   }
+  const int r0 = lo;
+  // r1 = last request whose first part is <= p
+  lo = 0;
+  hi = batch;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (sched_first_part(cum, nblk, mid, payload, fixed_cost) > p) hi = mid; else lo = mid + 1;
+  }
+  const int r1 = lo - 1;
+  md[5] = md[6] = md[7] = 0;
+  if (r0 > r1) {                       // nothing of any request falls in this part
+    md[0] = r0;
+    md[1] = 0;
+    md[2] = r0 - 1;
+    md[3] = 0;
+    md[4] = 0;
+    return;
+  }
+  const int f0 = sched_first_part(cum, nblk, r0, payload, fixed_cost);
+  md[0] = r0;
+  md[1] = f0 == p ? 0 : static_cast<int>(p * payload - cum[r0] - fixed_cost) * 64;
+  md[2] = r1;
+  md[3] = sched_last_part(cum, nblk, r1, payload, fixed_cost) == p
+              ? nblk[r1] * 64
+              : static_cast<int>((p + 1) * payload - cum[r1] - fixed_cost) * 64;
+  md[4] = p - f0;
+}
+
+// The whole plan, sequentially (the host's version; the GPU kernel computes the same prefix
+// sums in parallel and calls plan_part once per thread).  cum: batch + 1 scratch entries.
+MLAGEN_HD inline void plan_splits(const int* nblk, int batch, int parts, int fixed_cost,
+                                  long long* cum, int* sched, int* num_splits) {
+  cum[0] = 0;
+  for (int i = 0; i < batch; ++i) cum[i + 1] = cum[i] + nblk[i] + fixed_cost;
+  const long long payload = sched_payload(cum[batch], parts);
+  num_splits[0] = 0;
+  for (int r = 0; r < batch; ++r)
+    num_splits[r + 1] = num_splits[r] + sched_splits(cum, nblk, r, payload, fixed_cost);
+  for (int p = 0; p < parts; ++p) plan_part(cum, nblk, batch, p, payload, fixed_cost, sched + p * 8);
 }
 
 // A fixed split (schedule split_kv = N): part r * N + i is the i-th of N near-equal pieces
 // of request r (a piece may be empty); parts = batch * N.
+MLAGEN_HD inline void plan_fixed_request(const int* nblk, int r, int n, int* sched) {
+  const int per = (nblk[r] + n - 1) / n;
+  for (int i = 0; i < n; ++i) {
+    int* md = sched + (r * n + i) * 8;
+    const int b0 = per * i < nblk[r] ? per * i : nblk[r];
+    const int b1 = per * (i + 1) < nblk[r] ? per * (i + 1) : nblk[r];
+    md[0] = r;
+    md[1] = b0 * 64;
+    md[2] = r;
+    md[3] = b1 * 64;
+    md[4] = i;
+    md[5] = md[6] = md[7] = 0;
+  }
+}
+
 MLAGEN_HD inline void plan_fixed_splits(const int* nblk, int batch, int n, int* sched,
                                         int* num_splits) {
   num_splits[0] = 0;
   for (int r = 0; r < batch; ++r) {
-    const int per = (nblk[r] + n - 1) / n;
-    for (int i = 0; i < n; ++i) {
-      int* md = sched + (r * n + i) * 8;
-      const int b0 = per * i < nblk[r] ? per * i : nblk[r];
-      const int b1 = per * (i + 1) < nblk[r] ? per * (i + 1) : nblk[r];
-      md[0] = r;
-      md[1] = b0 * 64;
-      md[2] = r;
-      md[3] = b1 * 64;
-      md[4] = i;
-      md[5] = md[6] = md[7] = 0;
-    }
+    plan_fixed_request(nblk, r, n, sched);
     num_splits[r + 1] = (r + 1) * n;
   }
 }

@@ -1,5 +1,7 @@
-// The scheduler as one small GPU kernel: the threads count blocks in parallel into shared
-// memory, then one thread walks the requests (plan_splits).  Launched with one CTA.
+// The scheduler as one small GPU kernel (one CTA): the threads count each request's blocks
+// and its cost, two block-wide prefix sums give every request's start (cum) and first
+// split slot (num_splits), then each thread writes the metadata of its parts with
+// plan_part's binary searches.  No thread walks the batch or the parts alone.
 #pragma once
 #include "mla_common.cuh"
 #include "mla_scheduler.cuh"
@@ -7,30 +9,99 @@
 namespace mlagen {
 namespace hopper {
 
-constexpr int kSchedThreads = 256;
+constexpr int kSchedThreads = 512;
+constexpr int kSchedWarps = kSchedThreads / 32;
 
+// Exclusive prefix sum of one value per thread over the CTA; *total gets the sum of all.
+__device__ __forceinline__ long long sched_block_scan(long long v, long long* warp_sums,
+                                                      long long* total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  long long x = v;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const long long y = __shfl_up_sync(0xffffffffu, x, off);
+    if (lane >= off) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    long long w = lane < kSchedWarps ? warp_sums[lane] : 0;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const long long y = __shfl_up_sync(0xffffffffu, w, off);
+      if (lane >= off) w += y;
+    }
+    if (lane < kSchedWarps) warp_sums[lane] = w;   // inclusive over warps
+  }
+  __syncthreads();
+  const long long before = (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
+  *total = warp_sums[kSchedWarps - 1];
+  __syncthreads();   // warp_sums may be reused by the next scan
+  return before;
+}
+
+// Shared memory: cum[batch + 1] (long long), then nblk[batch] (int).
 __global__ void __launch_bounds__(kSchedThreads)
 mla_scheduler_kernel(const int* seqlens, int batch, int parts, int fixed_cost,
                      int fixed_splits, int* sched, int* num_splits) {
-  extern __shared__ int nblk[];
-  for (int i = threadIdx.x; i < batch; i += blockDim.x) nblk[i] = sched_blocks(seqlens[i]);
+  extern __shared__ long long cum[];
+  __shared__ long long warp_sums[kSchedWarps];
+  int* nblk = reinterpret_cast<int*>(cum + batch + 1);
+  const int tid = threadIdx.x;
+  // each thread owns a contiguous chunk of requests, so the prefix sums are one scan
+  const int chunk = (batch + kSchedThreads - 1) / kSchedThreads;
+  const int i0 = min(tid * chunk, batch), i1 = min(i0 + chunk, batch);
+
+  long long local = 0;
+  for (int i = i0; i < i1; ++i) {
+    nblk[i] = sched_blocks(seqlens[i]);
+    local += nblk[i] + fixed_cost;
+  }
+  if (fixed_splits > 0) {
+    __syncthreads();
+    for (int r = tid; r < batch; r += kSchedThreads) {
+      plan_fixed_request(nblk, r, fixed_splits, sched);
+      num_splits[r + 1] = (r + 1) * fixed_splits;
+    }
+    if (tid == 0) num_splits[0] = 0;
+    return;
+  }
+  long long total;
+  long long c = sched_block_scan(local, warp_sums, &total);
+  for (int i = i0; i < i1; ++i) {
+    cum[i] = c;
+    c += nblk[i] + fixed_cost;
+  }
+  if (tid == 0) cum[batch] = total;
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (fixed_splits > 0)
-    plan_fixed_splits(nblk, batch, fixed_splits, sched, num_splits);
-  else
-    plan_splits(nblk, batch, parts, fixed_cost, sched, num_splits);
+  const long long payload = sched_payload(total, parts);
+
+  long long splits = 0;
+  for (int i = i0; i < i1; ++i) splits += sched_splits(cum, nblk, i, payload, fixed_cost);
+  long long s = sched_block_scan(splits, warp_sums, &total);
+  if (tid == 0) num_splits[0] = 0;
+  for (int i = i0; i < i1; ++i) {
+    s += sched_splits(cum, nblk, i, payload, fixed_cost);
+    num_splits[i + 1] = static_cast<int>(s);
+  }
+  for (int p = tid; p < parts; p += kSchedThreads)
+    plan_part(cum, nblk, batch, p, payload, fixed_cost, sched + p * kMetaInts);
 }
 
 inline cudaError_t launch_scheduler_impl(const int* seqlens, int batch, int parts,
                                          int fixed_cost, int fixed_splits, int* sched,
                                          int* num_splits, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(batch) * sizeof(int);
+  const size_t smem = static_cast<size_t>(batch + 1) * sizeof(long long) +
+                      static_cast<size_t>(batch) * sizeof(int);
   if (smem > 48 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute(mla_scheduler_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
+    static size_t raised = 48 * 1024;   // the attribute is set once per larger size
+    if (smem > raised) {
+      cudaError_t e = cudaFuncSetAttribute(mla_scheduler_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem));
+      if (e != cudaSuccess) return e;
+      raised = smem;
+    }
   }
   mla_scheduler_kernel<<<1, kSchedThreads, smem, stream>>>(seqlens, batch, parts, fixed_cost,
                                                            fixed_splits, sched, num_splits);

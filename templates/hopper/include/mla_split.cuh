@@ -18,7 +18,8 @@
 // Slots outside [start, end) of a piece are zero-filled by cp.async (never read), and
 // masked to -inf before the softmax, so NaN in unused pages or page tails never reaches
 // the output, not even as 0 * NaN.  A block-table entry outside [0, num_blocks) is never
-// dereferenced: its rows are zero-filled and the piece's output is NaN.
+// dereferenced: its rows are zero-filled, the piece's output is NaN and the device error
+// flag (MlaParams::error) is set; so is a negative length.
 //
 // Shared memory (bytes, SplitConfig::kSmem; mirrored in mlagen/schedule/resources.py):
 //   Q      ROWS x 576 x 2                  (rows swizzled in 16-byte chunks)
@@ -295,7 +296,7 @@ struct SplitKernel {
     int limit = 0;   // keys < limit are visible to this row
     if (gr_sm < rows_total) {
       const int s = gr_sm / p.h_q;
-      limit = p.causal ? seqlen - p.s_q + s + 1 : seqlen;
+      limit = p.causal ? seqlen - p.s_q + s + 1 + (kFault == kFaultCausalOffByOne) : seqlen;
     }
     limit = min(limit, end);
     float m = -INFINITY, l = 0.f;
@@ -332,7 +333,7 @@ struct SplitKernel {
         cp_async_wait<0>();
         __syncthreads();
       } else {
-        cp_async_wait<STAGES - 2>();
+        cp_async_wait<(kFault == kFaultEarlyBufferSwap ? STAGES - 1 : STAGES - 2)>();
         __syncthreads();   // block i landed for all threads; block i-1 fully consumed
         const int nx = i + STAGES - 1;
         if (nx < nblocks) {
@@ -382,7 +383,9 @@ struct SplitKernel {
         float mx = -INFINITY;
 #pragma unroll
         for (int c = 0; c < C::kCPT; ++c) {
-          x[c] = (t0 + c < limit) ? x[c] * p.scale_log2 : -INFINITY;
+          x[c] = (t0 + c < limit)
+                     ? x[c] * (kFault == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2)
+                     : -INFINITY;
           mx = fmaxf(mx, x[c]);
         }
 #pragma unroll
@@ -444,6 +447,10 @@ struct SplitKernel {
     }
     cp_async_wait<0>();
     bad = __syncthreads_or(bad);
+    const bool bad_len = p.seqlens[req] < 0;
+    if ((bad || bad_len) && tid == 0 && p.error != nullptr)
+      atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
+    bad |= bad_len;
 
     // lse, one thread per row
     const float kLn2 = 0.69314718055994531f;
@@ -494,10 +501,14 @@ struct SplitKernel {
 
   static __device__ void run(const MlaParams& p, unsigned char* smem) {
     const Smem sm = carve(smem);
+    // No early pdl_launch_dependents(): the combine then starts as the split's CTAs exit.
+    // Triggering here let the combine's CTAs sit beside the split and cost 1-6 us per call
+    // on the small graph rows (benchmarks/results/hopper_pdl_ab_6768d1b.log).
     const int* md = p.sched + blockIdx.x * kMetaInts;
     const int first = md[0], last = md[2];
     for (int req = first; req <= last && req < p.batch; ++req) {
-      const int seqlen = max(p.seqlens[req], 0);
+      int seqlen = max(p.seqlens[req], 0);
+      if (kFault == kFaultSkipPartialPage) seqlen = seqlen / p.page_size * p.page_size;
       int start = req == first ? md[1] : 0;
       int end = req == last ? md[3] : seqlen;
       end = min(end, seqlen);

@@ -1,0 +1,279 @@
+"""`mlagen tune --target hopper`: a measured search over the legal Hopper schedules for a
+list of shapes, writing the table that the API's per-shape defaults read (defaults.py).
+
+    table = tune(shapes, space="small", table_path=..., measure=...)
+
+A shape is (b, s_q, s_k, h_q, varlen) with the benchmark of record's workload (bench.py).
+Every candidate is a legal schedule (rules.check) of the search space; they are built first
+(in parallel), then each (shape, candidate) is timed (do_bench median of the whole call)
+and appended to a log beside the table, so an interrupted run resumes where it stopped.
+The table is keyed by GPU name and mlagen version; within it, by (batch, s_q * h_q): the
+two things both get_mla_metadata and flash_mla_with_kvcache know.  Shapes that share a key
+(several s_k) pick the candidate with the best geometric mean of time / the shape's best.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+from ...errors import MlagenError
+from ...version import __version__
+
+from .tuned import KNOBS, forget_tables, shape_key, table_key, user_table
+
+
+@dataclass(frozen=True)
+class Shape:
+    b: int
+    s_q: int
+    sk: int
+    h_q: int
+    varlen: bool
+
+    @property
+    def rows(self) -> int:
+        return self.s_q * self.h_q
+
+    def label(self) -> str:
+        return f"{self.b},{self.s_q},{self.sk},{self.h_q}{',varlen' if self.varlen else ''}"
+
+
+def parse_shape(text: str) -> Shape:
+    """"b,s_q,s_k,h_q" or "b,s_q,s_k,h_q,varlen"."""
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        if len(parts) not in (4, 5) or (len(parts) == 5 and parts[4] != "varlen"):
+            raise ValueError
+        b, s_q, sk, h_q = (int(x) for x in parts[:4])
+    except ValueError:
+        raise MlagenError(f"shape {text!r}: expected b,s_q,s_k,h_q[,varlen]") from None
+    if not (b >= 1 and 1 <= s_q <= 8 and sk >= 1 and 1 <= h_q <= 128):
+        raise MlagenError(f"shape {text!r}: needs b >= 1, s_q 1..8, s_k >= 1, h_q 1..128")
+    return Shape(b, s_q, sk, h_q, len(parts) == 5)
+
+
+def default_shapes() -> list[Shape]:
+    """The benchmark of record's rows: the 51 anchor rows and the 8 graph rows."""
+    from .bench import anchor_rows, graph_rows
+
+    seen: dict[Shape, None] = {}
+    for r in anchor_rows() + graph_rows():
+        seen[Shape(r["b"], r["s_q"], r["sk"], r["h_q"], bool(r["varlen"]))] = None
+    return list(seen)
+
+
+def candidates(space: str = "small") -> list[dict]:
+    """Knob sets of the search space that pass the rules (shared memory, registers)."""
+    from ...schedule.records import Schedule
+    from ...schedule.rules import check
+    from ...errors import ScheduleError
+
+    if space == "small":
+        tiles = [(r, bkv, buf, w) for r in (16, 32, 64)
+                 for bkv, buf in ((32, 2), (32, 3), (64, 2), (16, 4)) for w in (8,)]
+        tiles += [(16, 32, 2, 4), (32, 32, 3, 4)]
+        costs = (5,)
+    elif space == "defaults":
+        from .defaults import tile_knobs
+
+        tiles = sorted(set(tile_knobs().values()))
+        costs = (5,)
+    elif space == "full":
+        tiles = list(itertools.product((16, 32, 64), (16, 32, 64), range(1, 6), (4, 8)))
+        costs = (2, 5, 10)
+    else:
+        raise MlagenError(f"search space {space!r}: defaults, small or full")
+    out = []
+    for (r, bkv, buf, w), cost in itertools.product(tiles, costs):
+        knobs = dict(rows_per_tile=r, block_kv=bkv, buffers=buf, warps=w, split_cost=cost)
+        try:
+            check(Schedule.build(target="hopper", **knobs))
+        except ScheduleError:
+            continue
+        out.append(knobs)
+    return out
+
+
+def cand_id(knobs: dict) -> str:
+    return "r{rows_per_tile}_bkv{block_kv}_buf{buffers}_w{warps}_c{split_cost}".format(**knobs)
+
+
+def schedule_of(knobs: dict, dtype: str = "bf16"):
+    from ...schedule.records import Schedule
+    from .defaults import canonical
+
+    return canonical(Schedule.build(target="hopper", dtype=dtype, **knobs))
+
+
+def build_all(cands: Sequence[dict], jobs: int = 8) -> dict[str, str]:
+    """Build every candidate (in parallel); returns {cand_id: error} for those that failed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ...jit import build
+    from . import render
+
+    def one(k):
+        try:
+            build(render(schedule_of(k)))
+            return None
+        except Exception as e:       # a candidate that does not build is skipped, not fatal
+            return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+    with ThreadPoolExecutor(jobs) as ex:
+        errs = list(ex.map(one, cands))
+    return {cand_id(k): e for k, e in zip(cands, errs) if e}
+
+
+def measure_gpu(shape: Shape, knobs: dict) -> float:
+    """ms of one call (do_bench median, shorter than the bench's) with this schedule."""
+    import triton.testing
+
+    from .bench import Caller
+
+    c = Caller(shape.b, shape.s_q, shape.sk, shape.h_q, shape.varlen, schedule_of(knobs))
+    c()
+    return triton.testing.do_bench(c, warmup=10, rep=60, return_mode="median")
+
+
+def _load(path: Path) -> dict:
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise MlagenError(f"{path}: not a tuning table ({e})") from None
+    return {"format": 1, "tables": {}}
+
+
+def log_path(table_path: Path) -> Path:
+    return table_path.with_suffix(".log.jsonl")
+
+
+def _read_log(path: Path, key: str) -> dict[tuple[str, str], float]:
+    done = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue                     # a line cut short by an interruption
+            if rec.get("table") == key:
+                done[(rec["shape"], rec["cand"])] = rec["ms"]
+    return done
+
+
+def choose(shapes: Sequence[Shape], cands: Sequence[dict],
+           times: dict[tuple[str, str], float]) -> dict[str, dict]:
+    """Per (b, rows) key: the candidate with the best geometric mean of time / best time
+    over the key's shapes (only candidates measured on all of them)."""
+    by_key: dict[str, list[Shape]] = {}
+    for s in shapes:
+        by_key.setdefault(shape_key(s.b, s.rows), []).append(s)
+    entries = {}
+    for key, group in by_key.items():
+        best_ms = {}
+        for s in group:
+            ms = [times[(s.label(), cand_id(k))] for k in cands
+                  if math.isfinite(times.get((s.label(), cand_id(k)), math.inf))]
+            if ms:
+                best_ms[s.label()] = min(ms)
+        scored = []
+        for k in cands:
+            vals = [times.get((s.label(), cand_id(k)), math.inf) for s in group]
+            if not all(math.isfinite(v) for v in vals) or len(best_ms) < len(group):
+                continue
+            score = math.exp(sum(math.log(v / best_ms[s.label()]) for v, s in zip(vals, group))
+                             / len(group))
+            scored.append((score, cand_id(k), k, vals))
+        if not scored:
+            continue
+        score, cid, k, vals = min(scored, key=lambda t: (t[0], t[1]))
+        entries[key] = {"knobs": {n: k[n] for n in KNOBS}, "candidate": cid,
+                        "score": round(score, 4),
+                        "shapes": {s.label(): round(v, 5) for s, v in zip(group, vals)}}
+    return entries
+
+
+def tune(shapes: Iterable[Shape], space: str = "small", table_path: Optional[Path] = None,
+         gpu: Optional[str] = None, measure: Optional[Callable[[Shape, dict], float]] = None,
+         build: bool = True, progress: bool = True, jobs: int = 8) -> dict:
+    """Run (or resume) the search and write the table; returns this GPU's table."""
+    shapes = list(shapes)
+    if not shapes:
+        raise MlagenError("no shapes to tune")
+    table_path = Path(table_path) if table_path else user_table()
+    if gpu is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise MlagenError("mlagen tune --target hopper needs an NVIDIA GPU (sm_90)")
+        gpu = torch.cuda.get_device_name()
+    measure = measure or measure_gpu
+    key = table_key(gpu)
+    cands = candidates(space)
+    failed = build_all(cands, jobs) if build else {}
+    cands = [k for k in cands if cand_id(k) not in failed]
+    log = log_path(table_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    times = _read_log(log, key)
+    todo = [(s, k) for s in shapes for k in cands if (s.label(), cand_id(k)) not in times]
+
+    def step(s: Shape, k: dict) -> None:
+        try:
+            ms = float(measure(s, k))
+        except Exception:                   # a candidate that fails here is just not chosen
+            ms = math.inf
+        times[(s.label(), cand_id(k))] = ms
+        with log.open("a") as f:
+            f.write(json.dumps({"table": key, "shape": s.label(), "cand": cand_id(k),
+                                "ms": ms if math.isfinite(ms) else None}) + "\n")
+
+    if progress and todo:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeRemainingColumn)
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn()) as bar:
+            task = bar.add_task("tuning", total=len(todo))
+            for s, k in todo:
+                bar.update(task, description=f"{s.label()} {cand_id(k)}")
+                step(s, k)
+                bar.advance(task)
+    else:
+        for s, k in todo:
+            step(s, k)
+    times = {k: (math.inf if v is None else v) for k, v in times.items()}
+    data = _load(table_path)
+    mine = data["tables"].setdefault(key, {"gpu": gpu, "mlagen": __version__, "entries": {}})
+    mine["space"] = space
+    mine["entries"].update(choose(shapes, cands, times))
+    mine["failed_builds"] = failed
+    tmp = table_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(table_path)
+    return mine
+
+
+def tune_main(args) -> int:
+    shapes = [parse_shape(x) for x in args.shape] if args.shape else default_shapes()
+    if args.quick:
+        shapes = shapes[:4]
+    mine = tune(shapes, space=args.space, table_path=Path(args.table) if args.table else None,
+                progress=not args.no_progress)
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"tuned defaults: {mine['gpu']}, mlagen {mine['mlagen']}")
+    for col in ("batch, rows", "knobs", "score", "shapes (ms)"):
+        t.add_column(col)
+    for k, e in sorted(mine["entries"].items()):
+        t.add_row(k, e["candidate"], f"{e['score']:.3f}",
+                  " ".join(f"{s}: {v:.4f}" for s, v in e["shapes"].items()))
+    Console().print(t)
+    print(f"table: {Path(args.table) if args.table else user_table()}")
+    forget_tables()
+    return 0

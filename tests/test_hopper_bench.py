@@ -1,0 +1,67 @@
+"""The Hopper benchmark of record without a GPU: its workloads are the anchor's (the token
+counts reproduce the anchor's published TFLOPS and GB/s on every row), and its report."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mlagen.backends.hopper import bench
+
+
+def test_anchor_rows_and_graph_rows_are_all_there():
+    assert len(bench.anchor_rows()) == 51
+    assert len(bench.graph_rows()) == 8
+    rows = bench.plan_rows()
+    assert sum(r.kind == "anchor" for r in rows) == 51
+    assert sum(r.kind == "graph" for r in rows) == 8
+
+
+@pytest.mark.parametrize("row", bench.anchor_rows(), ids=lambda r: "b{b}_sq{s_q}_sk{sk}_h{h_q}_{varlen}"
+                         .format(**r))
+def test_lengths_reproduce_the_anchors_figures(row):
+    """Our tokens are the anchor's: its TFLOPS and GB/s follow from our lengths and its ms
+    (another generator gives 1.8-5.3% fewer tokens on varlen rows)."""
+    lens = bench.seqlens_for(row["b"], row["s_q"], row["sk"], row["varlen"])
+    flops, nbytes = bench.flops_bytes(row["b"], row["s_q"], row["h_q"], lens)
+    assert flops / 1e9 / row["best_ms"] == pytest.approx(row["best_tflops"], rel=2e-3)
+    assert nbytes / 1e6 / row["best_ms"] == pytest.approx(row["best_gbps"], rel=2e-3)
+
+
+def test_workload_follows_the_recipe():
+    q, k, bt, seqlens, lens = bench.workload(4, 2, 300, 16, True, device="cpu")
+    assert lens == bench.seqlens_for(4, 2, 300, True) and min(lens) >= 2
+    pad = math.ceil(max(lens) / 256) * 256
+    assert bt.shape == (4, pad // 64) and k.shape == (4 * pad // 64, 64, 1, 576)
+    assert sorted(bt.flatten().tolist()) == list(range(k.shape[0]))      # a permutation
+    assert q.shape == (4, 2, 16, 576) and q.dtype == torch.bfloat16
+    assert seqlens.tolist() == lens
+    again = bench.workload(4, 2, 300, 16, True, device="cpu")
+    assert torch.equal(again[0], q) and torch.equal(again[2], bt)         # seed 0
+
+
+def test_report_geomean_and_markdown():
+    rows = bench.plan_rows()[:2] + [bench.plan_rows()[-1]]
+    for r, ms in zip(rows, (0.2, 0.1, 0.05)):
+        r.check, r.eager_ms, r.graph_ms, r.kernel_ms = "ok", ms, ms * 0.9, ms * 0.8
+        if r.anchor_ms:
+            r.ratio = r.anchor_ms / ms
+            r.ratio_flashmla = r.flashmla_ms / ms
+        else:
+            r.ratio_graph = r.flashmla_graph_us / (r.graph_ms * 1e3)
+    rep = bench.Report(device="H200", torch="x", commit="abc", mlagen="0", command="c",
+                       rows=rows, host={"decode_us": 15.0, "metadata_and_decode_us": 25.0})
+    bench.summarize(rep)
+    assert rep.counted == 2
+    assert rep.geomean == pytest.approx(math.sqrt(rows[0].ratio * rows[1].ratio))
+    assert rep.won == sum(r.ratio >= 1 for r in rows[:2])
+    md = bench.markdown(rep)
+    assert "geomean over the 2 anchor rows" in md and "15.0 us" in md
+    assert md.count("\n| 128 |") >= 2 and "CUDA-graph rows" in md
+
+
+def test_busy_time_counts_overlaps_once():
+    assert bench.busy_us([(0, 10), (2, 5), (8, 12), (20, 25)]) == 17
+    assert bench.busy_us([]) == 0

@@ -1,0 +1,109 @@
+"""`mlagen tune --target hopper` without a GPU: the search space is legal, a run writes the
+table keyed by GPU and version, an interrupted run resumes, and the API's per-shape defaults
+read the table (by batch as well as rows)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlagen.backends.hopper import defaults, tune, tuned
+from mlagen.errors import MlagenError
+from mlagen.schedule.rules import check
+
+SHAPES = [tune.Shape(128, 1, 4096, 16, False), tune.Shape(128, 1, 8192, 16, False),
+          tune.Shape(8, 1, 8192, 16, True)]
+
+
+def fake_measure(calls):
+    """Times that prefer 16-row tiles at b=128 and 32-row tiles at b=8."""
+    def m(shape, k):
+        calls.append((shape.label(), tune.cand_id(k)))
+        want = 16 if shape.b == 128 else 32
+        return 1.0 + abs(k["rows_per_tile"] - want) / 16 + k["buffers"] / 100 + shape.sk / 1e5
+    return m
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    monkeypatch.setenv("MLAGEN_HOPPER_TUNE_TABLE", str(path))
+    tuned.forget_tables()
+    yield path
+    tuned.forget_tables()
+
+
+def test_candidates_are_legal_and_distinct():
+    for space in ("small", "full"):
+        cands = tune.candidates(space)
+        assert len({tune.cand_id(k) for k in cands}) == len(cands) >= 8
+        assert {k["rows_per_tile"] for k in cands} == {16, 32, 64}
+        for k in cands[:20]:
+            check(tune.schedule_of(k))
+    assert len(tune.candidates("full")) > len(tune.candidates("small"))
+
+
+def test_default_shapes_are_the_bench_rows():
+    shapes = tune.default_shapes()
+    assert 51 <= len(shapes) <= 59 and tune.Shape(1, 1, 32768, 128, False) in shapes
+
+
+def test_tune_writes_the_table_and_resumes(table):
+    calls = []
+    mine = tune.tune(SHAPES, gpu="FakeGPU", measure=fake_measure(calls), build=False,
+                     progress=False)
+    n = len(tune.candidates("small"))
+    assert len(calls) == 3 * n
+    data = json.loads(table.read_text())
+    assert tune.table_key("FakeGPU") in data["tables"]
+    assert mine["entries"]["b=128,rows=16"]["knobs"]["rows_per_tile"] == 16
+    assert mine["entries"]["b=8,rows=16"]["knobs"]["rows_per_tile"] == 32
+    # both b=128 shapes share one key: one choice for both, each shape's time recorded
+    assert len(mine["entries"]["b=128,rows=16"]["shapes"]) == 2
+    calls.clear()
+    tune.tune(SHAPES, gpu="FakeGPU", measure=fake_measure(calls), build=False, progress=False)
+    assert calls == []                                   # everything was in the log
+    # a cut log line (an interrupted write) is skipped, that one pair measured again
+    log = tune.log_path(table)
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:10] + "\n")
+    tune.tune(SHAPES, gpu="FakeGPU", measure=fake_measure(calls), build=False, progress=False)
+    assert len(calls) == 1
+
+
+def test_defaults_read_the_table_by_batch(table):
+    tune.tune(SHAPES, gpu="FakeGPU", measure=fake_measure([]), build=False, progress=False)
+    tuned.forget_tables()
+    s128 = defaults.default_schedule(16, "bf16", 128, "FakeGPU")
+    s8 = defaults.default_schedule(16, "bf16", 8, "FakeGPU")
+    s12 = defaults.default_schedule(16, "bf16", 12, "FakeGPU")      # nearest measured: 8
+    assert (s128.mapping.rows_per_tile, s8.mapping.rows_per_tile) == (16, 32)
+    assert s12.mapping.rows_per_tile == 32
+    # not measured near this batch, another GPU, or another version: the static defaults
+    static = defaults.default_schedule(16, "bf16")
+    for s in (defaults.default_schedule(16, "bf16", 40, "FakeGPU"),
+              defaults.default_schedule(16, "bf16", 128, "OtherGPU")):
+        assert s == static
+    assert tuned.tuned_knobs("FakeGPU", 128, 16) is not None
+    assert tune.table_key("FakeGPU", "0.0.0") not in json.loads(table.read_text())["tables"]
+
+
+def test_a_broken_table_is_an_error_for_tune(table):
+    table.write_text("{not json")
+    with pytest.raises(MlagenError, match="not a tuning table"):
+        tune.tune(SHAPES[:1], gpu="FakeGPU", measure=lambda s, k: 1.0, build=False,
+                  progress=False)
+
+
+def test_failed_measurements_are_never_chosen(table):
+    def m(shape, k):
+        if k["rows_per_tile"] == 16:
+            raise RuntimeError("launch failed")
+        return 2.0 - k["rows_per_tile"] / 100
+    mine = tune.tune(SHAPES[:1], gpu="FakeGPU", measure=m, build=False, progress=False)
+    assert mine["entries"]["b=128,rows=16"]["knobs"]["rows_per_tile"] == 64
+
+
+def test_build_all_imports_the_builder():
+    assert tune.build_all([], jobs=1) == {}
