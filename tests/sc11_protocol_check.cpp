@@ -66,16 +66,50 @@ int main() {
     c.end_fill(r[0], 0, c.emit(GDMA, OP_DMA, DDR, LMEM, 64, 0, 0, 0, 0, 1, {c.begin_fill(r[0], 0)}));
     c.finish_phase(0);
   });
+  // address checks: the bookkeeping calls agree, the bytes touched do not
+  bad += check("read_of_slot_being_filled_by_address", [&] {
+    Core c = core();
+    c.lmem.commit();
+    Ring r;
+    c.make_ring(r, "slot", 2, 64);
+    c.lmem.commit();
+    for (int s = 0; s < 2; ++s)
+      c.end_fill(r[s], s, c.emit(GDMA, OP_DMA, DDR, LMEM, 64, 0, 0, 0, 0, 1, {c.begin_fill(r[s], s)}));
+    c.wait(r[0], 0);
+    c.check_read(r[0], 0);               // step 0 is ready ...
+    c.rd(c.lmem, LMEM, r[1].off, 64);    // ... but these bytes are step 1's, still in flight
+  });
+  bad += check("read_straddling_into_slot_being_filled", [&] {
+    Core c = core();
+    Ring r;
+    c.make_ring(r, "slot", 2, 64);
+    c.lmem.commit();
+    c.end_fill(r[0], 0, c.emit(GDMA, OP_DMA, DDR, LMEM, 64, 0, 0, 0, 0, 1, {c.begin_fill(r[0], 0)}));
+    c.wait(r[0], 0);
+    c.begin_fill(r[1], 1);
+    c.rd(c.lmem, LMEM, r[0].off, r[1].off - r[0].off + 1);   // one byte into slot 1
+  });
+  bad += check("write_into_ready_slot_by_address", [&] {
+    Core c = core();
+    Ring r;
+    c.make_ring(r, "slot", 2, 64);
+    c.lmem.commit();
+    c.end_fill(r[0], 0, c.emit(GDMA, OP_DMA, DDR, LMEM, 64, 0, 0, 0, 0, 1, {c.begin_fill(r[0], 0)}));
+    c.wait(r[0], 0);
+    c.wr(c.lmem, LMEM, r[0].off + 8, 8);  // a DMA scribbling on data being read
+  });
   // and the legal order passes
   {
     Core c = core();
     Ring r;
     c.make_ring(r, "slot", 2, 64);
+    c.lmem.commit();
     for (int s = 0; s < 5; ++s) {
       const int64_t dep = c.begin_fill(r[s], s);
       c.end_fill(r[s], s, c.emit(GDMA, OP_DMA, DDR, LMEM, 64, 0, 0, 0, 0, 1, {dep}));
       const int64_t w = c.wait(r[s], s);
       c.check_read(r[s], s);
+      c.rd(c.lmem, LMEM, r[s].off, 64);
       c.release(r[s], s, c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, 1, 0, {w}));
     }
     c.finish_phase(0);

@@ -246,3 +246,58 @@ def test_tile_knobs_override(monkeypatch):
     assert (s16.mapping.rows_per_tile, s16.mapping.block_kv, s16.mapping.buffers,
             s16.mapping.warps) == (16, 16, 2, 4)
     assert defaults.rows_for(33) == defaults.TILE_KNOBS[64][0]
+
+
+def test_plan_signature_covers_what_the_checks_read():
+    """A cached decode plan is reused only for the same call signature: any change of a
+    shape, stride, dtype or argument that check_inputs looks at gives another key (so the
+    full checks run again and a wrong tensor is still rejected before launch)."""
+    from mlagen.backends.hopper import api
+
+    q = torch.zeros(2, 1, 16, 576, dtype=torch.bfloat16)
+    k = torch.zeros(8, 64, 1, 576, dtype=torch.bfloat16)
+    bt = torch.zeros(2, 4, dtype=torch.int32)
+    sl = torch.zeros(2, dtype=torch.int32)
+    md = torch.zeros(132, 8, dtype=torch.int32)
+    ns = torch.zeros(3, dtype=torch.int32)
+    base = (q, k, bt, sl, 512, md, ns, None, True, None)
+    key = api._signature(*base)
+    assert api._signature(*base) == key
+    variants = [
+        (q.half(), k, bt, sl, 512, md, ns, None, True, None),
+        (q[:, :, ::2], k, bt, sl, 512, md, ns, None, True, None),
+        (q, k.half(), bt, sl, 512, md, ns, None, True, None),
+        (q, k[:4], bt, sl, 512, md, ns, None, True, None),
+        (q, k, bt.long(), sl, 512, md, ns, None, True, None),
+        (q, k, bt.t().contiguous().t(), sl, 512, md, ns, None, True, None),
+        (q, k, bt, sl.long(), 512, md, ns, None, True, None),
+        (q, k, bt, sl, 576, md, ns, None, True, None),
+        (q, k, bt, sl, 512, md[:66], ns, None, True, None),
+        (q, k, bt, sl, 512, md, ns.long(), None, True, None),
+        (q, k, bt, sl, 512, md, ns, 0.1, True, None),
+        (q, k, bt, sl, 512, md, ns, None, False, None),
+        (q, k, bt, sl, 512, md, ns, None, True,
+         Schedule.build(target="hopper", rows_per_tile=16, block_kv=32)),
+    ]
+    keys = {api._signature(*v) for v in variants}
+    assert key not in keys and len(keys) == len(variants)
+
+
+def test_strict_mode_host_check_names_the_bad_entry():
+    """Strict mode's host check (on CPU tensors here): a used page outside the cache or a
+    length beyond the table row is named; an unused bad entry is not an error."""
+    from mlagen.backends.hopper import ops
+
+    k = torch.zeros(8, 64, 1, 576, dtype=torch.bfloat16)
+    bt = torch.arange(8, dtype=torch.int32).view(2, 4)
+    sl = torch.tensor([100, 200], dtype=torch.int32)
+    ops.check_indices(k, bt, sl)
+    bt[0, 3] = 99                       # sequence 0 uses 2 pages: column 3 is unused
+    ops.check_indices(k, bt, sl)
+    bt[1, 2] = -1
+    with pytest.raises(InputError, match=r"block_table\[1, 2\] = -1"):
+        ops.check_indices(k, bt, sl)
+    bt[1, 2] = 6
+    sl[0] = 4 * 64 + 1
+    with pytest.raises(InputError, match=r"cache_seqlens\[0\] = 257"):
+        ops.check_indices(k, bt, sl)

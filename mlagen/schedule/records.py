@@ -29,7 +29,15 @@ FAULTS = (
     "skip_partial_page",   # the last, partial page of a sequence is ignored
     "bad_split_merge",     # partial results summed without their lse weights
     "early_buffer_swap",   # double buffer handed to compute one step early
+    # faults in paths only some compile-time values reach (the emulator's path tests)
+    "proj_first_chunk_only",    # fused: phases A / C stop after 128 token rows
+    "ignore_softmax_scale",     # the convention's default scale instead of the caller's
+    "page_start_assumed",       # a KV tile starting mid-page is gathered from the page start
+    "empty_partial_unmasked",   # the merge weighs a partial whose row saw no key as lse 0
+    "default_head_split",       # phases A / C give a core heads / cores, not heads_per_core
 )
+# the faults every build can reach (the rest need their path's compile-time values)
+BASIC_FAULTS = FAULTS[1:6]
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
     ci       derandomized (the same examples every run, unless a seed is given), no example
              database, small problems, a wall-clock budget: what tests and CI run
     explore  random, many examples, larger problems, failures remembered in an example
-             database under <cache dir>/hypothesis so the next run tries them first
+             database under <cache dir>/hypothesis so the next run tries them first; the
+             schedule's compile-time knobs are drawn too (one knob at a time around the
+             given schedule, each draw through the rules; every variant is built once)
 
 Chosen by `verify(profile=...)`, `mlagen verify --profile`, or $MLAGEN_VERIFY_PROFILE.
 """
@@ -39,6 +41,7 @@ class Profile:
     use_database: bool
     time_budget_s: Optional[float]  # stop drawing new examples after this long (None: never)
     bounds: Bounds
+    draw_schedules: bool = False    # draw compile-time knobs too (one build per variant)
 
     def with_examples(self, n: Optional[int]) -> "Profile":
         return self if n is None else replace(self, examples=n)
@@ -51,7 +54,7 @@ PROFILES = {
     "explore": Profile("explore", examples=2000, derandomize=False, use_database=True,
                        time_budget_s=None,
                        bounds=Bounds(max_batch=8, max_len=700, long_len=4200,
-                                     max_extra_table=8)),
+                                     max_extra_table=8), draw_schedules=True),
 }
 
 

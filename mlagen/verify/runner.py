@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
-from hypothesis import Phase, given
+from hypothesis import Phase, example, given
 from hypothesis import seed as hyp_seed
 from hypothesis import strategies as st
 from hypothesis import settings as hyp_settings
@@ -32,7 +32,7 @@ from .calls import accepts, call_poisoned
 from .compare import Comparison, Tolerance, compare
 from .isolate import IsolatedRunner
 from .profiles import Profile, get_profile, hypothesis_settings
-from .strategies import Bounds, Case, cases
+from .strategies import Bounds, Case, cases, schedules
 
 
 
@@ -57,6 +57,7 @@ class Failure:
     shrunk: bool = True              # False when the budget ran out while shrinking
     comparison: Optional[Comparison] = None
     inputs: Optional[MlaInputs] = field(default=None, repr=False)
+    schedule: Optional[Schedule] = field(default=None, repr=False)   # the failing variant
 
     def summary(self) -> str:
         lines = [f"FAILED ({self.kind}) on {self.case}", self.message]
@@ -82,6 +83,7 @@ class VerifyResult:
     budget_spent: bool = False       # stopped early on the profile's time budget
     poisoned: bool = True            # outputs were NaN-poisoned before every run
     notes: list = field(default_factory=list)
+    variants_built: int = 1          # compiled variants the run exercised
 
     def summary(self) -> str:
         head = (f"{'PASS' if self.ok else 'FAIL'} {self.schedule} [{self.variant}] "
@@ -165,8 +167,9 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
            tolerances: Optional[dict[str, Tolerance]] = None,
            time_budget_s: Optional[float] = None, shrink_budget_s: Optional[float] = 300.0,
            save_failures: bool = True, failures_dir: Optional[Path] = None,
-           example_timeout_s: float = 300.0, draw_schemes: Optional[bool] = None
-           ) -> VerifyResult:
+           example_timeout_s: float = 300.0, draw_schemes: Optional[bool] = None,
+           draw_schedules: Optional[bool] = None,
+           explicit: Sequence[tuple[Case, Optional[str]]] = ()) -> VerifyResult:
     """Verify a checked schedule's kernel against the float64 reference on drawn problems.
 
     runner:     a callable MlaInputs -> MlaOutputs (default: mlagen.runner(schedule));
@@ -178,6 +181,11 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                   per example
                 (default: when the runner takes a ``scheme=`` keyword), so one build is
                 checked under every multi-core scheme.
+    draw_schedules: draw the compile-time knobs too, one at a time around `schedule`
+                (strategies.schedules, each draw through the rules); every drawn variant
+                is built once and kept for the run (default: the profile's; explore does).
+    explicit:   (case, scheme) pairs run before any drawn example (hypothesis explicit
+                examples), for inputs a test must exercise whatever is drawn.
     """
     prof: Profile = get_profile(profile)
     n = examples if examples is not None else prof.examples
@@ -185,46 +193,92 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         raise ValueError(f"examples = {n} must be >= 1")
     bounds = bounds or prof.bounds
     budget = time_budget_s if time_budget_s is not None else prof.time_budget_s
-    ref = reference or _default_reference(schedule)
-    gpu = backend(schedule.target.name).device != "cpu"
+    be = backend(schedule.target.name)
+    gpu = be.device != "cpu"
     isolate = gpu if isolate is None else isolate
-    device = device or backend(schedule.target.name).device
+    device = device or be.device
+    if draw_schedules is None:
+        draw_schedules = prof.draw_schedules and runner is None and reference is None
+    elif draw_schedules and (runner is not None or reference is not None):
+        raise ValueError("draw_schedules builds its own runners and oracles: "
+                         "do not pass runner= or reference=")
 
     t0 = time.perf_counter()
-    worker: Optional[IsolatedRunner] = None
-    if isolate:
-        worker = IsolatedRunner(schedule, factory=runner_factory, device=device,
-                                timeout_s=example_timeout_s)
-        worker.start()                      # builds and loads once, before timing examples
-        kernel = None
-    else:
-        kernel = runner
-        if kernel is None:
-            from .. import runner as make_runner
-            kernel = make_runner(schedule)
+    # one kernel (a loaded runner, or a worker process) per compiled variant, built once
+    kernels: dict[str, object] = {}
+    workers: list[IsolatedRunner] = []
+    oracles: dict[str, Callable] = {}
+
+    from .strategies import RUN_KNOBS
+
+    def variant_key(s: Schedule) -> str:
+        # run-time knobs (a multi-core scheme, the softmax scale) do not change the build
+        same = {k: getattr(schedule.mapping, k) if hasattr(schedule.mapping, k)
+                else getattr(schedule.problem, k)
+                for k in RUN_KNOBS.get(schedule.target.name, {})}
+        return dumps(s.replace(**same)) + s.fault
+
+    def kernel_for(s: Schedule):
+        key = variant_key(s)
+        if key not in kernels:
+            if isolate:
+                w = IsolatedRunner(s, factory=runner_factory, device=device,
+                                   timeout_s=example_timeout_s)
+                w.start()                   # builds and loads once, before timing examples
+                workers.append(w)
+                kernels[key] = w
+            elif runner is not None and s is schedule:
+                kernels[key] = runner
+            else:
+                from .. import runner as make_runner
+                kernels[key] = make_runner(s)
+        return kernels[key]
+
+    def oracle(s: Schedule) -> Callable:
+        if reference is not None:
+            return reference
+        key = dumps(s) + s.fault
+        if key not in oracles:
+            oracles[key] = _default_reference(s)
+        return oracles[key]
+
+    base_kernel = kernel_for(schedule)
     setup_s = time.perf_counter() - t0
     be = backend(schedule.target.name)
     choices = dict(be.runtime_choices(schedule))
     choices.setdefault("scheme", be.tuning_space().get("scheme", ()))
     if draw_schemes is None:
         draw_schemes = (bool(be.runtime_choices(schedule).get("scheme"))
-                        and kernel is not None and accepts(kernel, "scheme"))
+                        and not isolate and accepts(base_kernel, "scheme"))
     scheme_st = st.sampled_from(choices["scheme"]) if draw_schemes else st.none()
+    if draw_schedules:
+        # the drawn schedule carries its own run-time scheme (the backend's RUN_KNOBS)
+        runs_scheme = not isolate and accepts(base_kernel, "scheme")
+        drawn = schedules(schedule.target.name, base=schedule, neighbourhood=True).flatmap(
+            lambda s: st.tuples(st.just(s), cases(s, bounds),
+                                st.just(getattr(s.mapping, "scheme", None)
+                                        if runs_scheme else None)))
+    else:
+        drawn = st.tuples(st.none(), cases(schedule, bounds), scheme_st)
 
     state = dict(run=0, failure=None, first_fail_t=None, poisoned=True, shrinking=False)
 
-    def run_kernel(inputs: MlaInputs, want: MlaOutputs, scheme: Optional[str]) -> MlaOutputs:
-        if worker is not None:
-            return worker.run(inputs, want.out.shape, want.lse.shape)
+    def run_kernel(s: Schedule, inputs: MlaInputs, want: MlaOutputs,
+                   scheme: Optional[str]) -> MlaOutputs:
+        k = kernel_for(s)
+        if isinstance(k, IsolatedRunner):
+            return k.run(inputs, want.out.shape, want.lse.shape)
         kw = {} if scheme is None else {"scheme": scheme}
-        outs, poisoned = call_poisoned(kernel, inputs, want.out.shape, want.lse.shape, **kw)
+        outs, poisoned = call_poisoned(k, inputs, want.out.shape, want.lse.shape, **kw)
         state["poisoned"] = state["poisoned"] and poisoned
         return outs
 
     start = time.perf_counter()
     bar = _Progress(progress, n, f"verify {schedule.name}")
 
-    def check(case: Case, scheme: Optional[str]) -> None:
+    def check(draw: tuple) -> None:
+        sched, case, scheme = draw
+        sched = sched or schedule
         now = time.perf_counter()
         if state["first_fail_t"] is None:
             if budget is not None and now - start > budget:
@@ -233,15 +287,17 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             raise _BudgetSpent()
         inputs = case.inputs()
         where = case.describe() + (f", scheme {scheme}" if scheme else "")
+        if sched is not schedule:
+            where += f", drawn variant {sched.variant_name()} ({_knobs_differing(schedule, sched)})"
         failed: Optional[Failure] = None
         try:
-            expected = ref(inputs, dtype=torch.float64)
+            expected = oracle(sched)(inputs, dtype=torch.float64)
         except Exception as e:   # noqa: BLE001 - a drawn valid case the reference rejects
             failed = Failure("reference", f"the reference raised {type(e).__name__}: {e}",
                              where)
         if failed is None:
             try:
-                actual = run_kernel(inputs, expected, scheme)
+                actual = run_kernel(sched, inputs, expected, scheme)
                 cmp = compare(actual, expected, case.problem.dtype, tolerances)
                 if not cmp.ok:
                     failed = Failure("mismatch", cmp.summary(), where, comparison=cmp)
@@ -255,6 +311,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             return
         failed.case_fields = dict(_case_fields(case), scheme=scheme)
         failed.inputs = inputs           # kept for the repro file (the last one is minimal)
+        failed.schedule = sched
         state["failure"] = failed
         if state["first_fail_t"] is None:
             state["first_fail_t"] = time.perf_counter()
@@ -269,7 +326,10 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     # a stable identity per schedule for the example database (explore) and for the
     # derandomized example sequence (ci)
     check._hypothesis_internal_add_digest = (dumps(schedule) + schedule.fault).encode()
-    test = settings(given(case=cases(schedule, bounds), scheme=scheme_st)(check))
+    test = given(draw=drawn)(check)
+    for case, scheme in reversed(list(explicit)):
+        test = example(draw=(None, case, scheme))(test)
+    test = settings(test)
     if seed is not None:
         test = hyp_seed(seed)(test)
 
@@ -287,19 +347,20 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             state["failure"] = Failure("error", f"hypothesis stopped: {type(e).__name__}: {e}",
                                        "(no case)")
     finally:
-        if worker is not None:
-            state["poisoned"] = worker.poisoned
-            worker.close()
+        for w in workers:
+            state["poisoned"] = state["poisoned"] and w.poisoned
+            w.close()
     elapsed = time.perf_counter() - start
 
     failure: Optional[Failure] = state["failure"]
     if failure is not None:
         failure.shrunk = shrunk if state["first_fail_t"] is not None else True
         inputs = getattr(failure, "inputs", None)
+        failed_schedule = getattr(failure, "schedule", None) or schedule
         if save_failures and inputs is not None:
-            failure.repro_file = repro.save(schedule, inputs, failure.message,
+            failure.repro_file = repro.save(failed_schedule, inputs, failure.message,
                                             failure.case_fields, failures_dir)
-        failure.command = repro_command(schedule, failure.repro_file, prof.name, n, seed)
+        failure.command = repro_command(failed_schedule, failure.repro_file, prof.name, n, seed)
     result = VerifyResult(schedule=schedule.name, variant=schedule.variant_name(),
                           profile=prof.name, ok=failure is None,
                           examples_requested=n, examples_run=state["run"],
@@ -308,11 +369,26 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     if not state["poisoned"]:
         result.notes.append("note: the runner has no out= hook, so outputs were not "
                             "NaN-poisoned; an element it never writes may go unnoticed")
-    if draw_schemes:
+    if draw_schedules:
+        result.notes.append(f"compile-time knobs drawn: {len(kernels)} variants built "
+                            f"(one knob at a time around the schedule, through the rules)")
+        result.variants_built = len(kernels)
+    elif draw_schemes:
         result.notes.append(f"schemes drawn per example from {', '.join(choices['scheme'])}")
-    if worker is not None and worker.restarts:
-        result.notes.append(f"note: the worker process was restarted {worker.restarts} times")
+    restarts = sum(w.restarts for w in workers)
+    if restarts:
+        result.notes.append(f"note: the worker process was restarted {restarts} times")
     return result
+
+
+def _knobs_differing(a: Schedule, b: Schedule) -> str:
+    import dataclasses as dc
+
+    diff = [f"{f.name} {getattr(b.problem, f.name)}" for f in dc.fields(a.problem)
+            if getattr(a.problem, f.name) != getattr(b.problem, f.name)]
+    diff += [f"{f.name} {getattr(b.mapping, f.name)}" for f in dc.fields(a.mapping)
+             if getattr(a.mapping, f.name) != getattr(b.mapping, f.name)]
+    return ", ".join(diff) or "the schedule as given"
 
 
 def _case_fields(case: Case) -> dict:

@@ -139,13 +139,22 @@ def problems(spec: Union[Schedule, Problem], bounds: Bounds = Bounds(), **kw
 # ---------------------------------------------------------------- schedules --------
 # Compile-time knobs (each distinct value is a build) come from short lists; run-time knobs
 # are drawn freely.  Values a target never allows are left out; the rest go through rules.
-# Each backend's tuning space, split by its knob record's compile_time metadata.
+# Each backend's tuning space, split by its knob record's compile_time metadata.  A space may
+# name problem knobs too (page size, dtype, max_s_q compiled into a template); those are
+# compile-time unless the backend lists them in ``run_time_problem_knobs``.
 def _space(compile_time: bool) -> dict[str, dict[str, tuple]]:
     out = {}
     for b in all_backends():
         fields = {f.name: f for f in dataclasses.fields(b.mapping)}
+        run_problem = set(getattr(b, "run_time_problem_knobs", ()))
+
+        def is_compile(k: str) -> bool:
+            if k in fields:
+                return fields[k].metadata.get("compile_time", True)
+            return k not in run_problem
+
         out[b.kind] = {k: v for k, v in b.tuning_space().items()
-                       if fields[k].metadata.get("compile_time", True) == compile_time}
+                       if is_compile(k) == compile_time}
     return out
 
 

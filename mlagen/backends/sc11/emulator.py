@@ -43,7 +43,7 @@ class _Args(ctypes.Structure):
 class _Result(ctypes.Structure):
     _fields_ = [("events", ctypes.c_void_p)] + [(n, ctypes.c_int64) for n in
                 ("n_events", "lmem_high", "l2_high", "l2_static", "lmem_capacity",
-                 "l2_capacity", "n_parts")]
+                 "l2_capacity", "n_parts", "copied_bytes")]
 
 
 def _p(t: Optional[torch.Tensor]) -> Optional[int]:
@@ -197,7 +197,8 @@ class Sc11Runner:
             self.lib.mlagen_sc11_free(ctypes.byref(res))
         stats = {"scheme": scheme, "lmem_high": res.lmem_high, "l2_high": res.l2_high,
                  "l2_static": res.l2_static, "lmem_capacity": res.lmem_capacity,
-                 "l2_capacity": res.l2_capacity, "n_parts": res.n_parts}
+                 "l2_capacity": res.l2_capacity, "n_parts": res.n_parts,
+                 "copied_bytes": res.copied_bytes}
         return out, lse, trace, stats
 
     def dry_run(self, inp: MlaInputs, scheme: Optional[str], validate: bool = True) -> np.ndarray:

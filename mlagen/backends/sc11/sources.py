@@ -15,7 +15,12 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-pthread", "-fno-math-errno")
 FAULT_ENUMS = {"none": "FAULT_NONE", "causal_off_by_one": "FAULT_CAUSAL_OFF_BY_ONE",
                "wrong_scale": "FAULT_WRONG_SCALE", "skip_partial_page": "FAULT_SKIP_PARTIAL_PAGE",
                "bad_split_merge": "FAULT_BAD_SPLIT_MERGE",
-               "early_buffer_swap": "FAULT_EARLY_BUFFER_SWAP"}
+               "early_buffer_swap": "FAULT_EARLY_BUFFER_SWAP",
+               "proj_first_chunk_only": "FAULT_PROJ_FIRST_CHUNK_ONLY",
+               "ignore_softmax_scale": "FAULT_IGNORE_SOFTMAX_SCALE",
+               "page_start_assumed": "FAULT_PAGE_START_ASSUMED",
+               "empty_partial_unmasked": "FAULT_EMPTY_PARTIAL_UNMASKED",
+               "default_head_split": "FAULT_DEFAULT_HEAD_SPLIT"}
 DTYPE_CLASSES = {"bf16": "Bf16", "fp16": "Fp16"}
 
 

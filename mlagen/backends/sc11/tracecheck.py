@@ -8,7 +8,12 @@ previous event of its own (core, engine) queue.  From that:
 * phase B multi-buffer (reconstructed per core in issue order): the BDC work of step k
   happens after the GDMA that moved step k's tile into LMEM, which happens after the SDMA
   gather of step k into L2; and the SDMA / GDMA of step k happen after the BDC work of
-  step k - buffers that last used the same slots (no DMA into a slot in use).
+  step k - buffers that last used the same slots (no DMA into a slot in use);
+* phases A and C (check_projection) and the merge (check_merge), the same way: loads
+  before the BDC work that reads them, BDC output before its store, no refill of a slot
+  before its previous reader is done;
+* across barriers (check_across_phases): a phase's L2 writes before the next phases'
+  L2 reads on every core.
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ class HappensBefore:
         # anc[e, q]: the latest event of queue q that happens before or at e (-1: none)
         anc = np.full((len(trace), self.nq), -1, dtype=np.int64)
         last = np.full(self.nq, -1, dtype=np.int64)
+        # a barrier ends on every core together: each member ends after every member's
+        # arrival (the emulator appends a barrier's members one after another)
+        is_bar = trace["engine"] == Engine.BARRIER
+        members: dict = {}
+        for i in np.nonzero(is_bar)[0].tolist():
+            members.setdefault(int(trace["aux"][i]), []).append(i)
+        joined: dict = {}
         for i in range(len(trace)):
             q = self.queue[i]
             row = anc[last[q]].copy() if last[q] >= 0 else np.full(self.nq, -1, np.int64)
@@ -47,6 +59,23 @@ class HappensBefore:
                 if d >= 0:
                     np.maximum(row, anc[d], out=row)
             row[q] = i
+            if is_bar[i]:
+                group = members[int(trace["aux"][i])]
+                if i == group[0]:
+                    joined[group[0]] = row
+                    for j in group[1:]:
+                        if any(d >= group[0] for d in trace["deps"][j] if d >= 0):
+                            break       # not a contiguous barrier: join what we can
+                        qj = self.queue[j]
+                        rj = anc[last[qj]].copy() if last[qj] >= 0 else \
+                            np.full(self.nq, -1, np.int64)
+                        for d in trace["deps"][j]:
+                            if d >= 0:
+                                np.maximum(rj, anc[d], out=rj)
+                        rj[qj] = j
+                        np.maximum(row, rj, out=row)
+                else:
+                    np.maximum(row, joined[group[0]], out=row)
             anc[i] = row
             last[q] = i
         self.anc = anc
@@ -126,8 +155,144 @@ def check_buffers(trace: np.ndarray, buffers: int, d: int,
     return errs
 
 
+def _segments(trace: np.ndarray) -> np.ndarray:
+    """Per event: how many barriers its core passed before it (its barrier segment)."""
+    seg = np.zeros(len(trace), np.int64)
+    bar = trace["engine"] == Engine.BARRIER
+    for c in np.unique(trace["core"]):
+        on = trace["core"] == c
+        seg[on] = np.cumsum(bar[on]) - bar[on]
+    return seg
+
+
+def _need(errs: list, hb: HappensBefore, a: int, b: int, what: str) -> None:
+    if not hb.before(a, b):
+        errs.append(what)
+
+
+def check_projection(trace: np.ndarray, phase: int, hb: HappensBefore) -> list[str]:
+    """Phase A (1) or C (4), per core in issue order.  Item i = one (row chunk, head): its
+    weight load(s) and input load happen before its first matmul, its BDC output before its
+    store; slots (2 of each) are refilled only after the item two back used them."""
+    errs = []
+    seg = _segments(trace)
+    for core in np.unique(trace["core"]).tolist():
+        on = trace["core"] == core
+        ph = on & (trace["phase"] == phase)
+        if not ph.any():
+            continue
+        segment = int(seg[ph].min())
+        t_seg = on & (seg == segment) & (trace["engine"] != Engine.BARRIER)
+        t = trace[t_seg]
+        g, b = t[t["engine"] == Engine.GDMA], t[t["engine"] == Engine.BDC]
+        weights = g["id"][(g["phase"] == 0) & (g["src"] == Mem.DDR)].tolist()
+        mm = b[b["op"] == Op.MATMUL]
+        vec = b["id"][b["op"] == Op.VECTOR].tolist()
+        if phase == 1:      # q = x W_UQ, q_lat = q_nope W_UK, RoPE + rounding (vector)
+            first = mm["id"][0::2].tolist()
+            per_item_w = 2
+            inputs = g["id"][(g["phase"] == 1) & (g["src"] == Mem.DDR)].tolist()
+            stores = g["id"][(g["dst"] == Mem.L2)].tolist()
+        else:               # out = o_lat W_UV (matmul), rounding (vector)
+            first = mm["id"].tolist()
+            per_item_w = 1
+            inputs = g["id"][(g["src"] == Mem.L2)].tolist()
+            stores = g["id"][(g["dst"] == Mem.DDR)].tolist()
+        n = len(first)
+        if not (len(vec) == len(stores) == n and len(weights) == per_item_w * n and inputs):
+            errs.append(f"phase {phase} core {core}: {n} items, {len(weights)} weight loads, "
+                        f"{len(vec)} outputs, {len(stores)} stores, {len(inputs)} inputs")
+            continue
+        per_chunk = n // len(inputs) if phase == 1 else 1
+        if phase == 1 and per_chunk * len(inputs) != n:
+            errs.append(f"phase A core {core}: {n} items over {len(inputs)} row chunks")
+            continue
+        for i in range(n):
+            w = weights[per_item_w * i: per_item_w * (i + 1)]
+            where = f"phase {phase} core {core} item {i}"
+            for x in w:
+                _need(errs, hb, x, first[i], f"{where}: matmul may start before its weights")
+            _need(errs, hb, inputs[i // per_chunk], first[i],
+                  f"{where}: matmul may start before its input rows")
+            _need(errs, hb, vec[i], stores[i], f"{where}: store may start before BDC wrote it")
+            if i >= 2:
+                _need(errs, hb, vec[i - 2], w[0],
+                      f"{where}: weight load into a slot still being read")
+                _need(errs, hb, stores[i - 2], first[i],
+                      f"{where}: BDC output into a slot still being stored")
+            j = i // per_chunk
+            if i % per_chunk == 0 and j >= 2:
+                _need(errs, hb, vec[(j - 1) * per_chunk - 1], inputs[j],
+                      f"{where}: input load into a slot still being read")
+    return errs
+
+
+def check_merge(trace: np.ndarray, hb: HappensBefore) -> list[str]:
+    """The merge, per core in issue order: partial j's load happens before its fold; a load
+    refills a slot (2) only after the fold two back; each merged result is written by BDC
+    before its store, and the out slot (1) is rewritten only after the previous store."""
+    errs = []
+    for core in np.unique(trace["core"]).tolist():
+        t = trace[(trace["core"] == core) & (trace["phase"] == 3)]
+        if not len(t):
+            continue
+        loads = t["id"][(t["engine"] == Engine.GDMA) & (t["dst"] == Mem.LMEM)].tolist()
+        v = t[(t["engine"] == Engine.BDC) & (t["op"] == Op.VECTOR)]
+        if not len(v):
+            continue
+        big = v["elems"].max()
+        folds = v["id"][v["elems"] == big].tolist()
+        finals = v["id"][v["elems"] != big].tolist()
+        g = t[(t["engine"] == Engine.GDMA) & (t["src"] == Mem.LMEM)]
+        stores = g["id"][g["bytes"] != g["bytes"].min()].tolist() if len(g) else []
+        if len(loads) != len(folds) or len(stores) != len(finals):
+            errs.append(f"merge core {core}: {len(loads)} loads / {len(folds)} folds, "
+                        f"{len(finals)} results / {len(stores)} stores")
+            continue
+        for j in range(len(loads)):
+            _need(errs, hb, loads[j], folds[j], f"merge core {core} partial {j}: folded "
+                  f"before its load")
+            if j >= 2:
+                _need(errs, hb, folds[j - 2], loads[j], f"merge core {core} partial {j}: "
+                      f"load into a slot still being folded")
+        for k in range(len(finals)):
+            _need(errs, hb, finals[k], stores[k], f"merge core {core} result {k}: stored "
+                  f"before BDC wrote it")
+            if k:
+                _need(errs, hb, stores[k - 1], finals[k], f"merge core {core} result {k}: "
+                      f"written into the out slot while it is being stored")
+    return errs
+
+
+def check_across_phases(trace: np.ndarray, hb: HappensBefore) -> list[str]:
+    """What one phase writes to L2, every core of the next phases reads after: each core's
+    last L2 write of a segment happens before every core's first L2 read of a later one."""
+    errs = []
+    seg = _segments(trace)
+    dma = trace["op"] == Op.DMA
+    writes = dma & (trace["dst"] == Mem.L2) & (trace["engine"] == Engine.GDMA)
+    reads = dma & (trace["src"] == Mem.L2) & (trace["engine"] == Engine.GDMA)
+    cores = np.unique(trace["core"]).tolist()
+    for k in np.unique(seg[writes]).tolist():
+        last_w = [int(trace["id"][writes & (seg == k) & (trace["core"] == c)].max())
+                  for c in cores if (writes & (seg == k) & (trace["core"] == c)).any()]
+        for c in cores:
+            later = reads & (seg > k) & (trace["core"] == c)
+            if later.any():
+                r = int(trace["id"][later].min())
+                for w in last_w:
+                    _need(errs, hb, w, r, f"segment {k}: core {int(trace['core'][w])}'s L2 "
+                          f"writes may land after core {c} reads L2 in a later segment")
+    return errs
+
+
 def check(trace: np.ndarray, buffers: int, d: int) -> list[str]:
     errs = check_basic(trace)
     if not errs:
-        errs += check_buffers(trace, buffers, d)
+        hb = HappensBefore(trace)
+        errs += check_buffers(trace, buffers, d, hb)
+        for ph in (1, 4):
+            errs += check_projection(trace, ph, hb)
+        errs += check_merge(trace, hb)
+        errs += check_across_phases(trace, hb)
     return errs

@@ -34,6 +34,7 @@ struct Sc11Result {
   int64_t l2_static;        // the multi-buffer slots (what the schedule check counts)
   int64_t lmem_capacity, l2_capacity;
   int64_t n_parts;          // partial results merged (seq / batch_seq schemes)
+  int64_t copied_bytes;     // bytes the DMA copies moved (compute mode; 0 in dry mode)
 };
 
 // Returns 0 on success, 1 on an emulator error (protocol or capacity), 2 on bad arguments;

@@ -80,16 +80,21 @@ constexpr int64_t kLocal = int64_t(1) << 62;
 constexpr int64_t kNone = -1;
 
 // A buffer slot of a multi-buffer.  Protocol:
-//   fill   (a DMA, or BDC writing an output)  needs the slot FREE;   -> FILLED
+//   fill   (a DMA, or BDC writing an output)  needs the slot FREE;   -> FILLING -> FILLED
 //   wait   (the consumer engine)              needs FILLED;          -> READY
 //   read   (every consumer access)            needs READY and the expected step
 //   release(last consumer event)              needs READY;           -> FREE
-// Any other order is a bug in the kernel and raises EmuError.
+// Any other order is a bug in the kernel and raises EmuError.  Accesses are checked by
+// address too (Core::rd / Core::wr): every byte read must lie in a READY slot or outside
+// every slot, every byte written in a slot being filled or outside every slot.  So a read
+// of the slot the next step's DMA is filling raises even when the bookkeeping calls agree.
 struct Slot {
-  enum State { FREE, FILLED, READY };
+  enum State { FREE, FILLING, FILLED, READY };
   const char* name = "slot";
   int index = 0;
+  int mem = LMEM;           // the space it lives in (LMEM or L2)
   int64_t off = 0;          // offset in its space
+  int64_t bytes = 0;        // its size
   State state = FREE;
   int64_t step = -1;        // which step's data it holds
   int64_t fill_ev = kNone;  // the event that filled it
@@ -112,7 +117,38 @@ struct Core {
   bool engine_after_barrier[3] = {false, false, false};
   int phase = PH_SETUP;
   std::vector<Ring*> rings;           // every ring of this core (for phase-end checks)
+  int64_t copied = 0;                 // bytes the DMA copies really moved (compute mode)
 
+  static const char* state_name(Slot::State st) {
+    return st == Slot::FREE ? "free (nothing waited for)" : st == Slot::FILLING ? "being filled"
+         : st == Slot::FILLED ? "being filled (its DMA not waited for)" : "ready";
+  }
+  // Address checks: the slots of this core overlapping [off, off + bytes) in `mem`.
+  template <class F>
+  void overlapping(int mem, int64_t off, int64_t bytes, F f) const {
+    for (const Ring* r : rings)
+      for (const Slot& s : r->slots)
+        if (s.mem == mem && off < s.off + s.bytes && s.off < off + bytes) f(s);
+  }
+  // A read of [off, off + bytes) of `sp`: only READY slots (or memory outside every slot).
+  const uint8_t* rd(Space& sp, int mem, int64_t off, int64_t bytes) {
+    overlapping(mem, off, bytes, [&](const Slot& s) {
+      if (s.state != Slot::READY)
+        fail("core %d: read of %s[%d] (offset %lld, %lld B) while it is %s", id, s.name,
+             s.index, (long long)off, (long long)bytes, state_name(s.state));
+    });
+    return dry ? nullptr : sp.at(off);
+  }
+  // A write of [off, off + bytes) of `sp`: only slots being filled (or outside every slot).
+  uint8_t* wr(Space& sp, int mem, int64_t off, int64_t bytes) {
+    overlapping(mem, off, bytes, [&](const Slot& s) {
+      if (s.state != Slot::FILLING)
+        fail("core %d: write into %s[%d] (offset %lld, %lld B) while it is %s, not being "
+             "filled", id, s.name, s.index, (long long)off, (long long)bytes,
+             state_name(s.state));
+    });
+    return dry ? nullptr : sp.at(off);
+  }
   // Append an event; returns its (local) handle.
   int64_t emit(int engine, int op, int src, int dst, int64_t bytes, int64_t m, int64_t n,
                int64_t k, int64_t elems, int64_t aux, std::initializer_list<int64_t> deps,
@@ -158,10 +194,15 @@ struct Core {
       fail("core %d: write into %s[%d] (step %lld) while it still holds step %lld (%s): "
            "the buffer is in use",
            id, s.name, s.index, (long long)step, (long long)s.step,
-           s.state == Slot::FILLED ? "filled, not consumed" : "being read");
+           s.state == Slot::READY ? "being read" : "filled, not consumed");
+    s.state = Slot::FILLING;
+    s.step = step;
     return s.free_ev;
   }
   void end_fill(Slot& s, int64_t step, int64_t ev) {
+    if (s.state != Slot::FILLING || s.step != step)
+      fail("core %d: %s[%d] marked filled for step %lld without begin_fill", id, s.name,
+           s.index, (long long)step);
     s.state = Slot::FILLED;
     s.step = step;
     s.fill_ev = ev;
@@ -195,9 +236,31 @@ struct Core {
     for (int i = 0; i < n; ++i) {
       r.slots[i].name = name;
       r.slots[i].index = i;
+      r.slots[i].mem = LMEM;
+      r.slots[i].bytes = bytes_each;
       r.slots[i].off = lmem.alloc(bytes_each, name);
     }
     rings.push_back(&r);
+  }
+
+  // A DMA: its copies go through `cp` (pieces of contiguous bytes); the event's byte and
+  // piece counts are what those copies moved, never written beside them.
+  struct Copy {
+    Core& c;
+    int64_t bytes = 0, runs = 0;
+    explicit Copy(Core& core) : c(core) {}
+    void operator()(void* dst, const void* src, int64_t n) {
+      if (!c.dry) {
+        std::memcpy(dst, src, (size_t)n);
+        c.copied += n;
+      }
+      bytes += n;
+      ++runs;
+    }
+  };
+  int64_t dma(int engine, int src, int dst, const Copy& cp,
+              std::initializer_list<int64_t> deps, int phase_override = -1) {
+    return emit(engine, OP_DMA, src, dst, cp.bytes, 0, 0, 0, 0, cp.runs, deps, phase_override);
   }
 
   // Rewrite local handles to global ids once the phase's events got their place.

@@ -30,6 +30,12 @@ enum Fault : int {
   FAULT_SKIP_PARTIAL_PAGE = 3,
   FAULT_BAD_SPLIT_MERGE = 4,
   FAULT_EARLY_BUFFER_SWAP = 5,
+  // faults in the paths the default examples miss (tests/test_sc11_paths.py)
+  FAULT_PROJ_FIRST_CHUNK_ONLY = 6,   // phases A and C stop after the first 128 token rows
+  FAULT_IGNORE_SOFTMAX_SCALE = 7,    // the convention's default scale, not the caller's
+  FAULT_PAGE_START_ASSUMED = 8,      // a gather assumes its tile starts on a page boundary
+  FAULT_EMPTY_PARTIAL_UNMASKED = 9,  // the merge weighs a partial that saw nothing as lse 0
+  FAULT_DEFAULT_HEAD_SPLIT = 10,     // phases A/C give a core heads / cores heads, not HPC
 };
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -75,6 +81,8 @@ class Mla {
       for (int i = 0; i < NBUF; ++i) {
         B.l2kv.slots[i].name = "L2 kv slot";
         B.l2kv.slots[i].index = i;
+        B.l2kv.slots[i].mem = L2;
+        B.l2kv.slots[i].bytes = TILE * D * EL;
         B.l2kv.slots[i].off = chip_.l2.alloc(TILE * D * EL, "a KV tile slot");
       }
       chip_.cores[c].rings.push_back(&B.l2kv);
@@ -114,6 +122,8 @@ class Mla {
     res->lmem_capacity = Cfg::LMEM_BYTES;
     res->l2_capacity = Cfg::L2_BYTES;
     res->n_parts = plan_.n_parts;
+    res->copied_bytes = 0;
+    for (auto& c : chip_.cores) res->copied_bytes += c.copied;
   }
 
  private:
@@ -167,6 +177,8 @@ class Mla {
     return Cfg::FAULT == FAULT_CAUSAL_OFF_BY_ONE ? pos + 1 : pos;
   }
   float scale() const {
+    if (Cfg::FAULT == FAULT_IGNORE_SOFTMAX_SCALE)
+      return (float)(1.0 / std::sqrt((double)(Cfg::FUSED ? NOPE + ROPE : D)));
     return (float)(Cfg::FAULT == FAULT_WRONG_SCALE ? a_.scale * 1.01 : a_.scale);
   }
 
@@ -218,6 +230,16 @@ class Mla {
     sc.init(rows_);
     for (int64_t k = 0; k < std::min<int64_t>(NBUF - 1, nk); ++k)
       sdma_gather(c, B, pieces[steps[step_of_k[k]].piece], steps[step_of_k[k]], B.steps + k);
+    // GDMA is one in-order queue: a piece's output store is issued after the next step's
+    // tile load, so the load is not queued behind the store (the store waits for BDC's
+    // normalisation, which waits for the piece's last compute).
+    const Piece* pending = nullptr;
+    int64_t pending_o = -1;
+    auto flush = [&] {
+      if (pending) store(c, B.out[pending_o], pending_o, pending->seq, pending->h0, pending->h1,
+                         pending->part >= 0 ? pending->part : -1);
+      pending = nullptr;
+    };
     for (size_t i = 0; i < steps.size(); ++i) {
       const Step& st = steps[i];
       const Piece& pc = pieces[st.piece];
@@ -229,10 +251,16 @@ class Mla {
           sdma_gather(c, B, pieces[ahead.piece], ahead, B.steps + k + NBUF - 1);
         }
         gdma_load(c, B, pc, st, B.steps + k);
+        flush();
         compute(c, B, pc, st, B.steps + k, sc);
       }
-      if (st.last) finalize(c, B, pc);
+      if (st.last) {
+        flush();   // the out slot is refilled only after its previous store
+        pending_o = finalize(c, B, pc);
+        pending = &pc;
+      }
     }
+    flush();
     B.steps += nk;
   }
 
@@ -241,17 +269,17 @@ class Mla {
     Slot& s = B.l2kv[step];
     const int64_t dep = c.begin_fill(s, step);
     const int64_t n = st.t1 - st.t0;
-    int64_t runs = 0;
-    uint16_t* dst = dry_ ? nullptr : (uint16_t*)chip_.l2.at(s.off);
+    uint16_t* dst = (uint16_t*)c.wr(chip_.l2, L2, s.off, n * D * EL);
+    Core::Copy cp(c);
     for (int64_t t = st.t0; t < st.t1;) {
-      const int64_t page = t / PAGE, in = t % PAGE, len = std::min<int64_t>(PAGE - in, st.t1 - t);
+      const int64_t page = t / PAGE, len0 = std::min<int64_t>(PAGE - t % PAGE, st.t1 - t);
+      const int64_t in = Cfg::FAULT == FAULT_PAGE_START_ASSUMED ? 0 : t % PAGE;
+      const int64_t len = Cfg::FAULT == FAULT_PAGE_START_ASSUMED ? len0 : std::min<int64_t>(PAGE - in, st.t1 - t);
       const int64_t blk = a_.block_table[pc.seq * a_.max_blocks + page];
-      if (!dry_)
-        std::memcpy(dst + (t - st.t0) * D, a_.k_cache + (blk * PAGE + in) * D, len * D * EL);
+      cp(dst + (t - st.t0) * D, a_.k_cache + (blk * PAGE + in) * D, len * D * EL);
       t += len;
-      ++runs;
     }
-    const int64_t ev = c.emit(SDMA, OP_DMA, DDR, L2, n * D * EL, 0, 0, 0, 0, runs, {dep});
+    const int64_t ev = c.dma(SDMA, DDR, L2, cp, {dep});
     c.end_fill(s, step, ev);
   }
 
@@ -263,20 +291,19 @@ class Mla {
     const int64_t ready = c.wait(l2, step);
     const int64_t n = st.t1 - st.t0;
     const int64_t dep_kv = c.begin_fill(kv, step);
-    if (!dry_) std::memcpy(c.lmem.at(kv.off), chip_.l2.at(l2.off), n * D * EL);
-    const int64_t ev_kv = c.emit(GDMA, OP_DMA, L2, LMEM, n * D * EL, 0, 0, 0, 0, 1, {ready, dep_kv});
+    Core::Copy ckv(c);
+    ckv(c.wr(c.lmem, LMEM, kv.off, n * D * EL), c.rd(chip_.l2, L2, l2.off, n * D * EL), n * D * EL);
+    const int64_t ev_kv = c.dma(GDMA, L2, LMEM, ckv, {ready, dep_kv});
     c.end_fill(kv, step, ev_kv);
     const int64_t dep_q = c.begin_fill(q, step);
     const int nh = pc.h1 - pc.h0;
-    if (!dry_) {
-      uint16_t* dst = (uint16_t*)c.lmem.at(q.off);
-      const uint16_t* src = Cfg::FUSED ? (const uint16_t*)chip_.l2.at(q_l2_) : a_.q;
-      for (int s = 0; s < a_.s_q; ++s)
-        std::memcpy(dst + (int64_t)s * nh * D,
-                    src + (((int64_t)pc.seq * a_.s_q + s) * H + pc.h0) * D, (int64_t)nh * D * EL);
-    }
-    const int64_t ev_q = c.emit(GDMA, OP_DMA, Cfg::FUSED ? L2 : DDR, LMEM,
-                                (int64_t)a_.s_q * nh * D * EL, 0, 0, 0, 0, a_.s_q, {dep_q});
+    uint16_t* dst = (uint16_t*)c.wr(c.lmem, LMEM, q.off, (int64_t)a_.s_q * nh * D * EL);
+    const uint16_t* src = Cfg::FUSED ? (const uint16_t*)c.rd(chip_.l2, L2, q_l2_, 0) : a_.q;
+    Core::Copy cq(c);
+    for (int s = 0; s < a_.s_q; ++s)
+      cq(dst + (int64_t)s * nh * D, src + (((int64_t)pc.seq * a_.s_q + s) * H + pc.h0) * D,
+         (int64_t)nh * D * EL);
+    const int64_t ev_q = c.dma(GDMA, Cfg::FUSED ? L2 : DDR, LMEM, cq, {dep_q});
     c.end_fill(q, step, ev_q);
   }
 
@@ -312,12 +339,15 @@ class Mla {
     const int nh = pc.h1 - pc.h0, rows = nh * (int)a_.s_q;
     const int64_t w_kv = c.wait(B.kv[step], step);
     const int64_t w_q = c.wait(B.q[step], step);
-    // the planted early_buffer_swap reads the slot of the next step
+    // the planted early_buffer_swap reads the slot of the next step (the address check in
+    // Core::rd sees a slot that is free or being filled)
     const int64_t rs = Cfg::FAULT == FAULT_EARLY_BUFFER_SWAP ? step + 1 : step;
-    c.check_read(B.kv[rs], rs);
+    const int64_t n = st.t1 - st.t0;
+    const uint16_t* kv = (const uint16_t*)c.rd(c.lmem, LMEM, B.kv[rs].off, n * D * EL);
+    c.check_read(B.kv[step], step);
     c.check_read(B.q[step], step);
-    const uint16_t* kv = dry_ ? nullptr : (const uint16_t*)c.lmem.at(B.kv[rs].off);
-    if (!dry_) to_f32<T>((const uint16_t*)c.lmem.at(B.q[step].off), sc.qf.data(), (int64_t)rows * D);
+    const uint16_t* q = (const uint16_t*)c.rd(c.lmem, LMEM, B.q[step].off, (int64_t)rows * D * EL);
+    if (!dry_) to_f32<T>(q, sc.qf.data(), (int64_t)rows * D);
     const float scl = scale();
     std::vector<int64_t> lim(rows);
     for (int r = 0; r < rows; ++r) lim[r] = visible_limit(pc.seq, r / nh);
@@ -331,11 +361,13 @@ class Mla {
              first ? deps : std::initializer_list<int64_t>{});
       c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows * nb + (int64_t)rows * DV,
              B.kv[step].index, {});
-      last = c.emit(BDC, OP_MATMUL, LMEM, LMEM, 0, rows, DV, nb, 0, B.kv[step].index, {});
+      // P stays fp32 into P V (rounding it to 16 bits moves out beyond the oracle's bf16
+      // tolerance on small blocks): elems = 4 charges the cube's fp32 rate for it
+      last = c.emit(BDC, OP_MATMUL, LMEM, LMEM, 0, rows, DV, nb, 4, B.kv[step].index, {});
       first = false;
     }
     c.release(B.q[step], step, last);
-    c.release(B.kv[rs], rs, last);
+    c.release(B.kv[step], step, last);
     c.release(B.l2kv[step], step, last);  // the stage (L2 + LMEM slot) frees when BDC is done
   }
 
@@ -380,18 +412,20 @@ class Mla {
     gemm(rows, DV, nb, S, BKV, v, DV, O, DV, true);
   }
 
-  // BDC normalises into the out slot; GDMA stores it (output, or a partial in L2).
-  void finalize(Core& c, Bufs& B, const Piece& pc) {
+  // BDC normalises into the out slot; returns the slot's step for the store (phase_b issues
+  // it after the next tile load).  A final row with nothing visible gets lse +inf (FlashMLA's
+  // convention); a partial keeps -inf for the merge.
+  int64_t finalize(Core& c, Bufs& B, const Piece& pc) {
     const int nh = pc.h1 - pc.h0, rows = nh * (int)a_.s_q;
     const int64_t o = B.outs++;
     Slot& s = B.out[o];
     const int64_t dep = c.begin_fill(s, o);
     const bool partial = pc.part >= 0;
+    float* dst = (float*)c.wr(c.lmem, LMEM, s.off, s.bytes);   // partial: fp32 O then lse
     if (!dry_) {
       float* O = acc(c);
       float* M = mx(c);
       float* L = sm(c);
-      float* dst = (float*)c.lmem.at(s.off);   // partial: fp32 O then lse
       uint16_t* dst16 = (uint16_t*)dst;        // final: 16-bit O then fp32 lse
       float* lse = dst + (int64_t)rows * DV;
       for (int r = 0; r < rows; ++r) {
@@ -402,41 +436,41 @@ class Mla {
           for (int d = 0; d < DV; ++d) dst[(int64_t)r * DV + d] = src[d] * inv;
         else
           for (int d = 0; d < DV; ++d) dst16[(int64_t)r * DV + d] = T::from_f32(src[d] * inv);
-        lse[r] = empty ? kNegInf : M[r] + std::log(L[r]);
+        lse[r] = !empty ? M[r] + std::log(L[r])
+                        : partial ? kNegInf : std::numeric_limits<float>::infinity();
       }
     }
     const int64_t ev = c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows * DV, s.index, {dep});
     c.end_fill(s, o, ev);
-    store(c, s, o, pc.seq, pc.h0, pc.h1, partial ? pc.part : -1);
+    return o;
   }
 
   // GDMA: an out slot to its destination.  part >= 0: the partial's place in L2; else the
-  // output (DDR, or o_lat in L2 when fused) and lse (DDR, +inf where nothing was visible).
+  // output (DDR, or o_lat in L2 when fused) and lse (DDR).
   void store(Core& c, Slot& s, int64_t o, int seq, int h0, int h1, int part) {
     const int64_t ready = c.wait(s, o);
     c.check_read(s, o);
     const int nh = h1 - h0, rows = nh * (int)a_.s_q;
     int64_t ev;
     if (part >= 0) {
-      if (!dry_) std::memcpy(chip_.l2.at(part_l2_ + part * part_bytes()), c.lmem.at(s.off), part_bytes());
-      ev = c.emit(GDMA, OP_DMA, LMEM, L2, part_bytes(), 0, 0, 0, 0, 1, {ready});
+      Core::Copy cp(c);
+      cp(chip_.l2.at(part_l2_ + part * part_bytes()), c.rd(c.lmem, LMEM, s.off, part_bytes()),
+         part_bytes());
+      ev = c.dma(GDMA, LMEM, L2, cp, {ready});
     } else {
-      const uint16_t* src = (const uint16_t*)c.lmem.at(s.off);
-      const float* lse = (const float*)c.lmem.at(s.off) + (int64_t)rows * DV;
-      if (!dry_) {
-        uint16_t* dst = Cfg::FUSED ? (uint16_t*)chip_.l2.at(o_l2_) : a_.out;
-        for (int q = 0; q < a_.s_q; ++q)
-          std::memcpy(dst + (((int64_t)seq * a_.s_q + q) * H + h0) * DV, src + (int64_t)q * nh * DV,
-                      (int64_t)nh * DV * EL);
-        for (int r = 0; r < rows; ++r) {
-          const int q = r / nh, h = h0 + r % nh;
-          a_.lse[((int64_t)seq * H + h) * a_.s_q + q] =
-              lse[r] == kNegInf ? std::numeric_limits<float>::infinity() : lse[r];
-        }
+      const uint16_t* src = (const uint16_t*)c.rd(c.lmem, LMEM, s.off, s.bytes);
+      const float* lse = (const float*)src + (int64_t)rows * DV;
+      uint16_t* dst = Cfg::FUSED ? (uint16_t*)chip_.l2.at(o_l2_) : a_.out;
+      Core::Copy co(c), cl(c);
+      for (int q = 0; q < a_.s_q; ++q)
+        co(dst + (((int64_t)seq * a_.s_q + q) * H + h0) * DV, src + (int64_t)q * nh * DV,
+           (int64_t)nh * DV * EL);
+      for (int r = 0; r < rows; ++r) {
+        const int q = r / nh, h = h0 + r % nh;
+        cl(a_.lse + ((int64_t)seq * H + h) * a_.s_q + q, lse + r, 4);
       }
-      c.emit(GDMA, OP_DMA, LMEM, Cfg::FUSED ? L2 : DDR, (int64_t)rows * DV * EL, 0, 0, 0, 0,
-             a_.s_q, {ready});
-      ev = c.emit(GDMA, OP_DMA, LMEM, DDR, (int64_t)rows * 4, 0, 0, 0, 0, rows, {});
+      c.dma(GDMA, LMEM, Cfg::FUSED ? L2 : DDR, co, {ready});
+      ev = c.dma(GDMA, LMEM, DDR, cl, {});
     }
     c.release(s, o, ev);
   }
@@ -456,8 +490,10 @@ class Mla {
       auto load = [&](size_t i) {
         Slot& s = B.mrg[base + i];
         const int64_t dep = c.begin_fill(s, base + i);
-        if (!dry_) std::memcpy(c.lmem.at(s.off), chip_.l2.at(part_l2_ + parts[i] * part_bytes()), part_bytes());
-        const int64_t ev = c.emit(GDMA, OP_DMA, L2, LMEM, part_bytes(), 0, 0, 0, 0, 1, {dep});
+        Core::Copy cp(c);
+        cp(c.wr(c.lmem, LMEM, s.off, part_bytes()),
+           chip_.l2.at(part_l2_ + parts[i] * part_bytes()), part_bytes());
+        const int64_t ev = c.dma(GDMA, L2, LMEM, cp, {dep});
         c.end_fill(s, base + i, ev);
       };
       float* O = (float*)c.lmem.at(B.work);
@@ -472,7 +508,8 @@ class Mla {
         Slot& s = B.mrg[base + i];
         const int64_t w = c.wait(s, base + i);
         c.check_read(s, base + i);
-        if (!dry_) merge_one((const float*)c.lmem.at(s.off), O, Lse, (int)parts.size());
+        const float* part = (const float*)c.rd(c.lmem, LMEM, s.off, part_bytes());
+        if (!dry_) merge_one(part, O, Lse, (int)parts.size());
         const int64_t ev = c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows_ * DV * 2, s.index, {w});
         c.release(s, base + i, ev);
       }
@@ -481,11 +518,12 @@ class Mla {
       const int64_t o = B.outs++;
       Slot& s = B.out[o];
       const int64_t dep = c.begin_fill(s, o);
+      uint16_t* dst16 = (uint16_t*)c.wr(c.lmem, LMEM, s.off, s.bytes);
       if (!dry_) {
-        uint16_t* dst16 = (uint16_t*)c.lmem.at(s.off);
-        float* lse = (float*)c.lmem.at(s.off) + (int64_t)rows_ * DV;
+        float* lse = (float*)dst16 + (int64_t)rows_ * DV;
         from_f32<T>(O, dst16, (int64_t)rows_ * DV);
-        std::copy(Lse, Lse + rows_, lse);
+        for (int r = 0; r < rows_; ++r)
+          lse[r] = Lse[r] == kNegInf ? std::numeric_limits<float>::infinity() : Lse[r];
       }
       c.end_fill(s, o, c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows_ * DV, s.index, {dep}));
       store(c, s, o, seq, 0, H, -1);
@@ -496,7 +534,8 @@ class Mla {
   void merge_one(const float* part, float* O, float* Lse, int nparts) {
     const float* lse_p = part + (int64_t)rows_ * DV;
     for (int r = 0; r < rows_; ++r) {
-      const float lp = lse_p[r];
+      // planted: an empty partial's lse read as 0 (as if it had weight)
+      const float lp = Cfg::FAULT == FAULT_EMPTY_PARTIAL_UNMASKED && lse_p[r] == kNegInf ? 0.f : lse_p[r];
       if (lp == kNegInf) continue;  // nothing visible in this slice for this row
       float* o = O + (int64_t)r * DV;
       const float* p = part + (int64_t)r * DV;
@@ -532,9 +571,12 @@ class Mla {
   };
   std::vector<Item> proj_items(int core) const {
     std::vector<Item> items;
-    const int h0 = core * HPC, h1 = std::min(H, h0 + HPC);
+    const int h0 = core * HPC;
+    const int span = Cfg::FAULT == FAULT_DEFAULT_HEAD_SPLIT ? (H + CORES - 1) / CORES : HPC;
+    const int h1 = std::min(H, h0 + span);
     const int64_t tokens = a_.batch * a_.s_q;
-    for (int64_t r0 = 0; r0 < tokens; r0 += PR)
+    const int64_t upto = Cfg::FAULT == FAULT_PROJ_FIRST_CHUNK_ONLY ? std::min<int64_t>(tokens, PR) : tokens;
+    for (int64_t r0 = 0; r0 < upto; r0 += PR)
       for (int h = h0; h < h1; ++h)
         items.push_back({r0, std::min(tokens, r0 + PR), h, h == h0, h == h1 - 1});
     return items;
@@ -555,29 +597,29 @@ class Mla {
     auto fill_in = [&](const Item& it, int64_t step) {
       Slot& s = B.pin[step];
       const int64_t dep = c.begin_fill(s, step);
-      if (!dry_) std::memcpy(c.lmem.at(s.off), a_.q_lora + it.r0 * R, (it.r1 - it.r0) * R * EL);
-      const int64_t ev = c.emit(GDMA, OP_DMA, DDR, LMEM, (it.r1 - it.r0) * R * EL, 0, 0, 0, 0, 1, {dep});
+      Core::Copy cp(c);
+      cp(c.wr(c.lmem, LMEM, s.off, (it.r1 - it.r0) * R * EL), a_.q_lora + it.r0 * R,
+         (it.r1 - it.r0) * R * EL);
+      const int64_t ev = c.dma(GDMA, DDR, LMEM, cp, {dep});
       c.end_fill(s, step, ev);
     };
     auto fill_w = [&](const Item& it, int64_t step) {
       Slot& s = B.w[step];
       const int64_t dep = c.begin_fill(s, step);
-      if (!dry_) {
-        uint16_t* dst = (uint16_t*)c.lmem.at(s.off);
-        for (int r = 0; r < R; ++r)  // the head's columns of every row of W_UQ
-          std::memcpy(dst + (int64_t)r * (NOPE + ROPE),
-                      a_.w_uq + ((int64_t)r * H + it.h) * (NOPE + ROPE), (NOPE + ROPE) * EL);
-        std::memcpy(dst + (int64_t)R * (NOPE + ROPE), a_.w_uk + (int64_t)it.h * NOPE * DV,
-                    (int64_t)NOPE * DV * EL);
-      }
-      c.emit(GDMA, OP_DMA, DDR, LMEM, (int64_t)R * (NOPE + ROPE) * EL, 0, 0, 0, 0, R, {dep}, PH_SETUP);
-      const int64_t ev = c.emit(GDMA, OP_DMA, DDR, LMEM, (int64_t)NOPE * DV * EL, 0, 0, 0, 0, 1, {}, PH_SETUP);
+      uint16_t* dst = (uint16_t*)c.wr(c.lmem, LMEM, s.off, s.bytes);
+      Core::Copy cq(c), ck(c);
+      for (int r = 0; r < R; ++r)  // the head's columns of every row of W_UQ
+        cq(dst + (int64_t)r * (NOPE + ROPE), a_.w_uq + ((int64_t)r * H + it.h) * (NOPE + ROPE),
+           (NOPE + ROPE) * EL);
+      ck(dst + (int64_t)R * (NOPE + ROPE), a_.w_uk + (int64_t)it.h * NOPE * DV,
+         (int64_t)NOPE * DV * EL);
+      c.dma(GDMA, DDR, LMEM, cq, {dep}, PH_SETUP);
+      const int64_t ev = c.dma(GDMA, DDR, LMEM, ck, {}, PH_SETUP);
       c.end_fill(s, step, ev);
     };
     if (items.empty()) return;
     fill_in(items[0], 0);
     fill_w(items[0], 0);
-    std::vector<double> cs;
     for (size_t i = 0; i < items.size(); ++i) {
       const Item& it = items[i];
       if (i + 1 < items.size()) {
@@ -594,16 +636,17 @@ class Mla {
       const int64_t o = B.outs++;
       Slot& os = B.pout[o];
       const int64_t dep_o = c.begin_fill(os, o);
+      const uint16_t* xin = (const uint16_t*)c.rd(c.lmem, LMEM, xs.off, (int64_t)nr * R * EL);
+      const uint16_t* w = (const uint16_t*)c.rd(c.lmem, LMEM, ws.off, ws.bytes);
+      uint16_t* dst = (uint16_t*)c.wr(c.lmem, LMEM, os.off, (int64_t)nr * D * EL);  // absorbed q rows
       if (!dry_) {
-        if (it.chunk_first) to_f32<T>((const uint16_t*)c.lmem.at(xs.off), x.data(), (int64_t)nr * R);
-        const uint16_t* w = (const uint16_t*)c.lmem.at(ws.off);
+        if (it.chunk_first) to_f32<T>(xin, x.data(), (int64_t)nr * R);
         to_f32<T>(w, wq.data(), (int64_t)R * (NOPE + ROPE));
         to_f32<T>(w + (int64_t)R * (NOPE + ROPE), wk.data(), (int64_t)NOPE * DV);
         float* qh = (float*)c.lmem.at(B.pwork);           // [nr, nope + rope]
         float* ql = qh + (int64_t)PR * (NOPE + ROPE);     // [nr, dv]
         gemm(nr, NOPE + ROPE, R, x.data(), R, wq.data(), NOPE + ROPE, qh, NOPE + ROPE, false);
         gemm(nr, DV, NOPE, qh, NOPE + ROPE, wk.data(), DV, ql, DV, false);
-        uint16_t* dst = (uint16_t*)c.lmem.at(os.off);     // [nr, d] absorbed q rows
         for (int r = 0; r < nr; ++r) {
           from_f32<T>(ql + (int64_t)r * DV, dst + (int64_t)r * D, DV);
           const int64_t tok = it.r0 + r, b = tok / a_.s_q, s = tok % a_.s_q;
@@ -619,7 +662,9 @@ class Mla {
         }
       }
       c.emit(BDC, OP_MATMUL, LMEM, LMEM, 0, nr, NOPE + ROPE, R, 0, ws.index, {w1, w2, dep_o});
-      c.emit(BDC, OP_MATMUL, LMEM, LMEM, 0, nr, DV, NOPE, 0, ws.index, {});
+      // q_nope stays fp32 into W_UK (the oracle does not round it): elems = 4 tells the cost
+      // model to charge the cube's fp32 rate for this product
+      c.emit(BDC, OP_MATMUL, LMEM, LMEM, 0, nr, DV, NOPE, 4, ws.index, {});
       const int64_t ev = c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)nr * D, os.index, {});
       c.release(ws, (int64_t)i, ev);
       if (it.chunk_last) c.release(xs, chunk, ev);
@@ -627,11 +672,11 @@ class Mla {
       // GDMA: the head's absorbed q rows to L2 [b, s_q, h, d]
       const int64_t ready = c.wait(os, o);
       c.check_read(os, o);
-      if (!dry_)
-        for (int r = 0; r < nr; ++r)
-          std::memcpy(chip_.l2.at(q_l2_ + ((it.r0 + r) * H + it.h) * D * EL),
-                      c.lmem.at(os.off + (int64_t)r * D * EL), D * EL);
-      const int64_t st = c.emit(GDMA, OP_DMA, LMEM, L2, (int64_t)nr * D * EL, 0, 0, 0, 0, nr, {ready});
+      const uint16_t* qrows = (const uint16_t*)c.rd(c.lmem, LMEM, os.off, (int64_t)nr * D * EL);
+      Core::Copy cp(c);
+      for (int r = 0; r < nr; ++r)
+        cp(chip_.l2.at(q_l2_ + ((it.r0 + r) * H + it.h) * D * EL), qrows + (int64_t)r * D, D * EL);
+      const int64_t st = c.dma(GDMA, LMEM, L2, cp, {ready});
       c.release(os, o, st);
       if (it.chunk_last) ++chunk;
     }
@@ -652,16 +697,18 @@ class Mla {
       Slot& s = B.pin[step];
       const int64_t dep = c.begin_fill(s, step);
       const int nr = (int)(it.r1 - it.r0);
-      if (!dry_)
-        for (int r = 0; r < nr; ++r)
-          std::memcpy(c.lmem.at(s.off + (int64_t)r * DV * EL),
-                      chip_.l2.at(o_l2_ + ((it.r0 + r) * H + it.h) * DV * EL), DV * EL);
-      const int64_t ev = c.emit(GDMA, OP_DMA, L2, LMEM, (int64_t)nr * DV * EL, 0, 0, 0, 0, nr, {dep});
+      uint16_t* dst = (uint16_t*)c.wr(c.lmem, LMEM, s.off, (int64_t)nr * DV * EL);
+      Core::Copy cp(c);
+      for (int r = 0; r < nr; ++r)
+        cp(dst + (int64_t)r * DV, chip_.l2.at(o_l2_ + ((it.r0 + r) * H + it.h) * DV * EL), DV * EL);
+      const int64_t ev = c.dma(GDMA, L2, LMEM, cp, {dep});
       c.end_fill(s, step, ev);
       Slot& ws = B.w[step];
       const int64_t dw = c.begin_fill(ws, step);
-      if (!dry_) std::memcpy(c.lmem.at(ws.off), a_.w_uv + (int64_t)it.h * DV * VH, (int64_t)DV * VH * EL);
-      const int64_t ew = c.emit(GDMA, OP_DMA, DDR, LMEM, (int64_t)DV * VH * EL, 0, 0, 0, 0, 1, {dw}, PH_SETUP);
+      Core::Copy cw(c);
+      cw(c.wr(c.lmem, LMEM, ws.off, (int64_t)DV * VH * EL), a_.w_uv + (int64_t)it.h * DV * VH,
+         (int64_t)DV * VH * EL);
+      const int64_t ew = c.dma(GDMA, DDR, LMEM, cw, {dw}, PH_SETUP);
       c.end_fill(ws, step, ew);
     };
     if (items.empty()) return;
@@ -679,12 +726,15 @@ class Mla {
       const int64_t o = B.outs++;
       Slot& os = B.pout[o];
       const int64_t dep_o = c.begin_fill(os, o);
+      const uint16_t* xin = (const uint16_t*)c.rd(c.lmem, LMEM, xs.off, (int64_t)nr * DV * EL);
+      const uint16_t* win = (const uint16_t*)c.rd(c.lmem, LMEM, ws.off, (int64_t)DV * VH * EL);
+      uint16_t* yout = (uint16_t*)c.wr(c.lmem, LMEM, os.off, (int64_t)nr * VH * EL);
       if (!dry_) {
-        to_f32<T>((const uint16_t*)c.lmem.at(xs.off), x.data(), (int64_t)nr * DV);
-        to_f32<T>((const uint16_t*)c.lmem.at(ws.off), w.data(), (int64_t)DV * VH);
+        to_f32<T>(xin, x.data(), (int64_t)nr * DV);
+        to_f32<T>(win, w.data(), (int64_t)DV * VH);
         float* y = (float*)c.lmem.at(B.pwork);
         gemm(nr, VH, DV, x.data(), DV, w.data(), VH, y, VH, false);
-        from_f32<T>(y, (uint16_t*)c.lmem.at(os.off), (int64_t)nr * VH);
+        from_f32<T>(y, yout, (int64_t)nr * VH);
       }
       c.emit(BDC, OP_MATMUL, LMEM, LMEM, 0, nr, VH, DV, 0, ws.index, {w1, w2, dep_o});
       const int64_t ev = c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)nr * VH, os.index, {});
@@ -693,11 +743,11 @@ class Mla {
       c.end_fill(os, o, ev);
       const int64_t ready = c.wait(os, o);
       c.check_read(os, o);
-      if (!dry_)
-        for (int r = 0; r < nr; ++r)
-          std::memcpy(a_.out + ((it.r0 + r) * H + it.h) * VH,
-                      c.lmem.at(os.off + (int64_t)r * VH * EL), VH * EL);
-      const int64_t st = c.emit(GDMA, OP_DMA, LMEM, DDR, (int64_t)nr * VH * EL, 0, 0, 0, 0, nr, {ready});
+      const uint16_t* yrows = (const uint16_t*)c.rd(c.lmem, LMEM, os.off, (int64_t)nr * VH * EL);
+      Core::Copy cp(c);
+      for (int r = 0; r < nr; ++r)
+        cp(a_.out + ((it.r0 + r) * H + it.h) * VH, yrows + (int64_t)r * VH, VH * EL);
+      const int64_t st = c.dma(GDMA, LMEM, DDR, cp, {ready});
       c.release(os, o, st);
     }
   }
