@@ -108,3 +108,74 @@ def test_api_default_variants_compile(rows_class, tmp_path):
     from mlagen.backends.hopper import defaults
     objs = compile_only(_render(defaults.default_schedule(rows_class)), tmp_path)
     assert all(o.exists() and o.stat().st_size > 0 for o in objs)
+
+
+WGMMA = dict(target="hopper", mainloop="wgmma", rows_per_tile=64, block_kv=64, buffers=2,
+             warps=8)
+
+
+def test_wgmma_smem_formula_matches_the_kernel(tmp_path):
+    """resources.hopper_smem for mainloop = "wgmma" == WgmmaConfig::kSmem."""
+    import subprocess
+
+    from mlagen.backends.hopper.resources import hopper_smem
+    from mlagen.paths import TEMPLATES_DIR
+
+    src = tmp_path / "smem.cu"
+    src.write_text('#include <cstdio>\n#include "mla_wgmma.cuh"\nint main() {\n'
+                   '  std::printf("%d\\n", mlagen::hopper::WgmmaConfig::kSmem);\n  return 0;\n}\n')
+    exe = tmp_path / "smem"
+    subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
+                    "-I", str(TEMPLATES_DIR / "hopper" / "include"), str(src), "-o", str(exe)],
+                   check=True, capture_output=True)
+    kernel = int(subprocess.run([str(exe)], check=True, capture_output=True,
+                                text=True).stdout)
+    assert hopper_smem(Schedule.build(**WGMMA))["total"] == kernel
+
+
+def _ptxas_split(src, tmp_path) -> str:
+    """Compile a rendered variant's split.cu alone (the wgmma kernel); ptxas's report."""
+    import subprocess
+
+    from mlagen.paths import TEMPLATES_DIR
+
+    split = tmp_path / "split.cu"
+    split.write_text(src.files["split.cu"])
+    r = subprocess.run(["nvcc", *src.flags, "-Xptxas", "-v", "-I",
+                        str(TEMPLATES_DIR / "hopper" / "include"), "-c", str(split), "-o",
+                        str(tmp_path / "split.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_wgmma_split_kernel_registers(dtype, tmp_path):
+    """The wgmma split kernel compiles for sm_90a with setmaxnreg honoured (ptxas warns
+    C7508 when it ignores it), within the consumer warpgroups' registers (a register's spill
+    at most), and with its wgmmas pipelined (not serialized by ptxas)."""
+    log = _ptxas_split(_render(Schedule.build(**WGMMA, dtype=dtype)), tmp_path)
+    assert "mla_split_wgmma_kernel" in log
+    assert "C7508" not in log, log           # setmaxnreg ignored
+    # WG1 holds O's half (128), scores (32), their softmax copy (32) and P (16): at its 256
+    # registers ptxas spills at most one register (outside the main loop's wgmmas)
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert spills and max(spills) <= 8, log
+    # C7515/C7517/C7518: ptxas serializes the wgmmas (waits after each one)
+    assert "serialized" not in log and "C7517" not in log, log
+
+
+@pytest.mark.parametrize("fault", ["causal_off_by_one", "wrong_scale", "skip_partial_page"])
+def test_wgmma_planted_faults_render_and_compile(fault, tmp_path):
+    """A planted fault is a template argument of the wgmma kernel (another symbol than the
+    sound kernel's, so both libraries load in one process)."""
+    from mlagen.backends.hopper import FAULT_CODE
+
+    src = _render(Schedule.build(**WGMMA).with_fault(fault))
+    assert f"#define MLAGEN_FAULT {FAULT_CODE[fault]}" in src.files["split.cu"]
+    assert "#define MLAGEN_FAULT 0" in _render(Schedule.build(**WGMMA)).files["split.cu"]
+    assert "mla_split_wgmma_kernel" in _ptxas_split(src, tmp_path)
+
+
+def test_wgmma_refuses_faults_it_does_not_plant():
+    with pytest.raises(ValueError, match="not planted in the wgmma main loop"):
+        _render(Schedule.build(**WGMMA).with_fault("early_buffer_swap"))

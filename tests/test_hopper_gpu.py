@@ -71,9 +71,20 @@ CASES = [
 ]
 
 
+@pytest.fixture(params=["mma_sync", "wgmma"])
+def default_mainloop(request, monkeypatch):
+    """The API's default main loop for every size class (wgmma falls back to mma_sync for
+    page sizes that are not multiples of 64)."""
+    monkeypatch.setenv("MLAGEN_HOPPER_MAINLOOP",
+                       '{"16": "%s", "32": "%s", "64": "%s"}' % ((request.param,) * 3))
+    api()._resolve.cache_clear()
+    yield request.param
+    api()._resolve.cache_clear()
+
+
 @pytest.mark.parametrize("sharp", [False, True], ids=["flashmla_data", "randn"])
 @pytest.mark.parametrize("batch,seqlens,s_q,h_q,page,dtype,causal", CASES)
-def test_cases(batch, seqlens, s_q, h_q, page, dtype, causal, sharp):
+def test_cases(batch, seqlens, s_q, h_q, page, dtype, causal, sharp, default_mainloop):
     check(inputs(batch, seqlens, s_q, h_q, page, dtype, sharp=sharp), causal)
 
 

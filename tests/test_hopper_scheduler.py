@@ -210,9 +210,43 @@ def test_input_error_is_a_value_error():
     assert issubclass(InputError, ValueError)
 
 
-def test_wgmma_mainloop_is_rejected_until_it_exists():
-    with pytest.raises(ScheduleError, match="wgmma"):
-        Schedule.build(target="hopper", mainloop="wgmma")
+WGMMA = dict(target="hopper", mainloop="wgmma", rows_per_tile=64, block_kv=64, buffers=2,
+             warps=8)
+
+
+def test_wgmma_mainloop_is_legal_with_its_knobs():
+    s = Schedule.build(**WGMMA)
+    assert s.mapping.mainloop == "wgmma"
+    assert "wgmma" in s.variant_name()
+
+
+@pytest.mark.parametrize("key,value", [("rows_per_tile", 32), ("block_kv", 32),
+                                       ("buffers", 3), ("warps", 4)])
+def test_wgmma_mainloop_rejects_other_knobs(key, value):
+    with pytest.raises(ScheduleError, match=f"wgmma.*needs {key}"):
+        Schedule.build(**dict(WGMMA, **{key: value}))
+
+
+@pytest.mark.parametrize("page", [1, 16, 32])
+def test_wgmma_mainloop_rejects_pages_not_multiple_of_64(page):
+    with pytest.raises(ScheduleError, match="multiple of 64"):
+        Schedule.build(**WGMMA, page_size=page)
+
+
+def test_default_falls_back_to_mma_sync_for_small_pages(monkeypatch):
+    from mlagen.backends.hopper import defaults
+    monkeypatch.setenv("MLAGEN_HOPPER_MAINLOOP", '{"64": "wgmma"}')
+    assert defaults.default_schedule(128, page_size=64).mapping.mainloop == "wgmma"
+    assert defaults.default_schedule(128, page_size=128).mapping.mainloop == "wgmma"
+    s = defaults.default_schedule(128, page_size=16)
+    assert s.mapping.mainloop == "mma_sync"
+    assert s.mapping.rows_per_tile == defaults.WGMMA_KNOBS[0]   # same metadata either way
+
+
+def test_canonical_keeps_a_planted_fault():
+    from mlagen.backends.hopper import defaults
+    s = Schedule.build(**WGMMA).with_fault("causal_off_by_one")
+    assert defaults.canonical(s).fault == "causal_off_by_one"
 
 
 @pytest.mark.parametrize("knobs,key", [
@@ -239,6 +273,7 @@ def test_pipeline_depth_limits():
 def test_tile_knobs_override(monkeypatch):
     from mlagen.backends.hopper import defaults
     monkeypatch.setenv("MLAGEN_HOPPER_TILE_KNOBS", '{"32": [16, 32, 5, 8], "16": [16, 2, 4]}')
+    monkeypatch.setenv("MLAGEN_HOPPER_MAINLOOP", '{"32": "mma_sync", "64": "mma_sync"}')
     s32 = defaults.default_schedule(32)
     assert (s32.mapping.rows_per_tile, s32.mapping.block_kv, s32.mapping.buffers) == (16, 32, 5)
     assert defaults.rows_for(17) == 16
@@ -246,6 +281,10 @@ def test_tile_knobs_override(monkeypatch):
     assert (s16.mapping.rows_per_tile, s16.mapping.block_kv, s16.mapping.buffers,
             s16.mapping.warps) == (16, 16, 2, 4)
     assert defaults.rows_for(33) == defaults.TILE_KNOBS[64][0]
+    monkeypatch.delenv("MLAGEN_HOPPER_MAINLOOP")
+    if defaults.MAINLOOP[32] == "wgmma":        # the knobs of a class on wgmma are its own
+        assert defaults.default_schedule(32).mapping.rows_per_tile == defaults.WGMMA_KNOBS[0]
+        assert defaults.rows_for(17) == defaults.WGMMA_KNOBS[0]
 
 
 def test_plan_signature_covers_what_the_checks_read():

@@ -85,6 +85,9 @@ def hopper_knobs(draw) -> dict:
          "mainloop": draw(st.sampled_from(HOPPER_MAINLOOPS)),
          "split_kv": draw(st.one_of(st.just("auto"), st.integers(1, 64)))}
     k.update(_common(draw))
+    if k["mainloop"] == "wgmma":       # its knobs are fixed (rules: hopper_mapping)
+        k.update(rows_per_tile=64, block_kv=64, buffers=2, warps=8,
+                 page_size=draw(st.sampled_from([64, 128, 256])))
     return k
 
 

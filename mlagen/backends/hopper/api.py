@@ -79,12 +79,15 @@ def check_device_errors(device=None, clear: bool = True) -> None:
 
 
 def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
-                  gpu: str = "") -> Schedule:
+                  gpu: str = "", page_size: int = 64) -> Schedule:
     if schedule is None:
-        return defaults.default_schedule(rows_total, dtype, batch, gpu)
+        return defaults.default_schedule(rows_total, dtype, batch, gpu, page_size)
     if schedule.target.name != "hopper":
         raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.name!r}, "
                          "not hopper")
+    if schedule.mapping.mainloop == "wgmma" and page_size % 64:
+        raise InputError(f"schedule {schedule.name!r} uses mainloop = \"wgmma\", which needs a "
+                         f"page size that is a multiple of 64, not {page_size}")
     if schedule.problem.dtype != dtype:
         schedule = schedule.replace(dtype=dtype)
     return defaults.canonical(schedule)
@@ -92,12 +95,12 @@ def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule], bat
 
 @functools.lru_cache(maxsize=256)
 def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
-             gpu: str = "") -> tuple[str, int, int, int]:
+             gpu: str = "", page_size: int = 64) -> tuple[str, int, int, int]:
     """(library key, rows_per_tile, fixed splits, split cost) of a shape and an optional
     schedule: built
     (cached) and loaded once; memoized because checking a schedule costs about a
     millisecond, more than a decode step."""
-    s = _schedule_for(rows_total, dtype, schedule, batch, gpu)
+    s = _schedule_for(rows_total, dtype, schedule, batch, gpu, page_size)
     return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s), s.mapping.split_cost
 
 
@@ -110,8 +113,10 @@ def _per_shape(batch: int, device, schedule: Optional[Schedule]) -> tuple[int, s
 
 
 def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
-                 device=None) -> str:
-    return _resolve(rows_total, dtype, schedule, *_per_shape(batch, device, schedule))[0]
+                 device=None, page_size: int = 64) -> str:
+    # the page size picks the main loop: wgmma takes multiples of 64 only (defaults.py)
+    return _resolve(rows_total, dtype, schedule, *_per_shape(batch, device, schedule),
+                    page_size)[0]
 
 
 def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
@@ -303,10 +308,11 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
     if torch.compiler.is_compiling():
         if out is not None:
             raise InputError("out= is not supported under torch.compile")
-        key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule, b, q.device)
+        key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule, b, q.device,
+                                    k_cache.shape[1])
         return ops.mla_decode_op(q, k_cache, block_table, cache_seqlens,
                                  tile_scheduler_metadata, num_splits, scale, bool(causal), key)
-    key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule, b, q.device)
+    key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule, b, q.device, k_cache.shape[1])
     if out is not None or ops.STRICT:
         return ops.decode_into(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
                                num_splits, scale, bool(causal), key,

@@ -17,6 +17,14 @@ from mlagen.schedule.records import Schedule
 # (benchmarks/results/hopper_h200.md).
 TILE_KNOBS = {16: (16, 32, 2, 8), 32: (32, 64, 2, 8), 64: (64, 32, 3, 8)}
 
+# Size class -> main loop.  "wgmma" (mla_wgmma.cuh) has fixed knobs, WGMMA_KNOBS, and takes
+# page sizes that are multiples of 64 only: other page sizes get the class's mma_sync
+# defaults.  wgmma was 2.0-2.2x the 64-row and 1.29x the 32-row mma_sync kernels at b = 128
+# (benchmarks/results/hopper_h200.md).  MLAGEN_HOPPER_MAINLOOP (JSON {"class": "wgmma" |
+# "mma_sync"}) replaces entries for a run.
+MAINLOOP = {16: "mma_sync", 32: "wgmma", 64: "wgmma"}
+WGMMA_KNOBS = (64, 64, 2, 8)
+
 
 def size_class(rows_total: int) -> int:
     for r in (16, 32):
@@ -39,16 +47,32 @@ def tile_knobs() -> dict[int, tuple[int, int, int, int]]:
 
 
 def rows_for(rows_total: int) -> int:
-    """Query rows per CTA tile for s_q * h_q packed rows: by default the smallest tile that
-    holds them (so h_q = 16 does not pad to 64), else 64."""
-    return tile_knobs()[size_class(rows_total)][0]
+    """Query rows per CTA tile of the static default for s_q * h_q packed rows (pages that
+    are multiples of 64): wgmma's 64, or the mma_sync class's tile (the smallest that holds
+    them, so h_q = 16 does not pad to 64)."""
+    return default_schedule(rows_total).mapping.rows_per_tile
+
+
+def mainloops() -> dict[int, str]:
+    loops = dict(MAINLOOP)
+    env = os.environ.get("MLAGEN_HOPPER_MAINLOOP")
+    if env:
+        loops.update({int(cls): str(v) for cls, v in json.loads(env).items()})
+    return loops
 
 
 def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
-                     gpu: str = "") -> Schedule:
-    """The schedule of a shape: what `mlagen tune` measured best for this GPU, batch and
-    s_q * h_q (tune.tuned_knobs), else the size class's TILE_KNOBS."""
+                     gpu: str = "", page_size: int = 64) -> Schedule:
+    """The schedule of a shape: the wgmma main loop where MAINLOOP says so and the page
+    size allows it; else what `mlagen tune` measured best for this GPU, batch and s_q * h_q
+    (tune.tuned_knobs, mma_sync knobs), else the size class's TILE_KNOBS."""
     from .tuned import tuned_knobs
+
+    if mainloops()[size_class(rows_total)] == "wgmma" and page_size % 64 == 0:
+        rows, block_kv, buffers, warps = WGMMA_KNOBS
+        return canonical(Schedule.build(name=f"hopper_default_wgmma_{dtype}", target="hopper",
+                                        dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
+                                        buffers=buffers, warps=warps, mainloop="wgmma"))
 
     knobs = tuned_knobs(gpu, batch, rows_total) if batch and gpu else None
     if knobs:

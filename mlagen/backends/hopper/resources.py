@@ -7,11 +7,19 @@ from ...schedule.resources import Need
 from ...targets import Target
 
 def hopper_smem(s: Schedule) -> dict[str, int]:
-    """Shared memory of the mma_sync split-KV kernel: the same formulas as SplitConfig in
-    templates/hopper/include/mla_split.cuh (Q, the K pipeline, P, fp32 scores, row stats)."""
+    """Shared memory of the split-KV kernel: the same formulas as SplitConfig in
+    templates/hopper/include/mla_split.cuh (Q, the K pipeline, P, fp32 scores, row stats),
+    or WgmmaConfig in mla_wgmma.cuh for mainloop = "wgmma"."""
     p, m = s.problem, s.mapping
     el = 2
     rows, bkv = m.rows_per_tile, m.block_kv
+    if m.mainloop == "wgmma":
+        # WgmmaConfig in mla_wgmma.cuh: Q, 2 K stages, P (64 x 64), alpha and l, mbarriers,
+        # 1 KiB of slack to align the tiles to the 1024-byte swizzle atom
+        q, kv, probs = rows * p.d * el, m.buffers * bkv * p.d * el, rows * bkv * el
+        stats = 2 * rows * 4 + 4 * 8 + 1024
+        return {"q": q, "kv": kv, "p": probs, "scores": 0, "stats": stats,
+                "total": q + kv + probs + stats}
     tiles = (rows // 16) * (bkv // 8)            # 16x8 score tiles of one block
     # 16-row tiles split the reduction over every warp (Q in registers); larger ones give a
     # warp up to 4 tiles and split the reduction over the rest (kQInRegs, kKSplit)

@@ -34,7 +34,18 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "schedule", "mainloop", (f"mainloop = {m.mainloop!r} must be one of "
                                        f"{', '.join(MAINLOOPS)}")
     elif m.mainloop == "wgmma":
-        yield "schedule", "mainloop", "mainloop = \"wgmma\" is not implemented yet; use \"mma_sync\""
+        # mla_wgmma.cuh: 64-row tiles, 64-key blocks (one TMA box of one page), 2 K stages,
+        # two consumer warpgroups (8 warps) beside the producer
+        for key, want in (("rows_per_tile", 64), ("block_kv", 64), ("buffers", 2),
+                          ("warps", 8)):
+            if getattr(m, key) != want:
+                yield "schedule", key, (f"{key} = {getattr(m, key)}: mainloop = \"wgmma\" "
+                                        f"needs {key} = {want}")
+        if s.problem.page_size % 64:
+            yield "problem", "page_size", (f"page_size = {s.problem.page_size}: mainloop = "
+                                           "\"wgmma\" needs a multiple of 64 (a 64-key block "
+                                           "is one TMA box of one page); use mainloop = "
+                                           "\"mma_sync\"")
     if m.rows_per_tile not in (16, 32, 64):
         yield "schedule", "rows_per_tile", f"rows_per_tile = {m.rows_per_tile} must be 16, 32 or 64"
     if m.warps not in (4, 8):

@@ -1,0 +1,231 @@
+// Thin wrappers over the sm_90a PTX the wgmma main loop uses: mbarriers, TMA tensor copies
+// (cp.async.bulk.tensor), proxy fences, named barriers, setmaxnreg, and warpgroup MMAs
+// (wgmma.mma_async) with shared-memory descriptors.  Raw PTX, no CUTLASS/CuTe: the JIT
+// builds one variant in seconds.
+//
+// Shared-memory operands use the 128-byte swizzle everywhere: a tile is made of 8-row x
+// 128-byte atoms (1024 bytes, 1024-aligned), 16-byte chunk c of row r stored at chunk
+// c ^ (r % 8).  That is what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and what a wgmma
+// descriptor with layout type 1 reads.
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <type_traits>
+
+namespace mlagen {
+namespace hopper {
+namespace sm90 {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarriers (64-bit, in shared memory) ----
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+               ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// Wait until the phase with parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t a = smem_addr(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  } while (!done);
+}
+
+// ---- TMA: a 3-D tile of a tensor map into shared memory, completing on an mbarrier ----
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* tmap, uint64_t* bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n"
+      ::"r"(smem_addr(dst)), "l"(tmap), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+}
+
+// Generic-proxy writes to shared memory (st.shared, cp.async) made visible to the async
+// proxy (wgmma, TMA) of this CTA.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- named barriers (id 0 is __syncthreads) ----
+// The non-.aligned forms: a warp may reach them diverged (after `if (lane % 4 == 0)`
+// stores); bar.sync / bar.arrive would count the whole warp at its first arriving lanes.
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- register reallocation between warpgroups ----
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// ---- wgmma ----
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator register across the asm
+// statements that issue or wait for wgmma (the registers are written asynchronously).
+__device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void reg_fence(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) reg_fence(r[i]);
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle.  K-major operands (rows of 64
+// elements along K): lbo unused (16), sbo = 1024 (next 8 rows).  MN-major operands (V read
+// as the B of P V, 64 columns of N per 128-byte row): lbo = the stride between 64-column
+// atoms along N, sbo = 1024 (next 8 rows along K).
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((saddr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+#define MLAGEN_R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+    "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define MLAGEN_R32(i) MLAGEN_R8(i), MLAGEN_R8(i + 8), MLAGEN_R8(i + 16), MLAGEN_R8(i + 24)
+
+// D (64 x 64, fp32) += A (64 x 16, K-major, smem) * B (16 x 64, K-major, smem); the
+// _first form overwrites D (its old value is not an input, so it need not stay live).
+#define MLAGEN_D32                                                                            \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                   \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define MLAGEN_WG_SS64(TY, ACC, SCALE)                                                        \
+  asm volatile(                                                                               \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " MLAGEN_D32 ", "             \
+      "%32, %33, " SCALE ", 1, 1, 0, 0;\n"                                                    \
+      : ACC(0) : "l"(da), "l"(db))
+#define MLAGEN_W8(i) "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), \
+    "=f"(d[i + 4]), "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
+#define MLAGEN_W32(i) MLAGEN_W8(i), MLAGEN_W8(i + 8), MLAGEN_W8(i + 16), MLAGEN_W8(i + 24)
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t da, uint64_t db) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    MLAGEN_WG_SS64("bf16", MLAGEN_R32, "1");
+  } else {
+    MLAGEN_WG_SS64("f16", MLAGEN_R32, "1");
+  }
+}
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n64k16_ss_first(float (&d)[32], uint64_t da,
+                                                         uint64_t db) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    MLAGEN_WG_SS64("bf16", MLAGEN_W32, "0");
+  } else {
+    MLAGEN_WG_SS64("f16", MLAGEN_W32, "0");
+  }
+}
+#undef MLAGEN_WG_SS64
+#undef MLAGEN_W32
+#undef MLAGEN_W8
+#undef MLAGEN_D32
+
+#define MLAGEN_D128                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                   \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "          \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "           \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "           \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "           \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "           \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "    \
+  "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "      \
+  "%125, %126, %127}"
+
+// D (64 x 256, fp32) += A (64 x 16, registers: the m16n8k16 A fragment of this warp's 16
+// rows) * B (16 x 256, MN-major, smem).
+#define MLAGEN_WG_RS256(TY)                                                                   \
+  asm volatile(                                                                               \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " MLAGEN_D128 ", "           \
+      "{%128, %129, %130, %131}, %132, 1, 1, 1, 1;\n"                                         \
+      : MLAGEN_R32(0), MLAGEN_R32(32), MLAGEN_R32(64), MLAGEN_R32(96)                         \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint32_t (&a)[4],
+                                                    uint64_t db) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    MLAGEN_WG_RS256("bf16");
+  } else {
+    MLAGEN_WG_RS256("f16");
+  }
+}
+#undef MLAGEN_WG_RS256
+
+// D (64 x 256, fp32) += A (64 x 16, K-major, smem) * B (16 x 256, MN-major, smem).
+#define MLAGEN_WG_SS256(TY)                                                                   \
+  asm volatile(                                                                               \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " MLAGEN_D128 ", "           \
+      "%128, %129, 1, 1, 1, 0, 1;\n"                                                          \
+      : MLAGEN_R32(0), MLAGEN_R32(32), MLAGEN_R32(64), MLAGEN_R32(96)                         \
+      : "l"(da), "l"(db))
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t da, uint64_t db) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    MLAGEN_WG_SS256("bf16");
+  } else {
+    MLAGEN_WG_SS256("f16");
+  }
+}
+#undef MLAGEN_WG_SS256
+#undef MLAGEN_D128
+#undef MLAGEN_R32
+#undef MLAGEN_R8
+
+// Two floats packed into one 32-bit register of T (low half = a).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
+  __half2 v = __floats2half2_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+}  // namespace sm90
+}  // namespace hopper
+}  // namespace mlagen

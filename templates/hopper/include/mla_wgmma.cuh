@@ -1,0 +1,557 @@
+// The split-KV attention kernel with a warp-specialized wgmma main loop (mainloop = "wgmma").
+//
+// Same contract as mla_split.cuh (grid (parts, row tiles), the scheduler's metadata, direct
+// output for a request's only split, fp32 partials for mla_combine otherwise); 64 query rows
+// per tile, 64 keys per block, page sizes that are multiples of 64 (a block is one TMA box
+// of one page).
+//
+// Three warpgroups of 128 threads:
+//   WG0 producer   one thread walks the pieces and issues, per 64-key block, 9 TMA copies
+//                  (64 keys x 64 columns, 128-byte swizzle) through the block table into one
+//                  of two K stages, completing on the stage's `full` mbarrier; it waits on the
+//                  stage's `empty` mbarrier (one arrival per consumer warp) before reuse.
+//   WG1 scores     S = Q K^T (36 wgmma m64n64k16, Q and K from shared memory), the online
+//                  softmax on S in registers, P to shared memory for WG2, and
+//                  O[:, 0:256] += P V (4 wgmma m64n256k16, P from registers).  S of the
+//                  next block is issued right behind this block's P V, so the tensor cores
+//                  are busy while the softmax of a block waits for its scores.
+//   WG2 values     O[:, 256:512] += P V with P read from shared memory, after rescaling its
+//                  half of O by the factor WG1 left in shared memory.
+// V is the first 512 columns of the same K stage, read as an MN-major operand.
+//
+// Named barriers between WG1 and WG2: PFULL (P and alpha written), PEMPTY (WG2 done with
+// P), EPI (row sums for the epilogue).  Keys at or past the piece's end in its last block
+// are zeroed in shared memory before any P V (TMA brought whatever the page held there,
+// NaN included) and masked to -inf before the softmax; a block-table entry outside
+// [0, num_blocks) is out of the tensor map's bounds, so TMA fills zeros, the piece's
+// output is NaN and the device error flag (MlaParams::error) is set; so is a negative length.
+//
+// Shared memory: Q 72 KiB | 2 K stages x 72 KiB | P 8 KiB | alpha, l (64 floats each) |
+// mbarriers; 1024-byte aligned tiles (the swizzle atom).
+#pragma once
+#include <cudaTypedefs.h>   // CUtensorMap, PFN_cuTensorMapEncodeTiled (header only)
+
+#include "mla_common.cuh"
+#include "mla_sm90.cuh"
+
+namespace mlagen {
+namespace hopper {
+
+struct WgmmaConfig {
+  static constexpr int kRows = 64;
+  static constexpr int kBlock = 64;
+  static constexpr int kThreads = 384;
+  static constexpr int kSlices = kD / 64;                 // 9 column slices of 64
+  static constexpr int kSliceBytes = 64 * 64 * 2;         // 8 KiB: one TMA box
+  static constexpr int kTileBytes = kSlices * kSliceBytes;  // 72 KiB
+  static constexpr int kStages = 2;
+  static constexpr int kQOff = 0;
+  static constexpr int kKOff = kQOff + kTileBytes;
+  static constexpr int kPOff = kKOff + kStages * kTileBytes;
+  static constexpr int kAlphaOff = kPOff + 64 * 64 * 2;
+  static constexpr int kLOff = kAlphaOff + 64 * 4;
+  static constexpr int kBarOff = kLOff + 64 * 4;
+  static constexpr int kSmem = kBarOff + 4 * 8 + 1024;    // + alignment slack
+  // setmaxnreg: the producer warpgroup gives its registers to the consumers, most to WG1
+  // (O half, scores, softmax copy, P fragments); ptxas honours it because
+  // __launch_bounds__ fixes the entry count at 65536 / 384 = 168
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kScoreRegs = 256;
+  static constexpr int kValueRegs = 224;
+  // named barriers
+  static constexpr int kBarWg1 = 1, kBarPFull = 2, kBarPEmpty = 3, kBarEpi = 4;
+  static_assert(kSmem <= 232448, "227 KiB of shared memory per CTA");
+  static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
+};
+
+struct WgmmaParams {
+  MlaParams p;
+  CUtensorMap tmap_k;   // [num_blocks][page][576] of k_cache, boxes of 64 x 64, swizzled
+};
+
+// One request piece of a part (see mla_split.cuh's run()).
+struct Piece {
+  int req, start, end, slot;
+  bool direct;
+};
+
+__device__ __forceinline__ bool next_piece(const MlaParams& p, int& req, Piece& pc) {
+  const int* md = p.sched + blockIdx.x * kMetaInts;
+  const int first = md[0], last = md[2];
+  if (req < first) req = first;
+  if (req > last || req >= p.batch) return false;
+  const int seqlen = max(p.seqlens[req], 0);
+  int start = req == first ? md[1] : 0;
+  int end = req == last ? md[3] : seqlen;
+  end = min(end, seqlen);
+  start = min(start, end);
+  pc.req = req;
+  pc.start = start;
+  pc.end = end;
+  pc.slot = p.num_splits[req] + (req == first ? md[4] : 0);
+  pc.direct = p.num_splits[req + 1] - p.num_splits[req] == 1;
+  ++req;
+  return true;
+}
+
+// FAULT: a planted fault (mla_common.cuh's kFault codes: causal off by one, wrong scale, no
+// zeroing of the last block's tail), a template argument so that a faulted library's kernel
+// is another symbol than the sound one's (two libraries with one symbol share its statics).
+template <typename T, int FAULT>
+struct WgmmaKernel {
+  using C = WgmmaConfig;
+
+  struct Smem {
+    unsigned char* q;
+    unsigned char* k;
+    unsigned char* p;
+    float* alpha;
+    float* l;
+    uint64_t* full;    // [2]
+    uint64_t* empty;   // [2]
+  };
+
+  static __device__ __forceinline__ Smem carve(unsigned char* raw) {
+    unsigned char* base = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<uintptr_t>(raw) + 1023) & ~static_cast<uintptr_t>(1023));
+    Smem sm;
+    sm.q = base + C::kQOff;
+    sm.k = base + C::kKOff;
+    sm.p = base + C::kPOff;
+    sm.alpha = reinterpret_cast<float*>(base + C::kAlphaOff);
+    sm.l = reinterpret_cast<float*>(base + C::kLOff);
+    sm.full = reinterpret_cast<uint64_t*>(base + C::kBarOff);
+    sm.empty = sm.full + 2;
+    return sm;
+  }
+
+  static __device__ __forceinline__ int page_entry(const MlaParams& p, int req, int t0) {
+    const int pi = t0 / p.page_size;
+    return pi < p.max_blocks ? p.block_table[static_cast<int64_t>(req) * p.bt_stride + pi] : -1;
+  }
+
+  // ---------------------------------------------------------------- producer (one thread)
+  static __device__ void producer(const WgmmaParams& wp, const Smem& sm) {
+    const MlaParams& p = wp.p;
+    sm90::tma_prefetch_desc(&wp.tmap_k);
+    int it = 0, req = 0;
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+      for (int i = 0; i < n; ++i, ++it) {
+        const int s = it & 1;
+        sm90::mbar_wait(&sm.empty[s], ((it >> 1) & 1) ^ 1);
+        const int t0 = pc.start + i * C::kBlock;
+        const int page = page_entry(p, pc.req, t0);
+        const int off = t0 % p.page_size;
+        unsigned char* dst = sm.k + s * C::kTileBytes;
+        sm90::mbar_arrive_expect_tx(&sm.full[s], C::kTileBytes);
+#pragma unroll
+        for (int j = 0; j < C::kSlices; ++j)
+          sm90::tma_load_3d(dst + j * C::kSliceBytes, &wp.tmap_k, &sm.full[s], j * 64, off, page);
+      }
+    }
+  }
+
+  // Descriptors.  Tiles are 9 slices of [64 rows][128 bytes], 128-byte swizzle.
+  // K-major (Q, K for S = Q K^T): k step kk (16 columns) = slice kk / 4, +32 bytes per step.
+  static __device__ __forceinline__ uint64_t kmajor_desc(const unsigned char* tile, int kk) {
+    return sm90::desc_sw128(sm90::smem_addr(tile) + (kk >> 2) * C::kSliceBytes + (kk & 3) * 32,
+                            16, 1024);
+  }
+  // MN-major V (B of P V): columns [256 h, 256 h + 256) = slices 4h..4h+3, keys
+  // [16 kk, 16 kk + 16) = 2 atoms of 8 rows.
+  static __device__ __forceinline__ uint64_t v_desc(const unsigned char* tile, int h, int kk) {
+    return sm90::desc_sw128(sm90::smem_addr(tile) + h * 4 * C::kSliceBytes + kk * 2048,
+                            C::kSliceBytes, 1024);
+  }
+
+  // ---------------------------------------------------------------- WG1
+  // Q rows [row0, row0 + 64) of a request into the swizzled Q tile (rows past s_q*h_q zero).
+  static __device__ __forceinline__ void load_q(const MlaParams& p, const Smem& sm, int req,
+                                                int row0, int rows_total, int t) {
+    const T* q = static_cast<const T*>(p.q);
+    for (int c = t; c < 64 * kChunks; c += 128) {
+      const int r = c / kChunks, ch = c % kChunks;
+      const int gr = row0 + r;
+      const bool ok = gr < rows_total;
+      const T* src = q;
+      if (ok) {
+        const int s = gr / p.h_q, h = gr % p.h_q;
+        src = q + req * p.q_stride_b + s * p.q_stride_s + h * p.q_stride_h + ch * 8;
+      }
+      unsigned char* dst = sm.q + (ch >> 3) * C::kSliceBytes + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+      cp_async16(dst, src, ok);
+    }
+    cp_async_commit();
+  }
+
+  // Zero keys [rem, 64) of a stage's V columns (the last block of a piece past its end).
+  static __device__ __forceinline__ void zero_tail(unsigned char* tile, int rem, int t) {
+    const int chunks = (64 - rem) * 64;   // rows x (8 V slices x 8 chunks)
+    const uint32_t base = sm90::smem_addr(tile) + rem * 128;
+    for (int c = t; c < chunks; c += 128)
+      sm90::st_shared_zero16(base + ((c >> 3) & 7) * C::kSliceBytes + (c >> 6) * 128 +
+                             (c & 7) * 16);
+    sm90::fence_proxy_async();
+    sm90::bar_sync(C::kBarWg1, 128);
+  }
+
+  static __device__ __forceinline__ void issue_scores(const Smem& sm, const unsigned char* kt,
+                                                      float (&s)[32]) {
+    sm90::wgmma_fence();
+    sm90::wgmma_m64n64k16_ss_first<T>(s, kmajor_desc(sm.q, 0), kmajor_desc(kt, 0));
+#pragma unroll
+    for (int kk = 1; kk < kD / 16; ++kk)
+      sm90::wgmma_m64n64k16_ss<T>(s, kmajor_desc(sm.q, kk), kmajor_desc(kt, kk));
+    sm90::wgmma_commit();
+  }
+
+  // Wait for block it's stage, zero its tail if the piece ends inside it, issue its scores.
+  static __device__ __forceinline__ void start_block(const Smem& sm, int it, int t0, int end,
+                                                     int t, float (&s)[32]) {
+    const int st = it & 1;
+    unsigned char* kt = sm.k + st * C::kTileBytes;
+    sm90::mbar_wait(&sm.full[st], (it >> 1) & 1);
+    if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock) zero_tail(kt, end - t0, t);
+    issue_scores(sm, kt, s);
+  }
+
+  static __device__ void scores_wg(const MlaParams& p, const Smem& sm) {
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+    const int rows_total = p.s_q * p.h_q;
+    const int row0 = blockIdx.y * C::kRows;
+    const int r0 = warp * 16 + lane / 4;   // this thread's rows: r0, r0 + 8
+    const int c2 = 2 * (lane % 4);
+    int it = 0, req = 0;
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+      const int seqlen = max(p.seqlens[pc.req], 0);
+      int lim[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int gr = row0 + r0 + 8 * h;
+        int l = 0;
+        if (gr < rows_total) l = p.causal ? seqlen - p.s_q + gr / p.h_q + 1 : seqlen;
+        lim[h] = min(l + (FAULT == kFaultCausalOffByOne), pc.end);
+      }
+      const float scale = FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2;
+      load_q(p, sm, pc.req, row0, rows_total, t);
+      cp_async_wait<0>();
+      sm90::fence_proxy_async();
+      sm90::bar_sync(C::kBarWg1, 128);
+
+      float o[128];
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] = 0.f;
+      float s[32];
+      float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f};
+      bool bad = false;
+      sm90::reg_fence(o);   // O's zeros are defined before any wgmma is in flight
+      // the loop is entered and continued only with S in flight, so the scores the loop
+      // carries are always the wgmma's (no copies while a wgmma owns the registers)
+      if (n > 0) start_block(sm, it, pc.start, pc.end, t, s);
+      for (int i = 0; n > 0; ++i) {
+        const int bit = it + i, st = bit & 1;
+        const int t0 = pc.start + i * C::kBlock;
+        const int page = page_entry(p, pc.req, t0);
+        bad |= page < 0 || page >= p.num_blocks;
+        if (i > 0) {   // P V of the previous block is done: its stage may be refilled
+          sm90::wgmma_wait<1>();
+          if (lane == 0) sm90::mbar_arrive(&sm.empty[st ^ 1]);
+        }
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence(s);
+        sm90::reg_fence(o);
+
+        // online softmax (log2 domain) on this thread's 2 rows x 16 keys
+        // (into another array: ptxas serializes every wgmma of the kernel (C7515) when
+        // non-wgmma instructions write the scores' accumulator registers)
+        float xs[32];
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = t0 + 8 * j + c2 + (e & 1);
+            const int h = e >> 1;
+            const float x = key < lim[h] ? s[4 * j + e] * scale : -INFINITY;
+            xs[4 * j + e] = x;
+            mx[h] = fmaxf(mx[h], x);
+          }
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+          const float mn = fmaxf(m[h], mx[h]);
+          alpha[h] = mn == -INFINITY ? 1.f : exp2f(m[h] - mn);
+          m[h] = mn;
+        }
+        float sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const float x = xs[4 * j + e];
+            const float pe = x == -INFINITY ? 0.f : exp2f(x - m[h]);
+            xs[4 * j + e] = pe;
+            sum[h] += pe;
+          }
+        // P as the A fragments of 4 k steps (16 keys each)
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          pa[kk][0] = sm90::pack2<T>(xs[8 * kk + 0], xs[8 * kk + 1]);
+          pa[kk][1] = sm90::pack2<T>(xs[8 * kk + 2], xs[8 * kk + 3]);
+          pa[kk][2] = sm90::pack2<T>(xs[8 * kk + 4], xs[8 * kk + 5]);
+          pa[kk][3] = sm90::pack2<T>(xs[8 * kk + 6], xs[8 * kk + 7]);
+        }
+        lsum[0] = lsum[0] * alpha[0] + sum[0];
+        lsum[1] = lsum[1] * alpha[1] + sum[1];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j + 0] *= alpha[0];
+          o[4 * j + 1] *= alpha[0];
+          o[4 * j + 2] *= alpha[1];
+          o[4 * j + 3] *= alpha[1];
+        }
+        // P and alpha for WG2 (after it is done with the previous block's P)
+        if (i > 0) sm90::bar_sync(C::kBarPEmpty, 256);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = r0 + 8 * h;
+            *reinterpret_cast<uint32_t*>(sm.p + r * 128 + ((j ^ (r & 7)) << 4) + c2 * 2) =
+                pa[j >> 1][(j & 1) * 2 + h];
+          }
+        if (lane % 4 == 0) {
+          sm.alpha[r0] = alpha[0];
+          sm.alpha[r0 + 8] = alpha[1];
+        }
+        sm90::fence_proxy_async();
+        sm90::bar_arrive(C::kBarPFull, 256);
+
+        const unsigned char* kt = sm.k + st * C::kTileBytes;
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          sm90::wgmma_m64n256k16_rs<T>(o, pa[kk], v_desc(kt, 0, kk));
+        sm90::wgmma_commit();
+        if (i + 1 >= n) break;
+        start_block(sm, bit + 1, t0 + C::kBlock, pc.end, t, s);
+      }
+      sm90::wgmma_wait<0>();   // unconditional: ptxas must see every path drained
+      sm90::reg_fence(o);
+      if (n > 0) {
+        if (lane == 0) sm90::mbar_arrive(&sm.empty[(it + n - 1) & 1]);
+        sm90::bar_sync(C::kBarPEmpty, 256);   // WG2 is done with the last P
+      }
+      it += n;
+      // device error flags, as mla_split.cuh: a bad page (or a length past the table's
+      // row) and a negative length make the piece NaN
+      const bool bad_len = p.seqlens[pc.req] < 0;
+      if ((bad || bad_len) && t == 0 && p.error != nullptr)
+        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
+      bad |= bad_len;
+
+      // row sums over the 4 threads of a row; lse; l for WG2
+      const float kLn2 = 0.69314718055994531f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = lsum[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        lsum[h] = bad ? NAN : l;
+        const int r = r0 + 8 * h, gr = row0 + r;
+        if (lane % 4 == 0) {
+          sm.l[r] = lsum[h];
+          if (gr < rows_total) {
+            const float empty = pc.direct ? INFINITY : -INFINITY;
+            const float lse = bad ? NAN : (l > 0.f ? (m[h] + log2f(l)) * kLn2 : empty);
+            if (pc.direct) {
+              const int sq = gr / p.h_q, hq = gr % p.h_q;
+              p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;
+            } else {
+              p.lse_acc[static_cast<int64_t>(pc.slot) * rows_total + gr] = lse;
+            }
+          }
+        }
+      }
+      sm90::bar_sync(C::kBarEpi, 256);
+      store_o(p, pc, o, lsum, row0, r0, c2, 0);
+      sm90::bar_sync(C::kBarEpi, 256);   // sm.l may be rewritten by the next piece
+    }
+  }
+
+  // O / l for this thread's 2 rows, columns [256 half, 256 half + 256).
+  static __device__ __forceinline__ void store_o(const MlaParams& p, const Piece& pc,
+                                                 const float (&o)[128], const float (&l)[2],
+                                                 int row0, int r0, int c2, int half) {
+    const int rows_total = p.s_q * p.h_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int gr = row0 + r0 + 8 * h;
+      if (gr >= rows_total) continue;
+      const float lv = l[h];
+      const float inv = lv != lv ? NAN : (lv > 0.f ? 1.f / lv : 0.f);
+      const int64_t base =
+          (pc.direct ? static_cast<int64_t>(pc.req) : static_cast<int64_t>(pc.slot)) *
+              rows_total + gr;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int col = half * 256 + 8 * j + c2;
+        const float v0 = o[4 * j + 2 * h] * inv, v1 = o[4 * j + 2 * h + 1] * inv;
+        if (pc.direct) {
+          using P2 = typename Pair<T>::type;
+          *reinterpret_cast<P2*>(static_cast<T*>(p.out) + base * kDV + col) =
+              Pair<T>::make(v0, v1);
+        } else {
+          *reinterpret_cast<float2*>(p.o_acc + base * kDV + col) = make_float2(v0, v1);
+        }
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- WG2
+  static __device__ void values_wg(const MlaParams& p, const Smem& sm) {
+    const int t = threadIdx.x - 128, warp = t / 32, lane = t % 32;
+    const int row0 = blockIdx.y * C::kRows;
+    const int r0 = warp * 16 + lane / 4;
+    const int c2 = 2 * (lane % 4);
+    int it = 0, req = 0;
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+      float o[128];
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] = 0.f;
+      for (int i = 0; i < n; ++i, ++it) {
+        const int st = it & 1;
+        sm90::mbar_wait(&sm.full[st], (it >> 1) & 1);
+        sm90::bar_sync(C::kBarPFull, 256);
+        const float a0 = sm.alpha[r0], a1 = sm.alpha[r0 + 8];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j + 0] *= a0;
+          o[4 * j + 1] *= a0;
+          o[4 * j + 2] *= a1;
+          o[4 * j + 3] *= a1;
+        }
+        const unsigned char* kt = sm.k + st * C::kTileBytes;
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          sm90::wgmma_m64n256k16_ss<T>(
+              o, sm90::desc_sw128(sm90::smem_addr(sm.p) + kk * 32, 16, 1024), v_desc(kt, 1, kk));
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence(o);
+        if (lane == 0) sm90::mbar_arrive(&sm.empty[st]);
+        sm90::bar_arrive(C::kBarPEmpty, 256);
+      }
+      sm90::bar_sync(C::kBarEpi, 256);
+      const float l[2] = {sm.l[r0], sm.l[r0 + 8]};
+      store_o(p, pc, o, l, row0, r0, c2, 1);
+      sm90::bar_sync(C::kBarEpi, 256);
+    }
+  }
+
+  static __device__ void run(const WgmmaParams& wp, unsigned char* raw) {
+    const Smem sm = carve(raw);
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < 2; ++s) {
+        sm90::mbar_init(&sm.full[s], 1);
+        sm90::mbar_init(&sm.empty[s], 8);   // one arrival per consumer warp
+      }
+      sm90::fence_mbar_init();
+    }
+    __syncthreads();
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+      sm90::setmaxnreg_inc<C::kScoreRegs>();
+      scores_wg(wp.p, sm);
+    } else if (wg == 1) {
+      sm90::setmaxnreg_inc<C::kValueRegs>();
+      values_wg(wp.p, sm);
+    } else {
+      sm90::setmaxnreg_dec<C::kProducerRegs>();
+      if (threadIdx.x == 256) producer(wp, sm);
+    }
+  }
+};
+
+template <typename T, int FAULT>
+__global__ void __launch_bounds__(WgmmaConfig::kThreads, 1)
+mla_split_wgmma_kernel(const __grid_constant__ WgmmaParams wp) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  WgmmaKernel<T, FAULT>::run(wp, smem);
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda link).
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  if (!fn) {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }
+  return fn;
+}
+
+template <typename T, int FAULT>
+cudaError_t prepare_split_wgmma() {
+  static bool done = false;
+  if (done) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T, FAULT>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       WgmmaConfig::kSmem);
+  done = e == cudaSuccess;
+  return e;
+}
+
+template <typename T, int FAULT>
+cudaError_t split_wgmma_ctas_per_sm_impl(int* n) {
+  cudaError_t e = prepare_split_wgmma<T, FAULT>();
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T, FAULT>,
+                                                       WgmmaConfig::kThreads, WgmmaConfig::kSmem);
+}
+
+template <typename T, int FAULT>
+cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
+  // a 64-key block must be one box of one page (the API falls back to mma_sync otherwise)
+  if (p.page_size % 64 != 0) return cudaErrorInvalidValue;
+  cudaError_t e = prepare_split_wgmma<T, FAULT>();
+  if (e != cudaSuccess) return e;
+  auto encode = tensor_map_encoder();
+  if (!encode) return cudaErrorNotSupported;
+  WgmmaParams wp;
+  wp.p = p;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kD), static_cast<cuuint64_t>(p.page_size),
+                              static_cast<cuuint64_t>(p.num_blocks)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_stride_token) * 2,
+                                 static_cast<cuuint64_t>(p.k_stride_block) * 2};
+  const cuuint32_t box[3] = {64, 64, 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUtensorMapDataType dt = std::is_same<T, __nv_bfloat16>::value
+                                     ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (encode(&wp.tmap_k, dt, 3, const_cast<void*>(p.k), dims, strides, box, elem,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  const int rows_total = p.s_q * p.h_q;
+  dim3 grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
+  mla_split_wgmma_kernel<T, FAULT><<<grid, WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream>>>(wp);
+  return cudaGetLastError();
+}
+
+}  // namespace hopper
+}  // namespace mlagen

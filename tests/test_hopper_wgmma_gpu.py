@@ -1,0 +1,102 @@
+"""The wgmma main loop (mla_wgmma.cuh) on a GPU: explicit wgmma schedules against the torch
+reference with FlashMLA's tolerances (NaN in unused pages and page tails, shuffled tables,
+lengths 0, 1 and page edges, several row tiles), bad pages, its page-size refusal, and the
+faults planted in it being caught."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mlagen.errors import InputError
+from mlagen.schedule.records import Schedule
+
+from test_hopper_gpu import SEQLENS, api, check, inputs, run
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+WGMMA = dict(target="hopper", mainloop="wgmma", rows_per_tile=64, block_kv=64, buffers=2,
+             warps=8)
+EDGES = (0, 1, 2, 63, 64, 65, 127, 128, 129, 1000, 4097)
+
+
+def wgmma(dtype="bf16", **kw):
+    return Schedule.build(**WGMMA, dtype=dtype, **kw)
+
+
+@pytest.mark.parametrize("sharp", [False, True], ids=["flashmla_data", "randn"])
+@pytest.mark.parametrize("batch,seqlens,s_q,h_q,page,dtype,causal", [
+    (4, [0, 1, 63, 64], 1, 128, 64, "bf16", True),
+    (3, [65, 4097, 1000], 1, 64, 64, "bf16", True),
+    (2, [127, 2000], 2, 128, 128, "bf16", True),     # 256 rows: 4 row tiles
+    (3, [5, 300, 64], 3, 63, 256, "fp16", True),
+    (2, [1000, 1], 8, 16, 64, "fp16", False),
+    (1, [20000], 1, 128, 64, "bf16", True),          # a long request split many ways
+    (1, [1], 8, 16, 64, "bf16", True),               # rows that see no key
+    (64, [2048] * 64, 1, 128, 64, "bf16", True),
+])
+def test_cases(batch, seqlens, s_q, h_q, page, dtype, causal, sharp):
+    check(inputs(batch, seqlens, s_q, h_q, page, dtype, sharp=sharp), causal, wgmma(dtype))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(batch=st.integers(1, 6), data=st.data(),
+       s_q=st.sampled_from([1, 2, 3, 8]), h_q=st.sampled_from([1, 3, 16, 64, 100, 128]),
+       page=st.sampled_from([64, 128, 256]), dtype=st.sampled_from(["bf16", "fp16"]),
+       causal=st.booleans(), split=st.sampled_from(["auto", "auto", 1, 3]),
+       seed=st.integers(0, 99), sharp=st.booleans())
+def test_hypothesis(batch, data, s_q, h_q, page, dtype, causal, split, seed, sharp):
+    seqlens = data.draw(st.lists(st.sampled_from(EDGES + SEQLENS), min_size=batch,
+                                 max_size=batch))
+    check(inputs(batch, seqlens, s_q, h_q, page, dtype, seed, sharp=sharp), causal,
+          wgmma(dtype, split_kv=split))
+
+
+def test_bad_pages_give_nan_and_the_device_flag():
+    a = api()
+    inp = inputs(3, [100, 5000, 70], 1, 128, 64)
+    a.check_device_errors()                  # start clean
+    inp.block_table[1, 3] = 1 << 30
+    inp.block_table[2, 1] = -5
+    out, lse = run(inp, schedule=wgmma())
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
+    assert torch.isnan(out[2]).all()
+    assert torch.isfinite(out[0]).all()
+    assert int(a.device_error_flags().item()) == 1
+    with pytest.raises(InputError, match="block_table"):
+        a.check_device_errors()
+
+
+def test_small_pages_are_refused_by_an_explicit_wgmma_schedule():
+    inp = inputs(1, [100], 1, 128, 16)
+    with pytest.raises(InputError, match="multiple of 64"):
+        run(inp, schedule=wgmma())
+
+
+@pytest.mark.parametrize("fault", ["causal_off_by_one", "skip_partial_page"])
+def test_planted_faults_are_caught(fault):
+    """A fault planted in the wgmma main loop fails the reference check on inputs the
+    hypothesis test draws (a partial last page of NaN-poisoned slots; causal s_q > 1)."""
+    inp = inputs(3, [65, 1000, 130], 2, 128, 64, seed=1)
+    s = wgmma().with_fault(fault)
+    with pytest.raises(AssertionError):
+        check(inp, True, s)
+    check(inp, True, wgmma())             # the same inputs pass without the fault
+
+
+def test_verify_runs_the_example_schedule():
+    from mlagen.paths import SCHEDULES_DIR
+    from mlagen.schedule import load
+    from mlagen.verify import verify
+    from mlagen.verify.strategies import Bounds
+
+    s = load(SCHEDULES_DIR / "hopper_wgmma.toml")
+    r = verify(s, examples=40, progress=False,
+               bounds=Bounds(max_batch=4, max_len=300, long_len=1100, max_extra_table=2))
+    assert r.ok, r.summary()
+    assert r.poisoned
