@@ -70,7 +70,7 @@ def header(schedule: Schedule, filename: str) -> str:
 
 def render_template(schedule: Schedule, template: str, out_name: str, **context: Any) -> str:
     """Render one template with the schedule's records and extra constants."""
-    env = environment(schedule.target.name)
+    env = environment(schedule.target.kind)
     text = env.get_template(template).render(
         schedule=schedule, problem=schedule.problem, mapping=schedule.mapping,
         variant=schedule.variant_name(), version=__version__, **context)

@@ -5,6 +5,19 @@ they implement).  They are written for clarity and for speed on small problems, 
 verifier calls them thousands of times: every step is a batched tensor operation, and the
 only Python loop is over chunks of the batch (to bound memory on long sequences).
 
+Rounding points: a kernel keeps some intermediates in the storage dtype (bf16/fp16) that
+this reference would otherwise hold in float64.  ``run(..., rounded=...)`` rounds at the
+named points, so a kernel is compared with the result it is meant to compute:
+
+    "q"      the fused operator's absorbed query (its phase A writes it in the storage dtype)
+    "o_lat"  the fused operator's latent output (phase B writes it in the storage dtype)
+    "p"      the softmax weights before the P @ V product: exp(s - rowmax) rounded, divided
+             by the unrounded sum (the tensor cores take P in the inputs' dtype; FlashMLA's
+             tests round the same way)
+
+Each backend declares its kernels' points (``Backend.rounded``); the verifier's oracle
+(mlagen.verify.oracle) is this reference at those points plus the allowances that remain.
+
 Reading the cache: a sequence's slot t lives at ``k_cache[block_table[i, t // page], t % page]``
 and only slots t < cache_seqlens[i] are ever looked at.  Pages outside that range are not
 indexed at all (their table entries may be anything), and the tail of the last page is
@@ -23,7 +36,9 @@ from .errors import InputError
 from .problem import FusedWeights, MlaInputs, MlaOutputs, positions
 
 __all__ = ["attention", "fused_absorbed", "fused_plain", "absorb_query", "rope",
-           "rope_cos_sin", "run"]
+           "rope_cos_sin", "run", "ROUNDING_POINTS"]
+
+ROUNDING_POINTS = ("q", "o_lat", "p")
 
 # Elements of one gathered KV chunk (b_chunk * slots * h_kv * d) before the batch is split:
 # 2**25 float64 values = 256 MiB.
@@ -100,14 +115,23 @@ def _visible(lens: torch.Tensor, valid: torch.Tensor, s_q: int, causal: bool) ->
     return (t[None, None, :] < limit[:, :, None]) & valid[:, None, :]
 
 
-def _softmax(scores: torch.Tensor, visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _softmax(scores: torch.Tensor, visible: torch.Tensor,
+             round_p: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """scores [b, h, s_q, slots] (already scaled), visible [b, s_q, slots] ->
-    (p, lse [b, h, s_q]).  A row with no visible key gets p = 0 and lse = +inf."""
+    (p, lse [b, h, s_q]).  A row with no visible key gets p = 0 and lse = +inf.  With
+    round_p, exp(s - rowmax) is rounded to that dtype before it is divided by its
+    (unrounded) sum: the "p" rounding point."""
     vis = visible[:, None]
     scores = scores.masked_fill(~vis, -math.inf)
     lse = torch.logsumexp(scores, dim=-1)                                # -inf when empty
     empty = ~vis.any(dim=-1)
-    p = torch.exp(scores - torch.where(empty, 0.0, lse)[..., None])
+    if round_p is None:
+        p = torch.exp(scores - torch.where(empty, 0.0, lse)[..., None])
+    else:
+        top = scores.amax(dim=-1, keepdim=True)
+        e = torch.exp(scores - torch.where(empty[..., None], 0.0, top))  # 0 where not visible
+        total = e.sum(dim=-1, keepdim=True)
+        p = e.to(round_p).to(e.dtype) / torch.where(total > 0, total, 1.0)
     return p, torch.where(empty, math.inf, lse)
 
 
@@ -126,9 +150,10 @@ def _chunks(lens: torch.Tensor, per_slot: int):
 
 def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
               cache_seqlens: torch.Tensor, dv: int = 512, softmax_scale: Optional[float] = None,
-              causal: bool = True, dtype: torch.dtype = torch.float32
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Paged attention with V = the first dv columns of K.
+              causal: bool = True, dtype: torch.dtype = torch.float32,
+              round_p: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paged attention with V = the first dv columns of K (round_p: the "p" rounding point,
+    see the module's docstring).
 
     q [b, s_q, h_q, d], k_cache [num_blocks, page, h_kv, d] (h_q a multiple of h_kv; query
     head j uses KV head j // (h_q // h_kv)), block_table int32 [b, max_blocks],
@@ -166,7 +191,7 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
         vis = _visible(lens[lo:hi], valid, s_q, causal)
         scores = torch.einsum("bskgd,btkd->bkgst", qd[lo:hi], kv) * scale
         scores = scores.reshape(hi - lo, h_q, s_q, slots)
-        p, lse[lo:hi] = _softmax(scores, vis)
+        p, lse[lo:hi] = _softmax(scores, vis, round_p)
         o = torch.einsum("bkgst,btkv->bskgv", p.reshape(hi - lo, h_kv, g, s_q, slots),
                          kv[..., :dv])
         out[lo:hi] = o.reshape(hi - lo, s_q, h_q, dv)
@@ -251,20 +276,41 @@ def absorb_query(q_lora: torch.Tensor, weights: FusedWeights, cache_seqlens: tor
 def fused_absorbed(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tensor,
                    block_table: torch.Tensor, cache_seqlens: torch.Tensor,
                    softmax_scale: float, causal: bool = True, rope_dim: int = 64,
-                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+                   dtype: torch.dtype = torch.float32, rounded: tuple[str, ...] = ()
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused MLA decode operator in absorb mode: out [b, s_q, h, v_head_dim] and lse
-    [b, h, s_q].  The cache holds (c_kv | k_pe) per token, k_pe already rotated."""
+    [b, h, s_q].  The cache holds (c_kv | k_pe) per token, k_pe already rotated.  rounded:
+    the rounding points to apply (see the module's docstring)."""
+    out, lse, _ = _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens,
+                                  softmax_scale, causal, rope_dim, dtype, rounded)
+    return out, lse
+
+
+def _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens, softmax_scale,
+                    causal, rope_dim, dtype, rounded) -> tuple:
+    """fused_absorbed, also returning {"q": absorbed query, "o_lat": latent output}, each
+    as computed before its own rounding point."""
     if q_lora.dim() != 3:
         raise InputError(f"q_lora must be [b, s_q, q_lora_rank], got {tuple(q_lora.shape)}")
+    _check_rounded(rounded)
+    store = q_lora.dtype
     q = absorb_query(q_lora, weights, cache_seqlens, q_lora.shape[1], rope_dim, dtype)
     rank = weights.w_uk.shape[-1]
     if k_cache.dim() != 4 or k_cache.shape[-1] != rank + rope_dim:
         raise InputError(f"k_cache must be [num_blocks, page, 1, kv_lora_rank + rope_dim = "
                          f"{rank + rope_dim}], got {tuple(k_cache.shape)}")
-    o_lat, lse = attention(q, k_cache, block_table, cache_seqlens, dv=rank,
-                           softmax_scale=softmax_scale, causal=causal, dtype=dtype)
-    out = torch.einsum("bshc,hcv->bshv", o_lat, weights.w_uv.to(o_lat.device, dtype))
-    return out, lse
+    o_lat, lse = attention(q.to(store) if "q" in rounded else q, k_cache, block_table,
+                           cache_seqlens, dv=rank, softmax_scale=softmax_scale, causal=causal,
+                           dtype=dtype, round_p=store if "p" in rounded else None)
+    o_used = o_lat.to(store).to(dtype) if "o_lat" in rounded else o_lat
+    out = torch.einsum("bshc,hcv->bshv", o_used, weights.w_uv.to(o_lat.device, dtype))
+    return out, lse, {"q": q, "o_lat": o_lat}
+
+
+def _check_rounded(rounded) -> None:
+    bad = [r for r in rounded if r not in ROUNDING_POINTS]
+    if bad:
+        raise ValueError(f"unknown rounding points {bad}; known: {', '.join(ROUNDING_POINTS)}")
 
 
 def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tensor,
@@ -305,20 +351,26 @@ def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tens
 
 # ---- dispatch on an MlaInputs -----------------------------------------------------------
 
-def run(inputs: MlaInputs, dtype: torch.dtype = torch.float32) -> MlaOutputs:
+def run(inputs: MlaInputs, dtype: torch.dtype = torch.float32,
+        rounded: tuple[str, ...] = ()) -> MlaOutputs:
     """The reference result of a workload: attention when q is given, the fused (absorbed)
-    operator when q_lora and weights are."""
+    operator when q_lora and weights are.  rounded: the kernel's rounding points ("q",
+    "o_lat", "p"; see the module's docstring), e.g. ``Backend.rounded`` of its target; a
+    point the operator does not have is ignored.  The fused operator's extra holds its
+    absorbed query and latent output, each before its rounding point."""
+    _check_rounded(rounded)
+    extra: dict = {}
     if inputs.q is not None:
         out, lse = attention(inputs.q, inputs.k_cache, inputs.block_table,
                              inputs.cache_seqlens, dv=inputs.dv,
                              softmax_scale=inputs.softmax_scale, causal=inputs.causal,
-                             dtype=dtype)
+                             dtype=dtype, round_p=inputs.q.dtype if "p" in rounded else None)
     elif inputs.q_lora is not None and inputs.weights is not None:
         rank = inputs.weights.w_uk.shape[-1]
-        out, lse = fused_absorbed(inputs.q_lora, inputs.weights, inputs.k_cache,
-                                  inputs.block_table, inputs.cache_seqlens,
-                                  inputs.softmax_scale, inputs.causal,
-                                  rope_dim=inputs.k_cache.shape[-1] - rank, dtype=dtype)
+        out, lse, extra = _fused_absorbed(inputs.q_lora, inputs.weights, inputs.k_cache,
+                                          inputs.block_table, inputs.cache_seqlens,
+                                          inputs.softmax_scale, inputs.causal,
+                                          inputs.k_cache.shape[-1] - rank, dtype, rounded)
     else:
         raise InputError("MlaInputs needs q (attention) or q_lora and weights (fused)")
-    return MlaOutputs(out, lse)
+    return MlaOutputs(out, lse, extra=extra)

@@ -55,7 +55,7 @@ def test_sources_do_not_depend_on_where_the_schedule_came_from(tmp_path, example
     s = load(ROOT / "schedules" / example)
     knobs = {f: getattr(r, f) for r in (s.problem, s.mapping) for f in r.__dataclass_fields__
              if getattr(r, f) is not None}
-    keys.add(cache_key(render(Schedule.build(name="made_in_python", target=s.target.name,
+    keys.add(cache_key(render(Schedule.build(name="made_in_python", target=s.target.kind,
                                              **knobs))))
     assert len(keys) == 1
 

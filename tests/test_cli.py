@@ -22,7 +22,7 @@ def test_check_examples(capsys):
 
 def test_bad_schedule_is_one_line_no_traceback(tmp_path):
     bad = tmp_path / "bad.toml"
-    bad.write_text('[problem]\nheads = 128\n\n[target]\nname = "sc11"\n\n[schedule]\n'
+    bad.write_text('[problem]\nheads = 128\n\n[target]\nkind = "sc11"\n\n[schedule]\n'
                    'block_kv = 48\n')
     proc = subprocess.run([sys.executable, "-m", "mlagen.cli", "check", str(bad)],
                           capture_output=True, text=True)

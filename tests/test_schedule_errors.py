@@ -62,7 +62,7 @@ def test_missing_schedule_file_names_the_file(tmp_path):
 
 
 def test_empty_file_needs_a_target():
-    with pytest.raises(ScheduleError, match=r'\[target\] needs name = "hopper" or "sc11"'):
+    with pytest.raises(ScheduleError, match=r'\[target\] needs kind = "hopper" or "sc11"'):
         loads("", source="empty.toml")
 
 
@@ -164,7 +164,7 @@ def test_arbitrary_values_give_schedule_errors_not_crashes():
     @given(st.sampled_from(["sc11", "hopper"]),
            st.dictionaries(st.sampled_from(keys), _any_value(), max_size=4))
     def check(target, knobs):
-        lines = [f'[target]\nname = "{target}"']
+        lines = [f'[target]\nkind = "{target}"']
         for table in ("problem", "schedule"):
             lines.append(f"[{table}]")
             lines += [f"{k} = {toml(v)}" for (t, k), v in knobs.items() if t == table]

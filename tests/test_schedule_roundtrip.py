@@ -110,7 +110,7 @@ def _file_text(target: str, knobs: dict) -> str:
     problem = {k: v for k, v in knobs.items() if k in PROBLEM_KEYS}
     mapping = {k: v for k, v in knobs.items() if k not in PROBLEM_KEYS}
     lines = ["[problem]"] + [f"{k} = {_toml_value(v)}" for k, v in problem.items()]
-    lines += ["", "[target]", f'name = "{target}"']
+    lines += ["", "[target]", f'kind = "{target}"']
     if knobs.get("target_file"):
         lines.append(f"file = {_toml_value(knobs['target_file'])}")
     lines += ["", "[schedule]"]

@@ -65,7 +65,7 @@ BASE = """
 heads = 128
 page_size = 64
 [target]
-name = "sc11"
+kind = "sc11"
 [schedule]
 tp = 8
 """

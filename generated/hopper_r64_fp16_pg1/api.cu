@@ -33,9 +33,9 @@ int mlagen_hopper_metadata(const int* seqlens, int batch, int num_parts, int fix
 }
 
 // One decode step.  shape[] holds what stays fixed for a call signature (the host caches
-// it per shape): q strides (b, s, h), k strides (block, token), block-table stride, batch,
-// s_q, h_q, page size, num_blocks, max_blocks, num_parts, causal, and the offset (in
-// floats) of the partial lse inside the workspace, which starts with the partial O.
+// it per shape); its entries are declared once, in mlagen/backends/hopper/abi.py, and
+// their indices rendered here.  The workspace starts with the partial O; the partial lse
+// starts lse_offset floats in.
 int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
                          const int* block_table, const int* seqlens, const int* sched,
                          const int* num_splits, void* out, float* lse, float* workspace,

@@ -38,7 +38,7 @@ def backend(kind: str) -> "Backend":
 
 
 def backend_for(schedule) -> "Backend":
-    return backend(schedule.target.name)
+    return backend(schedule.target.kind)
 
 
 def require_device(schedule) -> None:

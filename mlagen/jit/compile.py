@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -14,6 +15,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Callable, Iterator, Optional
+
+from ninja.ninja_syntax import Writer
 
 from .. import console
 
@@ -44,32 +47,33 @@ _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] (.*)")
 
 
 def _commands(sources: SourceSet, out_dir: Path, shared: bool) -> tuple[str, list[str]]:
-    """The ninja file and the human-readable compile commands of a SourceSet."""
+    """The ninja file (written by ninja's own ninja_syntax.Writer, which escapes paths) and
+    the human-readable compile commands of a SourceSet."""
     cc = compiler_path(sources.compiler)
     incs = " ".join(f"-I{shlex.quote(d)}" for d in (str(out_dir),) + sources.include_dirs)
     flags = " ".join(sources.flags)
     pic = "-Xcompiler -fPIC" if sources.compiler == "nvcc" else "-fPIC"
-    dep = "-MD -MF $out.d" if sources.compiler != "nvcc" else ""
-    lines = [
-        f"cc = {cc}",
-        f"rule compile\n  command = $cc {flags} {pic} {incs} {dep} -c $in -o $out\n"
-        + ("  depfile = $out.d\n  deps = gcc\n" if dep else "")
-        + f"  description = {Path(cc).name} $in",
-        f"rule link\n  command = $cc {flags} {pic} -shared $in -o $out\n  description = link $out",
-    ]
+    deps = sources.compiler != "nvcc"              # gcc-style dependency files
+    buf = io.StringIO()
+    w = Writer(buf, width=10_000)                   # one line per statement: readable logs
+    w.variable("cc", cc)
+    w.rule("compile", f"$cc {flags} {pic} {incs}" + (" -MD -MF $out.d" if deps else "")
+           + " -c $in -o $out", description=f"{Path(cc).name} $in",
+           depfile="$out.d" if deps else None, deps="gcc" if deps else None)
+    w.rule("link", f"$cc {flags} {pic} -shared $in -o $out", description="link $out")
     objs, shown = [], []
     for src in sources.sources:
         obj = Path(src).with_suffix(".o").name
         objs.append(obj)
-        lines.append(f"build {obj}: compile {src}")
+        w.build(obj, "compile", src)
         shown.append(f"{cc} {flags} {pic} {incs} -c {src} -o {obj}")
     if shared:
-        lines.append(f"build {LIB_NAME}: link {' '.join(objs)}")
-        lines.append(f"default {LIB_NAME}")
+        w.build(LIB_NAME, "link", objs)
+        w.default(LIB_NAME)
         shown.append(f"{cc} {flags} {pic} -shared {' '.join(objs)} -o {LIB_NAME}")
     else:
-        lines.append(f"default {' '.join(objs)}")
-    return "\n".join(lines) + "\n", shown
+        w.default(objs)
+    return buf.getvalue(), shown
 
 
 def _failed_output(log: str) -> str:

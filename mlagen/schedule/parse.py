@@ -18,154 +18,52 @@ else:  # pragma: no cover - Python 3.10
 from ..backends import all_backends, backend, kinds
 from ..errors import ScheduleError
 from .located import Located, Positions
-from .rules import remember
 from .records import Mapping, Problem, Schedule, TargetRef
-from .rules import check
+from .rules import check, remember
 
 # The tables of a file and their records; [schedule]'s record is the target's own knob
 # record (a subclass of Mapping, from its backend).
 TABLES = {"problem": Problem, "target": TargetRef, "schedule": Mapping}
 
-
-class _Scanner:
-    """Finds the line of every table header and key of a TOML text that tomllib accepted.
-
-    It follows TOML's structure (dotted keys, inline tables, multi-line arrays and strings,
-    comments), so a key inside ``problem = { heads = 129 }`` or after a multi-line array
-    gets its own line, and text inside a string is never taken for a key.
-    """
-
-    def __init__(self, text: str):
-        self.s, self.i, self.line = text, 0, 1
-        self.paths: dict[tuple[str, ...], int] = {}
-
-    # -- characters ----------------------------------------------------------------
-    def _peek(self, k: int = 0) -> str:
-        j = self.i + k
-        return self.s[j] if j < len(self.s) else ""
-
-    def _advance(self, n: int = 1) -> None:
-        self.line += self.s.count("\n", self.i, self.i + n)
-        self.i += n
-
-    def _space(self, newlines: bool) -> None:
-        while self.i < len(self.s):
-            c = self.s[self.i]
-            if c in " \t" or (newlines and c in "\r\n"):
-                self._advance()
-            elif c == "#":
-                while self.i < len(self.s) and self.s[self.i] != "\n":
-                    self.i += 1
-            else:
-                return
-
-    def _string(self) -> str:
-        q = self.s[self.i]
-        if self.s.startswith(q * 3, self.i):          # multi-line string
-            end = self.i + 3
-            while not self.s.startswith(q * 3, end):
-                end += 2 if q == '"' and self.s[end] == "\\" else 1
-            while self.s.startswith(q, end + 3):      # up to two quotes may close it
-                end += 1
-            text = self.s[self.i + 3:end]
-            self._advance(end + 3 - self.i)
-            return text
-        j = self.i + 1
-        while self.s[j] != q:
-            j += 2 if q == '"' and self.s[j] == "\\" else 1
-        text = self.s[self.i + 1:j]
-        self._advance(j + 1 - self.i)
-        return text
-
-    # -- grammar -------------------------------------------------------------------
-    def _key(self) -> tuple[str, ...]:
-        parts = []
-        while True:
-            self._space(False)
-            if self._peek() in "\"'":
-                parts.append(self._string())
-            else:
-                j = self.i
-                while j < len(self.s) and (self.s[j].isalnum() or self.s[j] in "_-"):
-                    j += 1
-                parts.append(self.s[self.i:j])
-                self.i = j
-            self._space(False)
-            if self._peek() != ".":
-                return tuple(parts)
-            self.i += 1
-
-    def _record(self, path: tuple[str, ...]) -> None:
-        for n in range(1, len(path) + 1):
-            self.paths.setdefault(path[:n], self.line)
-
-    def _keyval(self, prefix: tuple[str, ...]) -> None:
-        key = prefix + self._key()
-        self._record(key)
-        self._space(False)
-        self.i += 1                                    # "="
-        self._space(False)
-        self._value(key)
-
-    def _value(self, path: tuple[str, ...]) -> None:
-        c = self._peek()
-        if c == "{":
-            self.i += 1
-            while True:
-                self._space(True)
-                if self._peek() in ("}", ""):
-                    self.i += 1
-                    return
-                if self._peek() == ",":
-                    self.i += 1
-                    continue
-                self._keyval(path)
-        elif c == "[":
-            self.i += 1
-            while True:
-                self._space(True)
-                if self._peek() in ("]", ""):
-                    self.i += 1
-                    return
-                if self._peek() == ",":
-                    self.i += 1
-                    continue
-                self._value(path)
-        elif c in "\"'":
-            self._string()
-        else:                                          # number, bool, date
-            start = self.i
-            while self.i < len(self.s) and self.s[self.i] not in ",]}#\r\n":
-                self.i += 1
-            if self.i == start:                        # not TOML after all: give up
-                raise ValueError(f"no value at offset {start}")
-
-    def scan(self) -> dict[tuple[str, ...], int]:
-        table: tuple[str, ...] = ()
-        while True:
-            self._space(True)
-            if self.i >= len(self.s):
-                return self.paths
-            if self._peek() == "[":
-                double = self._peek(1) == "["
-                self.i += 2 if double else 1
-                table = self._key()
-                self._record(table)
-                self.i += 2 if double else 1
-            else:
-                self._keyval(table)
+_PROBE = "mlagen_probe_"
 
 
-def _positions(text: str) -> Positions:
+def _holds(data: dict, parent: tuple[str, ...], key: str) -> bool:
+    node: Any = data
+    for part in parent:
+        node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, list):                 # an array of tables: its last table
+            node = node[-1] if node and isinstance(node[-1], dict) else None
+    return isinstance(node, dict) and key in node
+
+
+def _positions(text: str, data: dict | None = None) -> Positions:
     """Line (1-based) of each table and of each key inside a table, keyed (table, key);
-    (table, None) is where the table starts (its header, or ``table = {`` ...)."""
+    (table, None) is where the table starts (its header, or ``table = {`` ...).
+
+    tomllib gives values, not lines, so tomllib also says where each key is: every place
+    the key's name is written is tried in turn, renamed to a probe, and the first one whose
+    renaming renames the key in tomllib's result is the key's line.  A name inside a
+    string, a comment or another table's key never passes that test."""
     try:
-        paths = _Scanner(text).scan()
-    except (ValueError, IndexError):   # never let a message helper hide the real error
+        data = tomllib.loads(text) if data is None else data
+    except tomllib.TOMLDecodeError:
         return {}
+    wanted: list[tuple[tuple[str, ...], str, tuple[str, str | None]]] = []
+    for table, value in data.items():
+        wanted.append(((), table, (table, None)))
+        if isinstance(value, dict):
+            wanted += [((table,), key, (table, key)) for key in value]
     pos: Positions = {}
-    for path, line in sorted(paths.items(), key=lambda kv: kv[1]):
-        pos.setdefault((path[0], path[1] if len(path) > 1 else None), line)
+    for parent, key, where in wanted:
+        for m in re.finditer(rf"(?<![A-Za-z0-9_-]){re.escape(key)}(?![A-Za-z0-9_-])", text):
+            try:
+                probed = tomllib.loads(text[:m.start()] + _PROBE + key + text[m.end():])
+            except tomllib.TOMLDecodeError:
+                continue
+            if _holds(probed, parent, _PROBE + key):
+                pos[where] = text.count("\n", 0, m.start()) + 1
+                break
     return pos
 
 
@@ -243,6 +141,23 @@ def _validate(loc: Located, table: str, given: dict[str, Any], record: type,
     return dict(given)
 
 
+def _old_target_key(loc: Located, given: Any) -> Any:
+    """``[target] name = ...`` (the key's old spelling) read as ``kind``, with a one-line
+    notice on stderr."""
+    if not isinstance(given, dict) or "name" not in given:
+        return given
+    if "kind" in given:
+        raise loc.error("target", "name", "give kind only (name is its old spelling)")
+    given = {("kind" if k == "name" else k): v for k, v in given.items()}
+    line = loc.positions.get(("target", "name"))
+    if line is not None:
+        loc.positions[("target", "kind")] = line
+    where = (loc.source or "<schedule>") + (f":{line}" if line else "")
+    print(f"mlagen: {where}: [target] name is deprecated; write kind = "
+          f"{_toml_value(given['kind'])}", file=sys.stderr)
+    return given
+
+
 def _known_kinds() -> str:
     return " or ".join(f'"{k}"' for k in kinds())
 
@@ -268,12 +183,12 @@ def schedule_from_tables(tables: dict[str, Any], source: str | None, name: str,
             f"; tables are {', '.join('[' + t + ']' for t in TABLES)}"
         raise loc.error(table, None, f"unknown table [{table}]{extra}")
     problem = _validate(loc, "problem", tables.get("problem", {}), Problem)
-    target = _validate(loc, "target", tables.get("target", {}), TargetRef)
-    if "name" not in target:
-        raise loc.error("target", None, f"[target] needs name = {_known_kinds()}")
-    kind = target["name"]
+    target = _validate(loc, "target", _old_target_key(loc, tables.get("target", {})), TargetRef)
+    if "kind" not in target:
+        raise loc.error("target", None, f"[target] needs kind = {_known_kinds()}")
+    kind = target["kind"]
     if kind not in kinds():
-        raise loc.error("target", "name",
+        raise loc.error("target", "kind",
                         f"unknown target {kind!r}; known: {', '.join(kinds())}")
     record = backend(kind).mapping
     mapping = _validate(loc, "schedule", tables.get("schedule", {}), record, kind)
@@ -292,7 +207,7 @@ def build(name: str = "unnamed", target: str | None = None, target_file: str | N
     from ..backends import default_kind
 
     problem_names = {f.name for f in dataclasses.fields(Problem)}
-    tables: dict[str, dict[str, Any]] = {"problem": {}, "target": {"name": target or
+    tables: dict[str, dict[str, Any]] = {"problem": {}, "target": {"kind": target or
                                                                    default_kind()},
                                           "schedule": {}}
     if target_file is not None:
@@ -322,7 +237,7 @@ def loads(text: str, source: str | None = None, name: str = "unnamed") -> Schedu
         what += f" (column {m.group(2)})" if m else ""
         raise ScheduleError(f"not valid TOML: {what}", file=source,
                             line=int(m.group(1)) if m else None) from None
-    return schedule_from_tables(tables, source, name, _positions(text))
+    return schedule_from_tables(tables, source, name, _positions(text, tables))
 
 
 MAX_SCHEDULE_BYTES = 1 << 20   # a schedule is a few hundred bytes; refuse to slurp a disk

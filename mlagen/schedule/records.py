@@ -83,8 +83,13 @@ def _default_kind() -> str:
 
 @dataclass(frozen=True)
 class TargetRef:
-    name: str = field(default_factory=_default_kind)   # the target kind (a backend)
+    kind: str = field(default_factory=_default_kind)   # the target kind (a backend)
     file: str | None = None        # a target description; None: the backend's default file
+
+    @property
+    def name(self) -> str:
+        """The kind, under the [target] key's old name."""
+        return self.kind
 
 
 def knob(default: Any, doc: str = "", *, compile_time: bool = True, tag: str | None = None
@@ -163,7 +168,7 @@ class Schedule:
         says which fields those are): schedules that compile the same share it."""
         from ..backends import backend
 
-        parts = backend(self.target.name).variant_parts(self)
+        parts = backend(self.target.kind).variant_parts(self)
         if self.fault != "none":
             parts.append("FAULT-" + self.fault.replace("_", "-"))
         return "_".join(parts)

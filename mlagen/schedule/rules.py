@@ -71,8 +71,8 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
 # ---------------------------------------------------------------- target -----------
 @rule
 def target_kind(s: Schedule, t: Target) -> Iterator[Violation]:
-    if t.kind != s.target.name:
-        yield "target", "name", (f"name = {s.target.name!r} but the description "
+    if t.kind != s.target.kind:
+        yield "target", "kind", (f"kind = {s.target.kind!r} but the description "
                                  f"{t.path} is a {t.kind!r} target")
 
 
@@ -110,16 +110,16 @@ def check(s: Schedule, loc: Located | None = None) -> Plan:
     resources it needs."""
     loc = loc or Located(s.source, {})
     base = Path(s.source).resolve().parent if s.source else None
-    if s.target.file is not None and not target_path(s.target.name, s.target.file,
+    if s.target.file is not None and not target_path(s.target.kind, s.target.file,
                                                      base).exists():
         raise loc.error("target", "file", (
             f"file = {s.target.file!r}: no such target description (looked in "
             + ("the schedule's folder, " if base else "")
             + "the working directory, the repository and targets/)"))
     try:
-        t = load_target(s.target.name, s.target.file, base)
+        t = load_target(s.target.kind, s.target.file, base)
     except TargetError as e:
-        raise loc.error("target", "file" if s.target.file else "name", str(e)) from None
+        raise loc.error("target", "file" if s.target.file else "kind", str(e)) from None
     # first broken rule only: later rules may assume what earlier ones checked (tp >= 1)
     for r in rules_for(t):
         for table, key, message in r(s, t):

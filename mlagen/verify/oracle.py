@@ -63,18 +63,13 @@ def fused_rounded(inputs: MlaInputs, dtype: torch.dtype = torch.float64) -> MlaO
     w = inputs.weights
     store = inputs.q_lora.dtype
     rank = w.w_uk.shape[-1]
-    rope_dim = inputs.k_cache.shape[-1] - rank
-    q64 = reference.absorb_query(inputs.q_lora, w, inputs.cache_seqlens,
-                                 inputs.q_lora.shape[1], rope_dim, dtype)
-    q = q64.to(store)                                # phase A writes bf16/fp16 rows to L2
-    o_lat, lse = reference.attention(q, inputs.k_cache, inputs.block_table,
-                                     inputs.cache_seqlens, dv=rank,
-                                     softmax_scale=inputs.softmax_scale,
-                                     causal=inputs.causal, dtype=dtype)
+    # the one reference, at the kernel's two rounding points (phase A writes the absorbed
+    # query, phase B o_lat, in the storage dtype)
+    want = reference.run(inputs, dtype=dtype, rounded=("q", "o_lat"))
+    out, lse = want.out, want.lse
+    q64, o_lat = want.extra["q"], want.extra["o_lat"]      # before their rounding
     o_room = _flip_room(o_lat.double(), store)      # [b, s, h, rank]
-    o_lat = o_lat.to(store).to(dtype)                # phase B writes o_lat to L2
     w_uv = w.w_uv.to(o_lat.device, dtype)
-    out = torch.einsum("bshc,hcv->bshv", o_lat, w_uv)
 
     kmax = _key_absmax(inputs).to(q64.device)                          # [b, d]
     q_room = _flip_room(q64.double(), store)                           # [b, s, h, d]
@@ -135,7 +130,7 @@ def oracle_for(schedule) -> Callable[..., MlaOutputs]:
     from ..backends import backend
 
     schedule = getattr(schedule, "schedule", schedule)      # a Plan
-    rounded = backend(schedule.target.name).rounded
+    rounded = backend(schedule.target.kind).rounded
 
     def oracle(inputs: MlaInputs, dtype: torch.dtype = torch.float64) -> MlaOutputs:
         if inputs.q is None and inputs.q_lora is not None:

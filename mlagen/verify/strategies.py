@@ -113,7 +113,7 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     prob = _problem_of(spec)
     if isinstance(spec, Schedule):
         h = heads or spec.heads_per_device
-        tile = backend(spec.target.name).boundary_tile(spec)
+        tile = backend(spec.target.kind).boundary_tile(spec)
     else:
         h = heads or draw(st.sampled_from([c for c in head_counts if c <= prob.heads]
                                           or [prob.heads]))
@@ -190,8 +190,8 @@ def schedules(draw, target: str, base: Optional[Schedule] = None,
     variants); without it, every compile-time knob is drawn.  Run-time knobs are always
     drawn.  Illegal draws are rejected (assume(False)), never failures."""
     base = base or default_base(target)
-    if base.target.name != target:
-        raise ValueError(f"base schedule is for {base.target.name!r}, not {target!r}")
+    if base.target.kind != target:
+        raise ValueError(f"base schedule is for {base.target.kind!r}, not {target!r}")
     knobs: dict = {}
     compile_knobs = COMPILE_KNOBS[target]
     if neighbourhood:

@@ -15,6 +15,8 @@ from mlagen.schedule.plan import Plan
 from mlagen.schedule.rules import plan_of
 from mlagen.schedule.records import Schedule
 
+from .abi import SHAPE_INDEX
+
 DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 DTYPE_CODE = {"bf16": 1, "fp16": 2}
 # planted faults (records.FAULTS) -> MLAGEN_FAULT in templates/hopper/include/mla_common.cuh
@@ -41,7 +43,7 @@ def render(plan: Plan | Schedule) -> SourceSet:
         raise ValueError(f"fault {schedule.fault!r} is not planted in the wgmma main loop "
                          f"(it has {', '.join(WGMMA_FAULTS[1:])})")
     files = {f"{t}.cu": render_template(schedule, f"{split if t == 'split' else t}.cu.j2",
-                                        f"{t}.cu", **ctx)
+                                        f"{t}.cu", shape=SHAPE_INDEX, **ctx)
              for t in TEMPLATES}
     return SourceSet(variant=plan.variant, target="hopper", files=files,
                      include_dirs=(str(TEMPLATES_DIR / "hopper" / "include"),),

@@ -82,8 +82,8 @@ def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule], bat
                   gpu: str = "", page_size: int = 64) -> Schedule:
     if schedule is None:
         return defaults.default_schedule(rows_total, dtype, batch, gpu, page_size)
-    if schedule.target.name != "hopper":
-        raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.name!r}, "
+    if schedule.target.kind != "hopper":
+        raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.kind!r}, "
                          "not hopper")
     if schedule.mapping.mainloop == "wgmma" and page_size % 64:
         raise InputError(f"schedule {schedule.name!r} uses mainloop = \"wgmma\", which needs a "

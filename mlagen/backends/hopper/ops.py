@@ -18,6 +18,7 @@ from mlagen.errors import InputError
 from mlagen.schedule.records import Schedule
 
 from . import scheduler
+from .abi import SHAPE_FIELDS, shape_array
 
 _LOCK = threading.Lock()
 _LIBS: dict[str, "KernelLib"] = {}
@@ -140,7 +141,7 @@ STRICT = False   # api sets it from MLAGEN_HOPPER_STRICT: check indices on the h
 
 _ERRORS: dict[int, torch.Tensor] = {}
 _WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
-SHAPE_INTS = 15   # the C entry's shape[] (templates/hopper/api.cu.j2)
+SHAPE_INTS = len(SHAPE_FIELDS)   # the C entry's shape[] (abi.py; read by api.cu.j2)
 
 
 def error_flags(device: torch.device) -> torch.Tensor:
@@ -212,10 +213,13 @@ class DecodePlan:
         slots = b + parts     # each part adds at most one split beyond one per request
         o_numel = slots * rows_total * 512
         self.ws_numel = o_numel + slots * rows_total
-        self.shape = (LL * SHAPE_INTS)(
-            q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
-            block_table.stride(0), b, s_q, h_q, k_cache.shape[1], k_cache.shape[0],
-            block_table.shape[1], parts, int(causal), o_numel)
+        self.shape = (LL * SHAPE_INTS)(*shape_array(
+            q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
+            k_stride_block=k_cache.stride(0), k_stride_token=k_cache.stride(1),
+            bt_stride=block_table.stride(0), batch=b, s_q=s_q, h_q=h_q,
+            page_size=k_cache.shape[1], num_blocks=k_cache.shape[0],
+            max_blocks=block_table.shape[1], num_parts=parts, causal=int(causal),
+            lse_offset=o_numel))
         self.scale_log2 = softmax_scale * math.log2(math.e)
         self.error = error_flags(self.device).data_ptr()
 

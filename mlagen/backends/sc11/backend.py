@@ -13,7 +13,7 @@ class Sc11Backend(Backend):
     target_file = "sc11.toml"
     default = True
     device = "cpu"
-    rounded = ()                      # fused: the oracle's own rounding points (verify.oracle)
+    rounded = ("q", "o_lat")          # the fused kernel stores these in bf16/fp16 (phases A, B)
     run_point = (128, 512)            # the seed's point
     foreign_why = {"split_kv": " (its multi-core scheme splits sequences; see scheme)"}
 

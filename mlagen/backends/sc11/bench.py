@@ -263,7 +263,7 @@ def machine_assumed(schedule: Schedule) -> list:
     from ...targets import load_target
 
     base = Path(schedule.source).parent if schedule.source else None
-    t = load_target(schedule.target.name, schedule.target.file, base)
+    t = load_target(schedule.target.kind, schedule.target.file, base)
     return [f"{k} = {t.params[k]}" for k in t.assumed()]
 
 

@@ -28,7 +28,7 @@ _CACHE_SIZE = 256
 
 def machine_for(schedule: Schedule) -> Machine:
     base = Path(schedule.source).parent if schedule.source else None
-    return Machine.from_target(load_target(schedule.target.name, schedule.target.file, base))
+    return Machine.from_target(load_target(schedule.target.kind, schedule.target.file, base))
 
 
 def _key(schedule: Schedule, inputs) -> Optional[tuple]:

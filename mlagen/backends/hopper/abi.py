@@ -1,0 +1,19 @@
+"""The Hopper C entry's ``shape[]`` array, declared once: the host (ops.py) fills it by
+these names and api.cu.j2 reads each entry at the index rendered from here, so the two
+sides cannot drift apart."""
+
+from __future__ import annotations
+
+SHAPE_FIELDS = ("q_stride_b", "q_stride_s", "q_stride_h", "k_stride_block", "k_stride_token",
+                "bt_stride", "batch", "s_q", "h_q", "page_size", "num_blocks", "max_blocks",
+                "num_parts", "causal",
+                "lse_offset")    # floats into the workspace where the partial lse starts
+SHAPE_INDEX = {name: i for i, name in enumerate(SHAPE_FIELDS)}
+
+
+def shape_array(**values: int) -> list[int]:
+    """The values in SHAPE_FIELDS order; every field must be given, nothing else."""
+    if set(values) != set(SHAPE_FIELDS):
+        raise TypeError(f"shape[] fields: missing {sorted(set(SHAPE_FIELDS) - set(values))}, "
+                        f"unknown {sorted(set(values) - set(SHAPE_FIELDS))}")
+    return [int(values[name]) for name in SHAPE_FIELDS]
