@@ -18,9 +18,6 @@ from .schedule import Plan, Schedule, can_implement, check, plan_of
 from .schedule import load as load_schedule
 from .version import __version__
 
-# The JIT builder lives in mlagen.jit, so ``mlagen.build`` is only ever this function.
-from .jit import build as _build_sources  # noqa: E402
-
 __all__ = ["__version__", "Schedule", "Plan", "plan_of", "load_schedule", "check", "can_implement", "render",
            "generate", "build", "runner", "run", "MlagenError", "ScheduleError",
            "ResourceError", "TargetError", "BuildError", "InputError", "EmulatorError",
@@ -64,6 +61,10 @@ def build(schedule: Schedule, progress: bool | None = None):
     mlagen.jit), and return its ``Artifact`` (``.path`` the shared library, ``.built``
     False when it came from the cache).  Raises BuildError with the compiler's first error.
     progress: say on stderr what a wait is for (default: only under the CLI)."""
+    # imported here: `mlagen check` and `--help` start without the builder (issue 10);
+    # it lives in mlagen.jit, so ``mlagen.build`` is only ever this function
+    from .jit import build as _build_sources
+
     plan = plan_of(schedule)
     return _build_sources(render(plan), progress=progress, origin=plan.schedule)
 

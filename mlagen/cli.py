@@ -113,9 +113,10 @@ def cmd_generate(args) -> int:
         for p in files:
             if p not in headers:
                 print(p)
+        sources = render(s)
         print(f"{out / s.name / 'include'}/: {len(headers)} headers they include "
-              f"(copied from {Path(render(s).include_dirs[0])})")
-        print(f"  to compile by hand: cd {out / s.name} && {compile_command(render(s))}")
+              f"(copied from {', '.join(sources.include_dirs)})")
+        print(f"  to compile by hand: cd {out / s.name} && {compile_command(sources)}")
     return 0
 
 

@@ -7,17 +7,19 @@ lives in headers under templates/<target>/ that a reader can open and compile on
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from .paths import TEMPLATES_DIR
 from .schedule.rules import plan_of
 from .schedule.records import Schedule
 from .version import __version__
+
+if TYPE_CHECKING:  # pragma: no cover
+    import jinja2   # imported where a template is rendered: `mlagen --help` needs none
 
 COMMENT = {".cpp": "//", ".cu": "//", ".h": "//", ".cuh": "//", ".toml": "#", ".py": "#"}
 
@@ -42,7 +44,12 @@ class SourceSet:
         return h.hexdigest()
 
 
-def environment(target: str) -> jinja2.Environment:
+@functools.lru_cache(maxsize=None)
+def environment(target: str) -> "jinja2.Environment":
+    """One Jinja environment per target (it caches compiled templates; a template edited
+    on disk is reloaded, jinja checks the file's time)."""
+    import jinja2
+
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR / target)),
         undefined=jinja2.StrictUndefined,      # a missing constant fails, never renders empty

@@ -73,11 +73,12 @@ class _Silent:
 
 
 @contextlib.contextmanager
-def progress_rows(total: int, description: str) -> Iterator[Callable[[str], None]]:
+def progress_rows(total: int, description: str, bar: bool = True
+                  ) -> Iterator[Callable[[str], None]]:
     """A progress bar over `total` rows on a terminal; yields ``advance(text)``, which
-    moves it one row and shows `text` (the row just done).  Off a terminal each row is a
-    line on stderr."""
-    if not _tty(sys.stderr):
+    moves it one row and shows `text` (the row just done).  Off a terminal, or without
+    ``bar``, each row is a line on stderr."""
+    if not (bar and _tty(sys.stderr)):
         yield lambda text: print(text, file=sys.stderr, flush=True)
         return
     from rich.console import Console

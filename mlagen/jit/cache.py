@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import platform
@@ -76,6 +75,8 @@ def host_cpu() -> str:
 
 @functools.lru_cache(maxsize=None)
 def torch_version() -> str:
+    import importlib.metadata   # ~30 ms: only when a key is computed
+
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:

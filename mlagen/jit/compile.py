@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from filelock import FileLock, Timeout
 from ninja.ninja_syntax import Writer
 
 from .. import console
@@ -174,6 +173,8 @@ def _holder(pid_file: Path) -> str:
 @contextlib.contextmanager
 def _key_lock(key: str, variant: str, progress: bool) -> Iterator[None]:
     """The key's lock; while another process holds it, say who (its pid) and wait."""
+    from filelock import FileLock, Timeout   # only a build takes the lock
+
     path = locks_dir() / f"{key}.lock"
     pid_file = locks_dir() / f"{key}.pid"
     lock = FileLock(str(path))

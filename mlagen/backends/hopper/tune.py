@@ -210,7 +210,7 @@ def tune(shapes: Iterable[Shape], space: str = "small", table_path: Optional[Pat
         import torch
 
         if not torch.cuda.is_available():
-            raise MlagenError("mlagen tune --target hopper needs an NVIDIA GPU (sm_90)")
+            raise MlagenError("tune --target hopper needs an NVIDIA sm_90 GPU (none found)")
         gpu = torch.cuda.get_device_name()
     measure = measure or measure_gpu
     key = table_key(gpu)

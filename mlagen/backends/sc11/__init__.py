@@ -1,311 +1,34 @@
 """The SC11 backend: render a schedule into an emulator kernel, build it, run it.
 
     render(schedule)  -> SourceSet   templates/sc11/kernel.cpp.j2 + the runtime headers
+                                     (sources.py)
     runner(schedule)  -> Sc11Runner  callable: MlaInputs -> MlaOutputs (+ trace, scheme,
-                                     LMEM / L2 high-water marks in ``extra``)
+                                     LMEM / L2 high-water marks in ``extra``) (emulator.py)
 
 The kernel library has a plain C ABI (templates/sc11/runtime/abi.h): one call runs the
 whole operator on the emulated chip, in compute mode (real data) or dry mode (same control
 flow and trace, no data work; what the scheme chooser simulates).
+
+emulator.py imports torch and numpy, so its names are loaded on first use (PEP 562): the
+backend registry imports this package for `mlagen check` and `generate` too.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-from typing import Optional
+import importlib
 
-import numpy as np
-import torch
+from .sources import DTYPE_CLASSES, FAULT_ENUMS, FLAGS, RUNTIME_DIR, render
 
-from ...jit import build
-from ...codegen import SourceSet, render_template
-from ...errors import EmulatorError, InputError
-from ...paths import TEMPLATES_DIR
-from ...problem import TORCH_DTYPES, MlaInputs, MlaOutputs
-from ...reference import weights_rope
-from ...rope import RopeConfig, RotaryTable
-from ...runtime import load_library
-from ...schedule.plan import Plan
-from ...schedule.rules import plan_of
-from ...schedule.records import Schedule
-from .resources import SC11_PROJ_ROWS, sc11_granules, sc11_heads_per_core
-from .trace import EVENT_DTYPE
-
-RUNTIME_DIR = TEMPLATES_DIR / "sc11" / "runtime"
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-pthread", "-fno-math-errno")
-# Scheme names -> the C ABI's numbers (templates/sc11/runtime/plan.h).
-SCHEME_IDS = {"heads": 1, "batch": 2, "seq": 3, "batch_seq": 4}
-FAULT_ENUMS = {"none": "FAULT_NONE", "causal_off_by_one": "FAULT_CAUSAL_OFF_BY_ONE",
-               "wrong_scale": "FAULT_WRONG_SCALE", "skip_partial_page": "FAULT_SKIP_PARTIAL_PAGE",
-               "bad_split_merge": "FAULT_BAD_SPLIT_MERGE",
-               "early_buffer_swap": "FAULT_EARLY_BUFFER_SWAP",
-               "proj_first_chunk_only": "FAULT_PROJ_FIRST_CHUNK_ONLY",
-               "ignore_softmax_scale": "FAULT_IGNORE_SOFTMAX_SCALE",
-               "page_start_assumed": "FAULT_PAGE_START_ASSUMED",
-               "empty_partial_unmasked": "FAULT_EMPTY_PARTIAL_UNMASKED",
-               "default_head_split": "FAULT_DEFAULT_HEAD_SPLIT"}
-DTYPE_CLASSES = {"bf16": "Bf16", "fp16": "Fp16"}
+__all__ = ["render", "runner", "Sc11Runner", "SCHEME_IDS", "FLAGS", "RUNTIME_DIR",
+           "FAULT_ENUMS", "DTYPE_CLASSES"]
 
 
-def render(plan: Plan | Schedule) -> SourceSet:
-    """The kernel source of a checked SC11 plan (one translation unit)."""
-    plan = plan_of(plan)
-    schedule, t = plan.schedule, plan.target
-    lmem_granule, l2_granule = sc11_granules(t)
-    name = "kernel.cpp"
-    text = render_template(
-        schedule, "kernel.cpp.j2", name,
-        dtype_class=DTYPE_CLASSES[schedule.problem.dtype],
-        heads=schedule.heads_per_device,
-        heads_per_core=sc11_heads_per_core(schedule),
-        proj_rows=SC11_PROJ_ROWS,
-        fault_enum=FAULT_ENUMS[schedule.fault],
-        lmem_bytes=int(t.lmem_bytes), lmem_granule=lmem_granule,
-        l2_bytes=int(t.l2_bytes), l2_granule=l2_granule)
-    return SourceSet(variant=plan.variant, target="sc11", files={name: text},
-                     include_dirs=(str(RUNTIME_DIR),), compiler="c++", flags=FLAGS,
-                     sources=(name,))
+# what emulator.py provides; any other name is a submodule (``from . import rules``
+# asks this hook first, and must not pull torch in)
+_EMULATOR = ("runner", "Sc11Runner", "SCHEME_IDS")
 
 
-class _Args(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int64) for n in
-                ("batch", "s_q", "num_blocks", "max_blocks", "scheme", "causal", "threads")] + \
-               [("scale", ctypes.c_double), ("rope_rows", ctypes.c_int64),
-                ("rope_layout", ctypes.c_int64), ("rope_cos", ctypes.c_void_p),
-                ("rope_sin", ctypes.c_void_p)] + \
-               [(n, ctypes.c_void_p) for n in
-                ("q", "q_lora", "w_uq", "w_uk", "w_uv", "k_cache", "block_table", "seqlens",
-                 "out", "lse")]
-
-
-class _Result(ctypes.Structure):
-    _fields_ = [("events", ctypes.c_void_p)] + [(n, ctypes.c_int64) for n in
-                ("n_events", "lmem_high", "l2_high", "l2_static", "lmem_capacity",
-                 "l2_capacity", "n_parts", "copied_bytes")]
-
-
-def _p(t: Optional[torch.Tensor]) -> Optional[int]:
-    return None if t is None else t.data_ptr()
-
-
-class Sc11Runner:
-    """A built SC11 variant.  ``runner(inputs, scheme=None)`` runs it on real data;
-    ``dry_run(inputs, scheme)`` returns the trace alone (no data work)."""
-
-    def __init__(self, plan: Plan | Schedule, progress: Optional[bool] = None):
-        self.plan = plan = plan_of(plan)
-        self.schedule = schedule = plan.schedule
-        self.target = plan.target
-        self.artifact = build(render(plan), progress=progress, origin=schedule)
-        lib = load_library(self.artifact.path)
-        lib.mlagen_sc11_run.argtypes = [ctypes.POINTER(_Args), ctypes.c_int,
-                                        ctypes.POINTER(_Result), ctypes.c_char_p, ctypes.c_int]
-        lib.mlagen_sc11_run.restype = ctypes.c_int
-        lib.mlagen_sc11_free.argtypes = [ctypes.POINTER(_Result)]
-        lib.mlagen_sc11_event_size.restype = ctypes.c_int64
-        lib.mlagen_sc11_variant.restype = ctypes.c_char_p
-        if lib.mlagen_sc11_event_size() != EVENT_DTYPE.itemsize:
-            raise EmulatorError("the kernel's trace event layout does not match EVENT_DTYPE")
-        self.lib = lib
-
-    # ---- checks ------------------------------------------------------------------------
-    def validate(self, inp: MlaInputs) -> None:
-        """Raise InputError for anything the kernel cannot run on (before any run)."""
-        s, p = self.schedule, self.schedule.problem
-        dt = TORCH_DTYPES[p.dtype]
-        h = s.heads_per_device
-
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise InputError(f"{s.variant_name()}: {msg}")
-
-        def tensor(name: str, t, shape: tuple, dtype) -> None:
-            need(isinstance(t, torch.Tensor), f"{name} must be a tensor")
-            need(t.device.type == "cpu", f"{name} is on {t.device}; the emulator runs on the CPU")
-            need(t.dtype == dtype, f"{name} has dtype {t.dtype}; the schedule says {dtype}")
-            need(tuple(t.shape) == shape, f"{name} has shape {tuple(t.shape)}; expected {shape}")
-
-        bt, sl = inp.block_table, inp.cache_seqlens
-        need(isinstance(bt, torch.Tensor) and bt.dim() == 2, "block_table must be [batch, max_blocks]")
-        b, max_blocks = bt.shape
-        need(b >= 1 and max_blocks >= 1, "block_table must have at least one row and column")
-        tensor("block_table", bt, (b, max_blocks), torch.int32)
-        tensor("cache_seqlens", sl, (b,), torch.int32)
-        kc = inp.k_cache
-        need(isinstance(kc, torch.Tensor) and kc.dim() == 4, "k_cache must be [num_blocks, page, 1, d]")
-        need(kc.shape[1] == p.page_size,
-             f"k_cache page size {kc.shape[1]} differs from the schedule's page_size {p.page_size}")
-        tensor("k_cache", kc, (kc.shape[0], p.page_size, 1, p.d), dt)
-        if p.fused:
-            need(inp.q_lora is not None and inp.weights is not None,
-                 "the fused operator needs q_lora and weights (got q)")
-            s_q = inp.q_lora.shape[1] if inp.q_lora.dim() == 3 else -1
-            need(1 <= s_q <= p.max_s_q, f"s_q = {s_q} must be between 1 and max_s_q = {p.max_s_q}")
-            tensor("q_lora", inp.q_lora, (b, s_q, p.q_lora_rank), dt)
-            w = inp.weights
-            tensor("w_uq", w.w_uq, (p.q_lora_rank, h, p.qk_nope_head_dim + p.rope_dim), dt)
-            tensor("w_uk", w.w_uk, (h, p.qk_nope_head_dim, p.kv_lora_rank), dt)
-            tensor("w_uv", w.w_uv, (h, p.kv_lora_rank, p.v_head_dim), dt)
-        else:
-            need(inp.q is not None, "attention-only needs q [batch, s_q, heads, d]")
-            s_q = inp.q.shape[1] if inp.q.dim() == 4 else -1
-            need(1 <= s_q <= p.max_s_q, f"s_q = {s_q} must be between 1 and max_s_q = {p.max_s_q}")
-            tensor("q", inp.q, (b, s_q, h, p.d), dt)
-        need(inp.softmax_scale is not None and inp.softmax_scale > 0, "softmax_scale must be > 0")
-        cap = max_blocks * p.page_size
-        bad = ((sl < 0) | (sl > cap)).nonzero().flatten()
-        if len(bad):
-            i = int(bad[0])
-            need(False, f"cache_seqlens[{i}] = {int(sl[i])} must be in [0, {cap}] "
-                        f"(block_table holds {max_blocks} pages of {p.page_size})")
-        # every page a sequence uses must exist (entries past its length are never read)
-        pages = (sl.long() + p.page_size - 1) // p.page_size
-        used = torch.arange(max_blocks)[None, :] < pages[:, None]
-        nb = kc.shape[0]
-        wrong = used & ((bt < 0) | (bt >= nb))
-        if wrong.any():
-            i, j = (int(x) for x in wrong.nonzero()[0])
-            need(False, f"block_table[{i}, {j}] = {int(bt[i, j])} is not a page of k_cache "
-                        f"[0, {nb}) but sequence {i} uses it")
-
-    def resolve_scheme(self, inp: MlaInputs, scheme: Optional[str]) -> str:
-        """A concrete scheme: the given one, the schedule's, or auto's pick for `inp`."""
-        return self._resolve(inp, scheme)[0]
-
-    def _resolve(self, inp: MlaInputs, scheme: Optional[str]) -> tuple[str, dict]:
-        scheme = scheme or self.schedule.mapping.scheme
-        if scheme == "auto":
-            from .schemes import choose_scheme
-
-            picked, times = choose_scheme(self.schedule, inp,
-                                          lambda sc: self.dry_run(inp, sc, validate=False))
-            return picked, dict(times)
-        if scheme not in SCHEME_IDS:
-            raise InputError(f"scheme = {scheme!r} must be one of auto, {', '.join(SCHEME_IDS)}")
-        return scheme, {}
-
-    # ---- running -----------------------------------------------------------------------
-    def _call(self, inp: MlaInputs, scheme: str, dry: bool, threads: Optional[int],
-              dest: Optional[MlaOutputs] = None):
-        p = self.schedule.problem
-        fused = p.fused
-        b = inp.block_table.shape[0]
-        s_q = (inp.q_lora if fused else inp.q).shape[1]
-        h = self.schedule.heads_per_device
-        keep = []   # contiguous copies must outlive the call
-
-        def c(t):
-            if t is None:
-                return None
-            t = t.contiguous()
-            keep.append(t)
-            return t.data_ptr()
-
-        out = lse = None
-        if not dry:
-            width = p.v_head_dim if fused else p.dv
-            if dest is not None:   # the caller's (e.g. the verifier's NaN-poisoned) outputs
-                _check_dest(dest, (b, s_q, h, width), TORCH_DTYPES[p.dtype], (b, h, s_q))
-                out, lse = dest.out, dest.lse
-            else:
-                out = torch.empty(b, s_q, h, width, dtype=TORCH_DTYPES[p.dtype])
-                lse = torch.empty(b, h, s_q, dtype=torch.float32)
-        w = inp.weights if fused else None
-        table = None if dry or w is None else rotary_table(w, inp.cache_seqlens)
-        args = _Args(batch=b, s_q=s_q, num_blocks=inp.k_cache.shape[0],
-                     max_blocks=inp.block_table.shape[1], scheme=SCHEME_IDS[scheme],
-                     causal=int(bool(inp.causal)), threads=int(threads or 0),
-                     scale=float(inp.softmax_scale),
-                     rope_rows=table.rows if table else 0,
-                     rope_layout=LAYOUT_IDS[table.layout] if table else 0,
-                     rope_cos=c(table.cos) if table else None,
-                     rope_sin=c(table.sin) if table else None,
-                     q=None if fused else c(inp.q), q_lora=c(inp.q_lora) if fused else None,
-                     w_uq=c(w.w_uq) if w else None, w_uk=c(w.w_uk) if w else None,
-                     w_uv=c(w.w_uv) if w else None, k_cache=c(inp.k_cache),
-                     block_table=c(inp.block_table), seqlens=c(inp.cache_seqlens),
-                     out=_p(out), lse=_p(lse))
-        res = _Result()
-        err = ctypes.create_string_buffer(1024)
-        rc = self.lib.mlagen_sc11_run(ctypes.byref(args), int(dry), ctypes.byref(res), err, 1024)
-        try:
-            if rc != 0:
-                msg = f"{self.schedule.variant_name()} (scheme {scheme}): {err.value.decode()}"
-                raise (InputError if rc == 2 else EmulatorError)(msg)
-            n = res.n_events
-            trace = np.frombuffer(ctypes.string_at(res.events, n * EVENT_DTYPE.itemsize),
-                                  dtype=EVENT_DTYPE).copy() if n else np.zeros(0, EVENT_DTYPE)
-        finally:
-            self.lib.mlagen_sc11_free(ctypes.byref(res))
-        stats = {"scheme": scheme, "lmem_high": res.lmem_high, "l2_high": res.l2_high,
-                 "l2_static": res.l2_static, "lmem_capacity": res.lmem_capacity,
-                 "l2_capacity": res.l2_capacity, "n_parts": res.n_parts,
-                 "copied_bytes": res.copied_bytes}
-        return out, lse, trace, stats
-
-    def dry_run(self, inp: MlaInputs, scheme: Optional[str], validate: bool = True) -> np.ndarray:
-        """The trace of a run (EVENT_DTYPE records) without doing the data work."""
-        if validate:
-            self.validate(inp)
-        name = scheme if scheme in SCHEME_IDS else self._resolve(inp, scheme)[0]
-        return self._call(inp, name, True, 1)[2]
-
-    def __call__(self, inp: MlaInputs, scheme: Optional[str] = None,
-                 threads: Optional[int] = None, out: Optional[MlaOutputs] = None
-                 ) -> MlaOutputs:
-        """Run on `inp`; with `out`, write into out.out / out.lse (contiguous CPU tensors
-        of the right shape and dtype) instead of fresh ones."""
-        self.validate(inp)
-        name, times = self._resolve(inp, scheme)
-        dest = out
-        out, lse, trace, stats = self._call(inp, name, False, threads, dest)
-        extra = {"trace": trace, **stats}
-        if times:
-            extra["scheme_times"] = times    # auto: simulated seconds of every scheme
-        return MlaOutputs(out, lse, extra=extra)
-
-
-LAYOUT_IDS = {"interleaved": 0, "half": 1}
-
-
-def rotary_table(weights, cache_seqlens: torch.Tensor) -> RotaryTable:
-    """The fp32 table the kernel reads: the weights' own table, or one built from their rope
-    config (plain RoPE at rope_theta when none) for the positions this call needs (rows
-    rounded up to a power of two so that growing sequences reuse one table)."""
-    rope = weights_rope(weights)
-    rope_dim = weights.w_uq.shape[-1] - weights.w_uk.shape[1]
-    longest = int(cache_seqlens.max()) if cache_seqlens.numel() else 0
-    if isinstance(rope, RotaryTable):
-        if rope.half_dim != rope_dim // 2:
-            raise InputError(f"the rotary table has {rope.half_dim} frequencies; rope_dim "
-                             f"{rope_dim} needs {rope_dim // 2}")
-        if longest > rope.rows:
-            raise InputError(f"a sequence of {longest} tokens needs positions past the rotary "
-                             f"table's {rope.rows} rows")
-        return RotaryTable(rope.cos.float().cpu().contiguous(),
-                           rope.sin.float().cpu().contiguous(), rope.layout)
-    return _config_table(rope, rope_dim, max(1024, 1 << max(0, longest - 1).bit_length()))
-
-
-@functools.lru_cache(maxsize=16)
-def _config_table(rope: RopeConfig, rope_dim: int, rows: int) -> RotaryTable:
-    return rope.table(rows, rope_dim)
-
-
-def _check_dest(dest: MlaOutputs, out_shape: tuple, out_dtype, lse_shape: tuple) -> None:
-    for name, t, shape, dtype in (("out", dest.out, out_shape, out_dtype),
-                                  ("lse", dest.lse, lse_shape, torch.float32)):
-        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype \
-                or t.device.type != "cpu" or not t.is_contiguous():
-            got = (f"{tuple(t.shape)} {t.dtype} on {t.device}"
-                   f"{'' if t.is_contiguous() else ', strided'}"
-                   if isinstance(t, torch.Tensor) else type(t).__name__)
-            raise InputError(f"out.{name} must be a contiguous CPU tensor {shape} of "
-                             f"{dtype}; got {got}")
-
-
-def runner(plan: Plan | Schedule, progress: Optional[bool] = None) -> Sc11Runner:
-    """Build (cached) and load the plan's kernel; the result runs MlaInputs."""
-    return Sc11Runner(plan, progress=progress)
-
+def __getattr__(name: str):
+    if name not in _EMULATOR:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.emulator"), name)

@@ -78,7 +78,7 @@ _RUNNERS: dict = {}
 
 def emulator_dry_run(schedule: Schedule, inputs: MlaInputs, scheme: str) -> np.ndarray:
     """The emulator's trace of `inputs` under `scheme`, in dry mode (one build per variant)."""
-    from . import runner  # the emulator's backend (mlagen/backends/sc11/__init__.py)
+    from . import runner  # the emulator's runner (mlagen/backends/sc11/emulator.py)
 
     key = (schedule.variant_name(), schedule.target.file)
     if key not in _RUNNERS:
@@ -426,7 +426,8 @@ def bench_main(args) -> int:
     if not getattr(args, "no_grid", False):
         kw = dict(batches=(1, 16, 128), seqlens=(128, 1024, 16384)) if args.quick else {}
         n = len(kw.get("batches", BATCHES)) * len(kw.get("seqlens", SEQLENS))
-        with progress_rows(n, "bench sc11 grid") as advance:
+        with progress_rows(n, "bench sc11 grid",
+                           bar=not getattr(args, "no_progress", False)) as advance:
             g = bench_grid(args.schedule, progress=advance, **kw)
         parts.insert(0, grid_report(g))
         if tty:      # the best of each point; every scheme's time is in the report

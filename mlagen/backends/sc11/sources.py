@@ -1,0 +1,44 @@
+"""The SC11 kernel's sources: the template's constants for one plan (no torch here, so
+`mlagen generate` and `check` start fast)."""
+
+from __future__ import annotations
+
+from ...codegen import SourceSet, render_template
+from ...paths import TEMPLATES_DIR
+from ...schedule.plan import Plan
+from ...schedule.records import Schedule
+from ...schedule.rules import plan_of
+from .resources import SC11_PROJ_ROWS, sc11_granules, sc11_heads_per_core
+
+RUNTIME_DIR = TEMPLATES_DIR / "sc11" / "runtime"
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-pthread", "-fno-math-errno")
+FAULT_ENUMS = {"none": "FAULT_NONE", "causal_off_by_one": "FAULT_CAUSAL_OFF_BY_ONE",
+               "wrong_scale": "FAULT_WRONG_SCALE", "skip_partial_page": "FAULT_SKIP_PARTIAL_PAGE",
+               "bad_split_merge": "FAULT_BAD_SPLIT_MERGE",
+               "early_buffer_swap": "FAULT_EARLY_BUFFER_SWAP",
+               "proj_first_chunk_only": "FAULT_PROJ_FIRST_CHUNK_ONLY",
+               "ignore_softmax_scale": "FAULT_IGNORE_SOFTMAX_SCALE",
+               "page_start_assumed": "FAULT_PAGE_START_ASSUMED",
+               "empty_partial_unmasked": "FAULT_EMPTY_PARTIAL_UNMASKED",
+               "default_head_split": "FAULT_DEFAULT_HEAD_SPLIT"}
+DTYPE_CLASSES = {"bf16": "Bf16", "fp16": "Fp16"}
+
+
+def render(plan: Plan | Schedule) -> SourceSet:
+    """The kernel source of a checked SC11 plan (one translation unit)."""
+    plan = plan_of(plan)
+    schedule, t = plan.schedule, plan.target
+    lmem_granule, l2_granule = sc11_granules(t)
+    name = "kernel.cpp"
+    text = render_template(
+        schedule, "kernel.cpp.j2", name,
+        dtype_class=DTYPE_CLASSES[schedule.problem.dtype],
+        heads=schedule.heads_per_device,
+        heads_per_core=sc11_heads_per_core(schedule),
+        proj_rows=SC11_PROJ_ROWS,
+        fault_enum=FAULT_ENUMS[schedule.fault],
+        lmem_bytes=int(t.lmem_bytes), lmem_granule=lmem_granule,
+        l2_bytes=int(t.l2_bytes), l2_granule=l2_granule)
+    return SourceSet(variant=plan.variant, target="sc11", files={name: text},
+                     include_dirs=(str(RUNTIME_DIR),), compiler="c++", flags=FLAGS,
+                     sources=(name,))
