@@ -240,8 +240,10 @@ class MlagenAttention(nn.Module):
             else None
 
     def forward(self, hidden_states: torch.Tensor, position_embeddings=None,
-                attention_mask=None, past_key_values=None, **kwargs: Any):
+                attention_mask=None, past_key_values=None, cache=None, **kwargs: Any):
         a, cfg = self.inner, self.config
+        # transformers 5.17 hands the cache to attention as past_key_values, later 5.x as cache
+        past_key_values = cache if past_key_values is None else past_key_values
         if not isinstance(past_key_values, PagedLatentCache):
             raise InputError("mlagen's attention needs past_key_values=PagedLatentCache(model, "
                              "batch_size, max_length) (got "
