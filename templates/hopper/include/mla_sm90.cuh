@@ -212,6 +212,56 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t da
 #undef MLAGEN_R32
 #undef MLAGEN_R8
 
+// D (64 x N, fp32, N = 16 or 32) += A (64 x 16, smem) * B (16 x N, K-major, smem), for
+// the few-rows kernel (query rows in N).  TA = 1 reads A MN-major (transposed: V^T from a
+// K tile), 0 K-major; the _first form overwrites D.
+#define MLAGEN_R4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define MLAGEN_W4(i) "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3])
+#define MLAGEN_WG_N16(TY, ACC, SCALE)                                                         \
+  asm volatile(                                                                               \
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY                                 \
+      " {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, " SCALE ", 1, 1, %10, 0;\n"                 \
+      : ACC(0), ACC(4) : "l"(da), "l"(db), "n"(TA))
+#define MLAGEN_WG_N32(TY, ACC, SCALE)                                                         \
+  asm volatile(                                                                               \
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY                                 \
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"              \
+      " %16, %17, " SCALE ", 1, 1, %18, 0;\n"                                                 \
+      : ACC(0), ACC(4), ACC(8), ACC(12) : "l"(da), "l"(db), "n"(TA))
+template <typename T, int TA, int N>
+__device__ __forceinline__ void wgmma_m64nNk16_ss(float (&d)[N / 2], uint64_t da, uint64_t db) {
+  static_assert(N == 16 || N == 32, "N = 16 or 32");
+  constexpr bool bf = std::is_same<T, __nv_bfloat16>::value;
+  if constexpr (N == 16) {
+    if constexpr (bf) MLAGEN_WG_N16("bf16", MLAGEN_R4, "1");
+    else MLAGEN_WG_N16("f16", MLAGEN_R4, "1");
+  } else {
+    if constexpr (bf) MLAGEN_WG_N32("bf16", MLAGEN_R4, "1");
+    else MLAGEN_WG_N32("f16", MLAGEN_R4, "1");
+  }
+}
+template <typename T, int TA, int N>
+__device__ __forceinline__ void wgmma_m64nNk16_ss_first(float (&d)[N / 2], uint64_t da,
+                                                        uint64_t db) {
+  static_assert(N == 16 || N == 32, "N = 16 or 32");
+  constexpr bool bf = std::is_same<T, __nv_bfloat16>::value;
+  if constexpr (N == 16) {
+    if constexpr (bf) MLAGEN_WG_N16("bf16", MLAGEN_W4, "0");
+    else MLAGEN_WG_N16("f16", MLAGEN_W4, "0");
+  } else {
+    if constexpr (bf) MLAGEN_WG_N32("bf16", MLAGEN_W4, "0");
+    else MLAGEN_WG_N32("f16", MLAGEN_W4, "0");
+  }
+}
+#undef MLAGEN_WG_N32
+#undef MLAGEN_WG_N16
+#undef MLAGEN_W4
+#undef MLAGEN_R4
+
+__device__ __forceinline__ void st_shared_u16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+}
+
 // Two floats packed into one 32-bit register of T (low half = a).
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float a, float b);
