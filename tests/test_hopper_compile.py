@@ -179,3 +179,52 @@ def test_wgmma_planted_faults_render_and_compile(fault, tmp_path):
 def test_wgmma_refuses_faults_it_does_not_plant():
     with pytest.raises(ValueError, match="not planted in the wgmma main loop"):
         _render(Schedule.build(**WGMMA).with_fault("early_buffer_swap"))
+
+
+ROWS = dict(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=4)
+
+
+@pytest.mark.parametrize("rows", [16, 32])
+def test_wgmma_rows_smem_formula_matches_the_kernel(rows, tmp_path):
+    """resources.hopper_smem for the few-rows wgmma kernel == WgmmaRowsConfig<N>::kSmem."""
+    import subprocess
+
+    from mlagen.backends.hopper.resources import hopper_smem
+    from mlagen.paths import TEMPLATES_DIR
+
+    src = tmp_path / "smem.cu"
+    src.write_text('#include <cstdio>\n#include "mla_wgmma_rows.cuh"\nint main() {\n'
+                   f'  std::printf("%d\\n", mlagen::hopper::WgmmaRowsConfig<{rows}>::kSmem);\n'
+                   '  return 0;\n}\n')
+    exe = tmp_path / "smem"
+    subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
+                    "-I", str(TEMPLATES_DIR / "hopper" / "include"), str(src), "-o", str(exe)],
+                   check=True, capture_output=True)
+    kernel = int(subprocess.run([str(exe)], check=True, capture_output=True,
+                                text=True).stdout)
+    assert hopper_smem(Schedule.build(**ROWS, rows_per_tile=rows))["total"] == kernel
+
+
+@pytest.mark.parametrize("rows,dtype", [(16, "bf16"), (32, "fp16")])
+def test_wgmma_rows_kernel_compiles_without_spills_or_serialization(rows, dtype, tmp_path):
+    """The few-rows kernel renders from its own template and compiles for sm_90a with no
+    spill and its wgmmas neither serialized (C7515) nor fenced by ptxas one by one (C7519:
+    an accumulator touched between wgmma_fence and the wgmma)."""
+    src = _render(Schedule.build(**ROWS, rows_per_tile=rows, dtype=dtype))
+    flat = re.sub(r"\s+", " ", src.files["split.cu"])
+    cpp = "__nv_bfloat16" if dtype == "bf16" else "__half"
+    assert f"launch_split_wgmma_rows_impl<{cpp}, {rows}, kFault>" in flat
+    log = _ptxas_split(src, tmp_path)
+    assert "mla_split_wgmma_rows_kernel" in log
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert spills and max(spills) == 0, log
+    assert "serialized" not in log and "C7517" not in log and "C7519" not in log, log
+
+
+@pytest.mark.parametrize("fault", ["causal_off_by_one", "wrong_scale", "skip_partial_page"])
+def test_wgmma_rows_planted_faults_render(fault):
+    from mlagen.backends.hopper import FAULT_CODE
+
+    src = _render(Schedule.build(**ROWS, rows_per_tile=16).with_fault(fault))
+    assert f"#define MLAGEN_FAULT {FAULT_CODE[fault]}" in src.files["split.cu"]
+    assert "mla_wgmma_rows.cuh" in src.files["split.cu"]

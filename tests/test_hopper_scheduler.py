@@ -220,11 +220,41 @@ def test_wgmma_mainloop_is_legal_with_its_knobs():
     assert "wgmma" in s.variant_name()
 
 
-@pytest.mark.parametrize("key,value", [("rows_per_tile", 32), ("block_kv", 32),
-                                       ("buffers", 3), ("warps", 4)])
+@pytest.mark.parametrize("key,value", [("block_kv", 32), ("buffers", 3), ("warps", 4)])
 def test_wgmma_mainloop_rejects_other_knobs(key, value):
     with pytest.raises(ScheduleError, match=f"wgmma.*needs {key}"):
         Schedule.build(**dict(WGMMA, **{key: value}))
+
+
+@pytest.mark.parametrize("rows", [16, 32])
+def test_wgmma_few_rows_kernel_knobs(rows):
+    """mainloop = "wgmma" with 16 or 32 rows per tile is the few-rows kernel
+    (mla_wgmma_rows.cuh): one consumer warpgroup (warps = 4), 64-key blocks, 2 stages; its
+    variant name says the rows and the main loop."""
+    s = Schedule.build(**dict(WGMMA, rows_per_tile=rows, warps=4))
+    name = s.variant_name()
+    assert f"r{rows}" in name and "wgmma" in name and "w4" in name
+    assert name != Schedule.build(**WGMMA).variant_name()
+    with pytest.raises(ScheduleError, match="rows_per_tile = %d needs warps = 4" % rows):
+        Schedule.build(**dict(WGMMA, rows_per_tile=rows))
+    with pytest.raises(ScheduleError, match="needs block_kv"):
+        Schedule.build(**dict(WGMMA, rows_per_tile=rows, warps=4, block_kv=32))
+    with pytest.raises(ScheduleError, match="multiple of 64"):
+        Schedule.build(**dict(WGMMA, rows_per_tile=rows, warps=4), page_size=16)
+
+
+def test_wgmma_knobs_per_class_override(monkeypatch):
+    from mlagen.backends.hopper import defaults
+    monkeypatch.setenv("MLAGEN_HOPPER_MAINLOOP", '{"16": "wgmma", "32": "wgmma"}')
+    monkeypatch.setenv("MLAGEN_HOPPER_WGMMA_KNOBS", '{"32": [32, 64, 2, 4]}')
+    s16, s32 = defaults.default_schedule(16), defaults.default_schedule(17)
+    assert (s16.mapping.mainloop, s16.mapping.rows_per_tile, s16.mapping.warps) == \
+        ("wgmma", defaults.WGMMA_KNOBS[16][0], defaults.WGMMA_KNOBS[16][3])
+    assert (s32.mapping.mainloop, s32.mapping.rows_per_tile, s32.mapping.warps) == \
+        ("wgmma", 32, 4)
+    assert defaults.rows_for(20) == 32
+    # pages that are not multiples of 64: the class's mma_sync tile
+    assert defaults.default_schedule(16, page_size=16).mapping.mainloop == "mma_sync"
 
 
 @pytest.mark.parametrize("page", [1, 16, 32])
@@ -240,7 +270,7 @@ def test_default_falls_back_to_mma_sync_for_small_pages(monkeypatch):
     assert defaults.default_schedule(128, page_size=128).mapping.mainloop == "wgmma"
     s = defaults.default_schedule(128, page_size=16)
     assert s.mapping.mainloop == "mma_sync"
-    assert s.mapping.rows_per_tile == defaults.WGMMA_KNOBS[0]   # same metadata either way
+    assert s.mapping.rows_per_tile == defaults.WGMMA_KNOBS[64][0]   # same metadata either way
 
 
 def test_canonical_keeps_a_planted_fault():
@@ -283,8 +313,8 @@ def test_tile_knobs_override(monkeypatch):
     assert defaults.rows_for(33) == defaults.TILE_KNOBS[64][0]
     monkeypatch.delenv("MLAGEN_HOPPER_MAINLOOP")
     if defaults.MAINLOOP[32] == "wgmma":        # the knobs of a class on wgmma are its own
-        assert defaults.default_schedule(32).mapping.rows_per_tile == defaults.WGMMA_KNOBS[0]
-        assert defaults.rows_for(17) == defaults.WGMMA_KNOBS[0]
+        assert defaults.default_schedule(32).mapping.rows_per_tile == defaults.WGMMA_KNOBS[32][0]
+        assert defaults.rows_for(17) == defaults.WGMMA_KNOBS[32][0]
 
 
 def test_plan_signature_covers_what_the_checks_read():

@@ -100,3 +100,78 @@ def test_verify_runs_the_example_schedule():
                bounds=Bounds(max_batch=4, max_len=300, long_len=1100, max_extra_table=2))
     assert r.ok, r.summary()
     assert r.poisoned
+
+
+# ---- the few-rows kernel (mla_wgmma_rows.cuh): mainloop = "wgmma", 16 or 32 rows per tile
+def rows_kernel(rows, dtype="bf16", **kw):
+    return Schedule.build(target="hopper", mainloop="wgmma", rows_per_tile=rows, block_kv=64,
+                          buffers=2, warps=4, dtype=dtype, **kw)
+
+
+@pytest.mark.parametrize("rows", [16, 32])
+@pytest.mark.parametrize("batch,seqlens,s_q,h_q,page,dtype,causal", [
+    (4, [0, 1, 63, 64], 1, 16, 64, "bf16", True),
+    (3, [65, 4097, 1000], 2, 16, 64, "bf16", True),    # 32 rows: two 16-row tiles
+    (3, [5, 300, 129], 3, 7, 256, "fp16", True),       # 21 rows
+    (2, [1000, 1], 4, 8, 128, "fp16", False),
+    (1, [20000], 1, 16, 64, "bf16", True),             # a long request split many ways
+    (1, [1], 8, 4, 64, "bf16", True),                  # rows that see no key
+    (2, [3000, 2], 1, 1, 64, "bf16", True),            # one row
+    (64, [2048] * 64, 1, 32, 64, "bf16", True),
+])
+def test_rows_cases(rows, batch, seqlens, s_q, h_q, page, dtype, causal):
+    for sharp in (False, True):
+        check(inputs(batch, seqlens, s_q, h_q, page, dtype, sharp=sharp), causal,
+              rows_kernel(rows, dtype))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(batch=st.integers(1, 6), data=st.data(), rows=st.sampled_from([16, 32]),
+       s_q=st.sampled_from([1, 2, 3, 4]), h_q=st.sampled_from([1, 3, 8, 16]),
+       page=st.sampled_from([64, 128, 256]), dtype=st.sampled_from(["bf16", "fp16"]),
+       causal=st.booleans(), split=st.sampled_from(["auto", "auto", 1, 3]),
+       seed=st.integers(0, 99), sharp=st.booleans())
+def test_rows_hypothesis(batch, data, rows, s_q, h_q, page, dtype, causal, split, seed, sharp):
+    seqlens = data.draw(st.lists(st.sampled_from(EDGES + SEQLENS), min_size=batch,
+                                 max_size=batch))
+    check(inputs(batch, seqlens, s_q, h_q, page, dtype, seed, sharp=sharp), causal,
+          rows_kernel(rows, dtype, split_kv=split))
+
+
+def test_rows_bad_pages_give_nan_and_the_device_flag():
+    a = api()
+    inp = inputs(3, [100, 5000, 70], 1, 16, 64)
+    a.check_device_errors()
+    inp.block_table[1, 3] = 1 << 30
+    inp.block_table[2, 1] = -5
+    out, lse = run(inp, schedule=rows_kernel(16))
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
+    assert torch.isnan(out[2]).all()
+    assert torch.isfinite(out[0]).all()
+    assert int(a.device_error_flags().item()) == 1
+    with pytest.raises(InputError, match="block_table"):
+        a.check_device_errors()
+
+
+@pytest.mark.parametrize("fault,rows", [("causal_off_by_one", 16), ("skip_partial_page", 32),
+                                        ("wrong_scale", 16)])
+def test_rows_planted_faults_are_caught(fault, rows):
+    inp = inputs(3, [65, 1000, 130], 2, 16, 64, seed=1)
+    with pytest.raises(AssertionError):
+        check(inp, True, rows_kernel(rows).with_fault(fault))
+    check(inp, True, rows_kernel(rows))
+
+
+@pytest.mark.parametrize("example", ["hopper_wgmma_r16", "hopper_wgmma_r32_fp16"])
+def test_verify_runs_the_rows_examples(example):
+    from mlagen.paths import SCHEDULES_DIR
+    from mlagen.schedule import load
+    from mlagen.verify import verify
+    from mlagen.verify.strategies import Bounds
+
+    r = verify(load(SCHEDULES_DIR / f"{example}.toml"), examples=40, progress=False,
+               bounds=Bounds(max_batch=4, max_len=300, long_len=1100, max_extra_table=2))
+    assert r.ok, r.summary()
+    assert r.poisoned

@@ -22,7 +22,7 @@ DTYPE_CODE = {"bf16": 1, "fp16": 2}
 # planted faults (records.FAULTS) -> MLAGEN_FAULT in templates/hopper/include/mla_common.cuh
 FAULT_CODE = {"none": 0, "causal_off_by_one": 1, "wrong_scale": 2, "skip_partial_page": 3,
               "bad_split_merge": 4, "early_buffer_swap": 5}
-# the faults mla_wgmma.cuh plants (its split kernel; bad_split_merge is the combine's)
+# the faults mla_wgmma.cuh and mla_wgmma_rows.cuh plant (its split kernel; bad_split_merge is the combine's)
 WGMMA_FAULTS = ("none", "causal_off_by_one", "wrong_scale", "skip_partial_page",
                 "bad_split_merge")
 TEMPLATES = ("scheduler", "split", "combine", "api")
@@ -37,8 +37,11 @@ def render(plan: Plan | Schedule) -> SourceSet:
     ctx = dict(dtype_cpp=DTYPE_CPP[p.dtype], dtype_code=DTYPE_CODE[p.dtype],
                rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
                mainloop=m.mainloop, fault=FAULT_CODE[schedule.fault])
-    # the wgmma main loop is its own split kernel (mla_wgmma.cuh); the rest is shared
-    split = "split_wgmma" if m.mainloop == "wgmma" else "split"
+    # the wgmma main loop is its own split kernel (mla_wgmma.cuh; 16 or 32 rows per tile:
+    # mla_wgmma_rows.cuh, the rows in wgmma's N); the rest is shared
+    split = "split"
+    if m.mainloop == "wgmma":
+        split = "split_wgmma" if m.rows_per_tile == 64 else "split_wgmma_rows"
     if m.mainloop == "wgmma" and schedule.fault not in WGMMA_FAULTS:
         raise ValueError(f"fault {schedule.fault!r} is not planted in the wgmma main loop "
                          f"(it has {', '.join(WGMMA_FAULTS[1:])})")

@@ -23,7 +23,11 @@ TILE_KNOBS = {16: (16, 32, 2, 8), 32: (32, 64, 2, 8), 64: (64, 32, 3, 8)}
 # (benchmarks/results/hopper_h200.md).  MLAGEN_HOPPER_MAINLOOP (JSON {"class": "wgmma" |
 # "mma_sync"}) replaces entries for a run.
 MAINLOOP = {16: "mma_sync", 32: "wgmma", 64: "wgmma"}
-WGMMA_KNOBS = (64, 64, 2, 8)
+# Size class -> (rows_per_tile, block_kv, buffers, warps) of its wgmma kernel: 64 rows is
+# mla_wgmma.cuh, 16 or 32 rows mla_wgmma_rows.cuh (the rows in wgmma's N, one consumer
+# warpgroup).  MLAGEN_HOPPER_WGMMA_KNOBS (JSON {"class": [rows_per_tile, block_kv, buffers,
+# warps]}) replaces entries for a run.
+WGMMA_KNOBS = {16: (16, 64, 2, 4), 32: (64, 64, 2, 8), 64: (64, 64, 2, 8)}
 
 
 def size_class(rows_total: int) -> int:
@@ -53,6 +57,14 @@ def rows_for(rows_total: int) -> int:
     return default_schedule(rows_total).mapping.rows_per_tile
 
 
+def wgmma_knobs() -> dict[int, tuple[int, int, int, int]]:
+    knobs = dict(WGMMA_KNOBS)
+    env = os.environ.get("MLAGEN_HOPPER_WGMMA_KNOBS")
+    if env:
+        knobs.update({int(cls): tuple(int(x) for x in v) for cls, v in json.loads(env).items()})
+    return knobs
+
+
 def mainloops() -> dict[int, str]:
     loops = dict(MAINLOOP)
     env = os.environ.get("MLAGEN_HOPPER_MAINLOOP")
@@ -68,8 +80,9 @@ def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
     (tune.tuned_knobs, mma_sync knobs), else the size class's TILE_KNOBS."""
     from .tuned import tuned_knobs
 
-    if mainloops()[size_class(rows_total)] == "wgmma" and page_size % 64 == 0:
-        rows, block_kv, buffers, warps = WGMMA_KNOBS
+    cls = size_class(rows_total)
+    if mainloops()[cls] == "wgmma" and page_size % 64 == 0:
+        rows, block_kv, buffers, warps = wgmma_knobs()[cls]
         return canonical(Schedule.build(name=f"hopper_default_wgmma_{dtype}", target="hopper",
                                         dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
                                         buffers=buffers, warps=warps, mainloop="wgmma"))

@@ -15,9 +15,11 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
     rows, bkv = m.rows_per_tile, m.block_kv
     if m.mainloop == "wgmma":
         # WgmmaConfig in mla_wgmma.cuh: Q, 2 K stages, P (64 x 64), alpha and l, mbarriers,
-        # 1 KiB of slack to align the tiles to the 1024-byte swizzle atom
+        # 1 KiB of slack to align the tiles to the 1024-byte swizzle atom; WgmmaRowsConfig
+        # in mla_wgmma_rows.cuh (16 or 32 rows): P^T (rows x 64) and a 4-warp x rows
+        # exchange of column maxima and sums in place of alpha and l
         q, kv, probs = rows * p.d * el, m.buffers * bkv * p.d * el, rows * bkv * el
-        stats = 2 * rows * 4 + 4 * 8 + 1024
+        stats = (2 * rows * 4 if rows == 64 else 4 * rows * 4) + 4 * 8 + 1024
         return {"q": q, "kv": kv, "p": probs, "scores": 0, "stats": stats,
                 "total": q + kv + probs + stats}
     tiles = (rows // 16) * (bkv // 8)            # 16x8 score tiles of one block

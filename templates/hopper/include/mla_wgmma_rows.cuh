@@ -1,0 +1,447 @@
+// The split-KV attention kernel for few query rows (s_q * h_q <= 32 per tile): the wgmma
+// main loop with the rows in wgmma's N dimension ("swap AB"), mainloop = "wgmma" with
+// rows_per_tile 16 or 32, so that h_q = 16 does not pay for 64 rows.
+//
+// Same contract as mla_wgmma.cuh (grid (parts, row tiles of N), the scheduler's pieces,
+// direct output for a request's only split, fp32 partials for mla_combine otherwise, the
+// same TMA tensor map of 64-key x 64-column boxes, 128-byte swizzle; page sizes that are
+// multiples of 64).
+//
+// Per 64-key block, with the keys in M and the N query rows in N:
+//   S^T (64 x N)  = K Q^T        36 wgmma m64nNk16, A = the K tile (K-major), B = Q (K-major)
+//   softmax per query column over the block's 64 keys: a column's keys lie in the 4 warps
+//   of the warpgroup, so the block max goes through shared memory (one named barrier)
+//   P^T to shared memory (the B operand of a wgmma must be there), K-major [N][64 keys]
+//   O^T (512 x N) += V^T P^T     8 x 4 wgmma m64nNk16, A = V^T read MN-major from the same
+//                                K tile (its first 512 columns), B = P^T
+// Compute is small against the 72 KiB a block reads, so the kernel is a streaming problem:
+// one producer warp (TMA through the block table into 2 stages) and one consumer warpgroup
+// that issues the scores of the next block right behind this block's P V.
+//
+// Keys at or past the piece's end in its last block are zeroed in the stage (V columns)
+// before any P V and masked to -inf before the softmax; a bad block-table entry is out of
+// the tensor map's bounds (TMA fills zeros), the piece's output is NaN and the device error
+// flag is set; so is a negative length.
+//
+// Shared memory: Q (N x 576) | 2 K stages x 72 KiB | P^T (N x 64) | column max / sum
+// exchange (4 warps x N floats) | mbarriers.
+#pragma once
+#include "mla_wgmma.cuh"   // WgmmaParams, Piece, next_piece, tensor_map_encoder
+
+namespace mlagen {
+namespace hopper {
+
+template <int N>
+struct WgmmaRowsConfig {
+  static_assert(N == 16 || N == 32, "16 or 32 query rows per tile");
+  static constexpr int kRows = N;
+  static constexpr int kBlock = 64;
+  static constexpr int kThreads = 160;                   // consumer warpgroup + producer warp
+  static constexpr int kSlices = kD / 64;
+  static constexpr int kSliceBytes = 64 * 64 * 2;        // one TMA box: 64 keys x 64 columns
+  static constexpr int kTileBytes = kSlices * kSliceBytes;
+  static constexpr int kQSliceBytes = N * 128;           // N rows x 64 columns
+  static constexpr int kStages = 2;
+  static constexpr int kQOff = 0;
+  static constexpr int kKOff = kQOff + kSlices * kQSliceBytes;
+  static constexpr int kPOff = kKOff + kStages * kTileBytes;
+  static constexpr int kRedOff = kPOff + N * 128;
+  static constexpr int kBarOff = kRedOff + 4 * N * 4;
+  static constexpr int kSmem = kBarOff + 4 * 8 + 1024;   // + alignment slack
+  static constexpr int kBarWg = 1;                       // named barrier of the warpgroup
+  static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0, "tiles on the swizzle atom");
+  static_assert(kSmem <= 232448, "227 KiB of shared memory per CTA");
+};
+
+template <typename T, int N, int FAULT>
+struct WgmmaRowsKernel {
+  using C = WgmmaRowsConfig<N>;
+  static constexpr int kAcc = N / 2;   // accumulator registers of one m64nN tile per thread
+  static constexpr int kCols = N / 4;  // query columns per thread
+
+  struct Smem {
+    unsigned char* q;
+    unsigned char* k;
+    unsigned char* p;
+    float* red;        // [4 warps][N]
+    uint64_t* full;    // [2]
+    uint64_t* empty;   // [2]
+  };
+
+  static __device__ __forceinline__ Smem carve(unsigned char* raw) {
+    unsigned char* base = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<uintptr_t>(raw) + 1023) & ~static_cast<uintptr_t>(1023));
+    Smem sm;
+    sm.q = base + C::kQOff;
+    sm.k = base + C::kKOff;
+    sm.p = base + C::kPOff;
+    sm.red = reinterpret_cast<float*>(base + C::kRedOff);
+    sm.full = reinterpret_cast<uint64_t*>(base + C::kBarOff);
+    sm.empty = sm.full + 2;
+    return sm;
+  }
+
+  static __device__ __forceinline__ int page_entry(const MlaParams& p, int req, int t0) {
+    const int pi = t0 / p.page_size;
+    return pi < p.max_blocks ? p.block_table[static_cast<int64_t>(req) * p.bt_stride + pi] : -1;
+  }
+
+  // ---------------------------------------------------------------- producer (one thread)
+  static __device__ void producer(const WgmmaParams& wp, const Smem& sm) {
+    const MlaParams& p = wp.p;
+    sm90::tma_prefetch_desc(&wp.tmap_k);
+    int it = 0, req = 0;
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+      for (int i = 0; i < n; ++i, ++it) {
+        const int s = it & 1;
+        sm90::mbar_wait(&sm.empty[s], ((it >> 1) & 1) ^ 1);
+        const int t0 = pc.start + i * C::kBlock;
+        const int page = page_entry(p, pc.req, t0);
+        unsigned char* dst = sm.k + s * C::kTileBytes;
+        sm90::mbar_arrive_expect_tx(&sm.full[s], C::kTileBytes);
+#pragma unroll
+        for (int j = 0; j < C::kSlices; ++j)
+          sm90::tma_load_3d(dst + j * C::kSliceBytes, &wp.tmap_k, &sm.full[s], j * 64,
+                            t0 % p.page_size, page);
+      }
+    }
+  }
+
+  // Descriptors (128-byte swizzle).  K-major: k step kk (16 columns) = slice kk / 4, +32
+  // bytes per step; a K tile's slices are 64 rows, Q's N rows.
+  static __device__ __forceinline__ uint64_t k_desc(const unsigned char* tile, int kk) {
+    return sm90::desc_sw128(sm90::smem_addr(tile) + (kk >> 2) * C::kSliceBytes + (kk & 3) * 32,
+                            16, 1024);
+  }
+  static __device__ __forceinline__ uint64_t q_desc(const unsigned char* q, int kk) {
+    return sm90::desc_sw128(sm90::smem_addr(q) + (kk >> 2) * C::kQSliceBytes + (kk & 3) * 32,
+                            16, 1024);
+  }
+  // V^T (A of O^T += V^T P^T) MN-major: value columns [64 mt, 64 mt + 64) = slice mt, keys
+  // [16 kk, 16 kk + 16) = 2 atoms of 8 rows.
+  static __device__ __forceinline__ uint64_t vt_desc(const unsigned char* tile, int mt, int kk) {
+    return sm90::desc_sw128(sm90::smem_addr(tile) + mt * C::kSliceBytes + kk * 2048,
+                            C::kSliceBytes, 1024);
+  }
+
+  // Q rows [row0, row0 + N) of a request into the swizzled Q tile (rows past s_q*h_q zero).
+  static __device__ __forceinline__ void load_q(const MlaParams& p, const Smem& sm, int req,
+                                                int row0, int rows_total, int t) {
+    const T* q = static_cast<const T*>(p.q);
+    for (int c = t; c < N * kChunks; c += 128) {
+      const int r = c / kChunks, ch = c % kChunks;
+      const int gr = row0 + r;
+      const bool ok = gr < rows_total;
+      const T* src = q;
+      if (ok) {
+        const int s = gr / p.h_q, h = gr % p.h_q;
+        src = q + req * p.q_stride_b + s * p.q_stride_s + h * p.q_stride_h + ch * 8;
+      }
+      cp_async16(sm.q + (ch >> 3) * C::kQSliceBytes + r * 128 + (((ch & 7) ^ (r & 7)) << 4),
+                 src, ok);
+    }
+    cp_async_commit();
+  }
+
+  // Zero keys [rem, 64) of a stage's V columns (the last block of a piece past its end).
+  static __device__ __forceinline__ void zero_tail(unsigned char* tile, int rem, int t) {
+    const int chunks = (64 - rem) * 64;   // rows x (8 V slices x 8 chunks)
+    const uint32_t base = sm90::smem_addr(tile) + rem * 128;
+    for (int c = t; c < chunks; c += 128)
+      sm90::st_shared_zero16(base + ((c >> 3) & 7) * C::kSliceBytes + (c >> 6) * 128 +
+                             (c & 7) * 16);
+    sm90::fence_proxy_async();
+    sm90::bar_sync(C::kBarWg, 128);
+  }
+
+  static __device__ __forceinline__ void issue_scores(const Smem& sm, const unsigned char* kt,
+                                                      float (&s)[kAcc]) {
+    sm90::wgmma_fence();
+    sm90::wgmma_m64nNk16_ss_first<T, 0, N>(s, k_desc(kt, 0), q_desc(sm.q, 0));
+#pragma unroll
+    for (int kk = 1; kk < kD / 16; ++kk)
+      sm90::wgmma_m64nNk16_ss<T, 0, N>(s, k_desc(kt, kk), q_desc(sm.q, kk));
+    sm90::wgmma_commit();
+  }
+
+  // Wait for block it's stage, zero its tail if the piece ends inside it, issue its scores.
+  static __device__ __forceinline__ void start_block(const Smem& sm, int it, int t0, int end,
+                                                     int t, float (&s)[kAcc]) {
+    unsigned char* kt = sm.k + (it & 1) * C::kTileBytes;
+    sm90::mbar_wait(&sm.full[it & 1], (it >> 1) & 1);
+    if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock) zero_tail(kt, end - t0, t);
+    issue_scores(sm, kt, s);
+  }
+
+  // Accumulator element i of a thread: key (M) 16 warp + lane / 4 + 8 ((i >> 1) & 1), query
+  // column (N) 8 (i >> 2) + 2 (lane % 4) + (i & 1); column slot c = 2 (i >> 2) + (i & 1).
+  static __device__ __forceinline__ int col_slot(int i) { return 2 * (i >> 2) + (i & 1); }
+
+  static __device__ void consumer(const MlaParams& p, const Smem& sm) {
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+    const int rows_total = p.s_q * p.h_q;
+    const int row0 = blockIdx.y * N;
+    const int k0 = 16 * warp + lane / 4;   // this thread's keys of a block: k0, k0 + 8
+    const int c2 = 2 * (lane % 4);
+    int it = 0, req = 0;
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+      const int seqlen = max(p.seqlens[pc.req], 0);
+      int lim[kCols];   // keys below lim[c] are seen by query column c
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int gr = row0 + 8 * (c >> 1) + c2 + (c & 1);
+        int l = 0;
+        if (gr < rows_total) l = p.causal ? seqlen - p.s_q + gr / p.h_q + 1 : seqlen;
+        lim[c] = min(l + (FAULT == kFaultCausalOffByOne), pc.end);
+      }
+      const float scale = FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2;
+      load_q(p, sm, pc.req, row0, rows_total, t);
+      cp_async_wait<0>();
+      sm90::fence_proxy_async();
+      sm90::bar_sync(C::kBarWg, 128);
+
+      float o[8][kAcc];
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) o[mt][i] = 0.f;
+      float s[kAcc];
+      float m[kCols], lsum[kCols];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) m[c] = -INFINITY, lsum[c] = 0.f;
+      bool bad = false;
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+      // entered and continued only with S in flight (as mla_wgmma.cuh)
+      if (n > 0) start_block(sm, it, pc.start, pc.end, t, s);
+      for (int i = 0; n > 0; ++i) {
+        const int bit = it + i, st = bit & 1;
+        const int t0 = pc.start + i * C::kBlock;
+        const int page = page_entry(p, pc.req, t0);
+        bad |= page < 0 || page >= p.num_blocks;
+        if (i > 0) {   // P V of the previous block is done: its stage may be refilled
+          sm90::wgmma_wait<1>();
+          if (lane == 0) sm90::mbar_arrive(&sm.empty[st ^ 1]);
+        }
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence(s);
+#pragma unroll
+        for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+
+        // masked, scaled scores (another array: C7515) and this thread's column maxima
+        float xs[kAcc];
+        float mx[kCols];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) mx[c] = -INFINITY;
+#pragma unroll
+        for (int i2 = 0; i2 < kAcc; ++i2) {
+          const int key = t0 + k0 + 8 * ((i2 >> 1) & 1), c = col_slot(i2);
+          const float x = key < lim[c] ? s[i2] * scale : -INFINITY;
+          xs[i2] = x;
+          mx[c] = fmaxf(mx[c], x);
+        }
+        // over the 8 lanes of a column (lane / 4), then the 4 warps through shared memory
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 4));
+          mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 8));
+          mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 16));
+        }
+        if (lane < 4) {
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) sm.red[warp * N + 8 * (c >> 1) + c2 + (c & 1)] = mx[c];
+        }
+        sm90::bar_sync(C::kBarWg, 128);
+        float alpha[kCols];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const int col = 8 * (c >> 1) + c2 + (c & 1);
+          const float bm = fmaxf(fmaxf(sm.red[col], sm.red[N + col]),
+                                 fmaxf(sm.red[2 * N + col], sm.red[3 * N + col]));
+          const float mn = fmaxf(m[c], bm);
+          alpha[c] = mn == -INFINITY ? 1.f : exp2f(m[c] - mn);
+          m[c] = mn;
+          lsum[c] *= alpha[c];   // this thread's share of the column sum
+        }
+        // P^T [N][64 keys], K-major, 128-byte rows swizzled: key chunk (key / 8) ^ (col % 8).
+        // The previous block's P V is done (wait<0> above), so P^T may be rewritten.
+        const uint32_t pbase = sm90::smem_addr(sm.p);
+#pragma unroll
+        for (int i2 = 0; i2 < kAcc; ++i2) {
+          const int c = col_slot(i2);
+          const int key = k0 + 8 * ((i2 >> 1) & 1);
+          const int col = 8 * (c >> 1) + c2 + (c & 1);
+          const float x = xs[i2];
+          const float pe = x == -INFINITY ? 0.f : exp2f(x - m[c]);
+          lsum[c] += pe;
+          T pv = static_cast<T>(pe);
+          sm90::st_shared_u16(pbase + col * 128 + (((key >> 3) ^ (col & 7)) << 4) + (key & 7) * 2,
+                              *reinterpret_cast<uint16_t*>(&pv));
+        }
+#pragma unroll
+        for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+          for (int i2 = 0; i2 < kAcc; ++i2) o[mt][i2] *= alpha[col_slot(i2)];
+        // the rescale stays ahead of wgmma_fence (else ptxas injects a fence per tile, C7519)
+#pragma unroll
+        for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+        sm90::fence_proxy_async();
+        sm90::bar_sync(C::kBarWg, 128);   // P^T complete; every warp has read sm.red
+
+        const unsigned char* kt = sm.k + st * C::kTileBytes;
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int mt = 0; mt < 8; ++mt)
+            sm90::wgmma_m64nNk16_ss<T, 1, N>(
+                o[mt], vt_desc(kt, mt, kk),
+                sm90::desc_sw128(pbase + kk * 32, 16, 1024));
+        sm90::wgmma_commit();
+        if (i + 1 >= n) break;
+        start_block(sm, bit + 1, t0 + C::kBlock, pc.end, t, s);
+      }
+      sm90::wgmma_wait<0>();   // unconditional: ptxas must see every path drained
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+      if (n > 0 && lane == 0) sm90::mbar_arrive(&sm.empty[(it + n - 1) & 1]);
+      it += n;
+      const bool bad_len = p.seqlens[pc.req] < 0;
+      if ((bad || bad_len) && t == 0 && p.error != nullptr)
+        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
+      bad |= bad_len;
+
+      // column sums: the 8 lanes of a column, then the 4 warps
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        lsum[c] += __shfl_xor_sync(0xffffffffu, lsum[c], 4);
+        lsum[c] += __shfl_xor_sync(0xffffffffu, lsum[c], 8);
+        lsum[c] += __shfl_xor_sync(0xffffffffu, lsum[c], 16);
+      }
+      if (lane < 4) {
+#pragma unroll
+        for (int c = 0; c < kCols; ++c)
+          sm.red[warp * N + 8 * (c >> 1) + c2 + (c & 1)] = lsum[c];
+      }
+      sm90::bar_sync(C::kBarWg, 128);
+      const float kLn2 = 0.69314718055994531f;
+      float inv[kCols];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int col = 8 * (c >> 1) + c2 + (c & 1), gr = row0 + col;
+        const float l = sm.red[col] + sm.red[N + col] + sm.red[2 * N + col] + sm.red[3 * N + col];
+        inv[c] = bad ? NAN : (l > 0.f ? 1.f / l : 0.f);
+        if (warp == 0 && lane < 4 && gr < rows_total) {
+          const float empty = pc.direct ? INFINITY : -INFINITY;
+          const float lse = bad ? NAN : (l > 0.f ? (m[c] + log2f(l)) * kLn2 : empty);
+          if (pc.direct) {
+            const int sq = gr / p.h_q, hq = gr % p.h_q;
+            p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;
+          } else {
+            p.lse_acc[static_cast<int64_t>(pc.slot) * rows_total + gr] = lse;
+          }
+        }
+      }
+      sm90::bar_sync(C::kBarWg, 128);   // sm.red may be rewritten by the next piece
+
+      // O^T element (value column 64 mt + key slot, query column) / l
+#pragma unroll
+      for (int i2 = 0; i2 < kAcc; ++i2) {
+        const int c = col_slot(i2);
+        const int gr = row0 + 8 * (c >> 1) + c2 + (c & 1);
+        if (gr >= rows_total) continue;
+        const int64_t base =
+            ((pc.direct ? static_cast<int64_t>(pc.req) : static_cast<int64_t>(pc.slot)) *
+                 rows_total + gr) * kDV + k0 + 8 * ((i2 >> 1) & 1);
+#pragma unroll
+        for (int mt = 0; mt < 8; ++mt) {
+          const float v = o[mt][i2] * inv[c];
+          if (pc.direct)
+            static_cast<T*>(p.out)[base + 64 * mt] = static_cast<T>(v);
+          else
+            p.o_acc[base + 64 * mt] = v;
+        }
+      }
+    }
+  }
+
+  static __device__ void run(const WgmmaParams& wp, unsigned char* raw) {
+    const Smem sm = carve(raw);
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < 2; ++s) {
+        sm90::mbar_init(&sm.full[s], 1);
+        sm90::mbar_init(&sm.empty[s], 4);   // one arrival per consumer warp
+      }
+      sm90::fence_mbar_init();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128)
+      consumer(wp.p, sm);
+    else if (threadIdx.x == 128)
+      producer(wp, sm);
+  }
+};
+
+template <typename T, int N, int FAULT>
+__global__ void __launch_bounds__(WgmmaRowsConfig<N>::kThreads, 1)
+mla_split_wgmma_rows_kernel(const __grid_constant__ WgmmaParams wp) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  WgmmaRowsKernel<T, N, FAULT>::run(wp, smem);
+}
+
+template <typename T, int N, int FAULT>
+cudaError_t prepare_split_wgmma_rows() {
+  static bool done = false;
+  if (done) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, FAULT>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       WgmmaRowsConfig<N>::kSmem);
+  done = e == cudaSuccess;
+  return e;
+}
+
+template <typename T, int N, int FAULT>
+cudaError_t split_wgmma_rows_ctas_per_sm_impl(int* n) {
+  cudaError_t e = prepare_split_wgmma_rows<T, N, FAULT>();
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      n, mla_split_wgmma_rows_kernel<T, N, FAULT>, WgmmaRowsConfig<N>::kThreads,
+      WgmmaRowsConfig<N>::kSmem);
+}
+
+template <typename T, int N, int FAULT>
+cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream) {
+  // a 64-key block must be one box of one page (the API refuses other page sizes)
+  if (p.page_size % 64 != 0) return cudaErrorInvalidValue;
+  cudaError_t e = prepare_split_wgmma_rows<T, N, FAULT>();
+  if (e != cudaSuccess) return e;
+  auto encode = tensor_map_encoder();
+  if (!encode) return cudaErrorNotSupported;
+  WgmmaParams wp;
+  wp.p = p;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kD), static_cast<cuuint64_t>(p.page_size),
+                              static_cast<cuuint64_t>(p.num_blocks)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_stride_token) * 2,
+                                 static_cast<cuuint64_t>(p.k_stride_block) * 2};
+  const cuuint32_t box[3] = {64, 64, 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUtensorMapDataType dt = std::is_same<T, __nv_bfloat16>::value
+                                     ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (encode(&wp.tmap_k, dt, 3, const_cast<void*>(p.k), dims, strides, box, elem,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  const int rows_total = p.s_q * p.h_q;
+  dim3 grid(p.num_parts, (rows_total + N - 1) / N);
+  mla_split_wgmma_rows_kernel<T, N, FAULT>
+      <<<grid, WgmmaRowsConfig<N>::kThreads, WgmmaRowsConfig<N>::kSmem, stream>>>(wp);
+  return cudaGetLastError();
+}
+
+}  // namespace hopper
+}  // namespace mlagen
