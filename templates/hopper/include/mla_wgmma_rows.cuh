@@ -16,7 +16,7 @@
 //                                K tile (its first 512 columns), B = P^T
 // Compute is small against the 72 KiB a block reads, so the kernel is a streaming problem:
 // one producer warp (TMA through the block table into 2 stages) and one consumer warpgroup
-// that issues the scores of the next block right behind this block's P V.
+// that hands a stage back as soon as its block's P V is done.
 //
 // Keys at or past the piece's end in its last block are zeroed in the stage (V columns)
 // before any P V and masked to -inf before the softmax; a bad block-table entry is out of
@@ -216,17 +216,15 @@ struct WgmmaRowsKernel {
       bool bad = false;
 #pragma unroll
       for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
-      // entered and continued only with S in flight (as mla_wgmma.cuh)
-      if (n > 0) start_block(sm, it, pc.start, pc.end, t, s);
-      for (int i = 0; n > 0; ++i) {
+      // one block at a time: its stage goes back to the producer as soon as its P V is
+      // done, before the next block's wait (holding it through that wait halves the bytes
+      // in flight when the loads are the limit)
+      for (int i = 0; i < n; ++i) {
         const int bit = it + i, st = bit & 1;
         const int t0 = pc.start + i * C::kBlock;
         const int page = page_entry(p, pc.req, t0);
         bad |= page < 0 || page >= p.num_blocks;
-        if (i > 0) {   // P V of the previous block is done: its stage may be refilled
-          sm90::wgmma_wait<1>();
-          if (lane == 0) sm90::mbar_arrive(&sm.empty[st ^ 1]);
-        }
+        start_block(sm, bit, t0, pc.end, t, s);
         sm90::wgmma_wait<0>();
         sm90::reg_fence(s);
 #pragma unroll
@@ -268,7 +266,7 @@ struct WgmmaRowsKernel {
           lsum[c] *= alpha[c];   // this thread's share of the column sum
         }
         // P^T [N][64 keys], K-major, 128-byte rows swizzled: key chunk (key / 8) ^ (col % 8).
-        // The previous block's P V is done (wait<0> above), so P^T may be rewritten.
+        // The previous block's P V is done (waited for), so P^T may be rewritten.
         const uint32_t pbase = sm90::smem_addr(sm.p);
 #pragma unroll
         for (int i2 = 0; i2 < kAcc; ++i2) {
@@ -302,13 +300,11 @@ struct WgmmaRowsKernel {
                 o[mt], vt_desc(kt, mt, kk),
                 sm90::desc_sw128(pbase + kk * 32, 16, 1024));
         sm90::wgmma_commit();
-        if (i + 1 >= n) break;
-        start_block(sm, bit + 1, t0 + C::kBlock, pc.end, t, s);
-      }
-      sm90::wgmma_wait<0>();   // unconditional: ptxas must see every path drained
+        sm90::wgmma_wait<0>();
 #pragma unroll
-      for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
-      if (n > 0 && lane == 0) sm90::mbar_arrive(&sm.empty[(it + n - 1) & 1]);
+        for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+        if (lane == 0) sm90::mbar_arrive(&sm.empty[st]);
+      }
       it += n;
       const bool bad_len = p.seqlens[pc.req] < 0;
       if ((bad || bad_len) && t == 0 && p.error != nullptr)
