@@ -2,14 +2,14 @@
 # One GPU visit for the few-rows wgmma kernel (mla_wgmma_rows.cuh): build, small correctness,
 # the s_q*h_q <= 32 anchor rows timed beside the current default, compute-sanitizer, GPU
 # tests of the path.  Usage (repository root on the GPU machine): bash benchmarks/rows_visit.sh
-#   STEPS="build small time sanitize tests"  (default: all, in that order)
+#   STEPS="build small time bench sanitize tests"  (default: all, in that order)
 set -u
 OUT=${OUT:-$PWD/rows_out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export MLAGEN_CACHE_DIR=${MLAGEN_CACHE_DIR:-/tmp/mlagen-cache}
 export MLAGEN_BUILD_JOBS=${MLAGEN_BUILD_JOBS:-16}
-STEPS=${STEPS:-build small time sanitize tests}
+STEPS=${STEPS:-build small time bench sanitize tests}
 has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader; nvcc --version | tail -1;
   echo "commit ${COMMIT:-?}"; } > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
@@ -43,9 +43,17 @@ if has time && [ $SMALL_OK = 1 ]; then
   timeout ${TIME_TIMEOUT:-150} python3 benchmarks/rows_bench.py time --out "$OUT/time.json" > "$OUT/time.log" 2>&1
   echo "time rc=$?"
 fi
+if has bench && [ $SMALL_OK = 1 ]; then
+  # the benchmark of record with the few-rows kernel as the 16- and 32-row classes' default
+  MLAGEN_COMMIT=${COMMIT:-} MLAGEN_HOPPER_MAINLOOP='{"16": "wgmma", "32": "wgmma"}' \
+    MLAGEN_HOPPER_WGMMA_KNOBS='{"16": [16, 64, 2, 4], "32": [32, 64, 2, 4]}' \
+    timeout ${BENCH_TIMEOUT:-150} python3 -m mlagen bench --target hopper --no-progress \
+    --output "$OUT/bench_rows" > "$OUT/bench.log" 2>&1
+  echo "bench rc=$?"; grep -E "geomean|host" "$OUT/bench.log" | tail -2
+fi
 if has sanitize && [ $SMALL_OK = 1 ]; then
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-  for tool in ${TOOLS:-memcheck synccheck}; do
+  for tool in ${TOOLS:-memcheck racecheck synccheck}; do
     timeout 120 "$CS" --tool $tool --error-exitcode 9 python3 benchmarks/rows_bench.py small \
       > "$OUT/sanitize_$tool.log" 2>&1
     echo "sanitize $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$OUT/sanitize_$tool.log" | head -3
@@ -54,7 +62,15 @@ fi
 if has tests && [ $SMALL_OK = 1 ]; then
   timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -x -p no:cacheprovider tests/test_hopper_wgmma_gpu.py -k "rows" \
     > "$OUT/pytest_rows.log" 2>&1
-  echo "pytest rows rc=$?"; tail -6 "$OUT/pytest_rows.log"
+  echo "pytest rows rc=$?"; tail -4 "$OUT/pytest_rows.log"
+  timeout ${TEST_TIMEOUT2:-200} python3 -m pytest -q -p no:cacheprovider tests/test_hopper_faults.py -k "wgmma_r" \
+    > "$OUT/pytest_faults.log" 2>&1
+  echo "pytest faults rc=$?"; tail -4 "$OUT/pytest_faults.log"
+  MLAGEN_HOPPER_MAINLOOP='{"16": "wgmma", "32": "wgmma", "64": "wgmma"}' \
+    MLAGEN_HOPPER_WGMMA_KNOBS='{"32": [32, 64, 2, 4]}' \
+    timeout ${TEST_TIMEOUT3:-150} python3 -m pytest -q -p no:cacheprovider tests/test_hopper_gpu.py -k "test_cases and wgmma" \
+    > "$OUT/pytest_cases.log" 2>&1
+  echo "pytest cases rc=$?"; tail -4 "$OUT/pytest_cases.log"
 fi
 echo "==== timing (eager ms, GB/s, ratio to the best anchor)"
 cat "$OUT/time.log" 2>/dev/null

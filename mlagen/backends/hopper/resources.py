@@ -6,6 +6,9 @@ from ...schedule.records import Schedule
 from ...schedule.resources import Need
 from ...targets import Target
 
+WGMMA_SMEM = 232448   # mla_wgmma_rows.cuh's kMaxSmem: 227 KiB per CTA
+
+
 def hopper_smem(s: Schedule) -> dict[str, int]:
     """Shared memory of the split-KV kernel: the same formulas as SplitConfig in
     templates/hopper/include/mla_split.cuh (Q, the K pipeline, P, fp32 scores, row stats),
@@ -18,8 +21,15 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
         # 1 KiB of slack to align the tiles to the 1024-byte swizzle atom; WgmmaRowsConfig
         # in mla_wgmma_rows.cuh (16 or 32 rows): P^T (rows x 64) and a 4-warp x rows
         # exchange of column maxima and sums in place of alpha and l
-        q, kv, probs = rows * p.d * el, m.buffers * bkv * p.d * el, rows * bkv * el
-        stats = (2 * rows * 4 if rows == 64 else 4 * rows * 4) + 4 * 8 + 1024
+        q, probs = rows * p.d * el, rows * bkv * el
+        if rows == 64:
+            kv, stats = m.buffers * bkv * p.d * el, 2 * rows * 4 + 4 * 8 + 1024
+        else:
+            # a ring of 8 KiB slots (one TMA box and two mbarriers each) filling the rest of
+            # the 227 KiB: at least `buffers` (2) blocks of 9 slices, 2.8 for 16 rows
+            fixed = q + probs + 4 * rows * 4 + 1024
+            slots = (WGMMA_SMEM - fixed) // (8192 + 16)
+            kv, stats = slots * 8192, 4 * rows * 4 + 2 * slots * 8 + 1024
         return {"q": q, "kv": kv, "p": probs, "scores": 0, "stats": stats,
                 "total": q + kv + probs + stats}
     tiles = (rows // 16) * (bkv // 8)            # 16x8 score tiles of one block

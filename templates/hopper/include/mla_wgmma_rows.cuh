@@ -15,16 +15,18 @@
 //   O^T (512 x N) += V^T P^T     8 x 4 wgmma m64nNk16, A = V^T read MN-major from the same
 //                                K tile (its first 512 columns), B = P^T
 // Compute is small against the 72 KiB a block reads, so the kernel is a streaming problem:
-// one producer warp (TMA through the block table into 2 stages) and one consumer warpgroup
-// that hands a stage back as soon as its block's P V is done.
+// one producer warp issues TMA boxes through the block table into a ring of 8 KiB slots
+// (one box each, its own full/empty mbarriers) that fills the shared memory left over,
+// 2.8 blocks deep for 16 rows (2 whole 72 KiB stages would leave 60 KiB idle); one consumer
+// warpgroup waits for a block's 9 slices and hands them back as soon as its P V is done.
 //
 // Keys at or past the piece's end in its last block are zeroed in the stage (V columns)
 // before any P V and masked to -inf before the softmax; a bad block-table entry is out of
 // the tensor map's bounds (TMA fills zeros), the piece's output is NaN and the device error
 // flag is set; so is a negative length.
 //
-// Shared memory: Q (N x 576) | 2 K stages x 72 KiB | P^T (N x 64) | column max / sum
-// exchange (4 warps x N floats) | mbarriers.
+// Shared memory: Q (N x 576) | kSlots x 8 KiB | P^T (N x 64) | column max / sum exchange
+// (4 warps x N floats) | 2 mbarriers a slot.
 #pragma once
 #include "mla_wgmma.cuh"   // WgmmaParams, Piece, next_piece, tensor_map_encoder
 
@@ -41,16 +43,21 @@ struct WgmmaRowsConfig {
   static constexpr int kSliceBytes = 64 * 64 * 2;        // one TMA box: 64 keys x 64 columns
   static constexpr int kTileBytes = kSlices * kSliceBytes;
   static constexpr int kQSliceBytes = N * 128;           // N rows x 64 columns
-  static constexpr int kStages = 2;
+  static constexpr int kMaxSmem = 232448;                // 227 KiB per CTA
+  // a ring of 8 KiB slots, one TMA box each, filling what Q, P^T and the exchange leave
+  // (a slot costs its bytes and two mbarriers): 25 slots (2.8 blocks) for 16 rows, 23 for 32
+  static constexpr int kFixed = kSlices * kQSliceBytes + N * 128 + 4 * N * 4 + 1024;
+  static constexpr int kSlots = (kMaxSmem - kFixed) / (kSliceBytes + 16);
   static constexpr int kQOff = 0;
   static constexpr int kKOff = kQOff + kSlices * kQSliceBytes;
-  static constexpr int kPOff = kKOff + kStages * kTileBytes;
+  static constexpr int kPOff = kKOff + kSlots * kSliceBytes;
   static constexpr int kRedOff = kPOff + N * 128;
   static constexpr int kBarOff = kRedOff + 4 * N * 4;
-  static constexpr int kSmem = kBarOff + 4 * 8 + 1024;   // + alignment slack
+  static constexpr int kSmem = kBarOff + 2 * kSlots * 8 + 1024;   // + alignment slack
   static constexpr int kBarWg = 1;                       // named barrier of the warpgroup
   static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0, "tiles on the swizzle atom");
-  static_assert(kSmem <= 232448, "227 KiB of shared memory per CTA");
+  static_assert(kSlots >= 2 * kSlices, "two blocks at least");
+  static_assert(kSmem <= kMaxSmem, "227 KiB of shared memory per CTA");
 };
 
 template <typename T, int N, int FAULT>
@@ -64,8 +71,8 @@ struct WgmmaRowsKernel {
     unsigned char* k;
     unsigned char* p;
     float* red;        // [4 warps][N]
-    uint64_t* full;    // [2]
-    uint64_t* empty;   // [2]
+    uint64_t* full;    // [kSlots]
+    uint64_t* empty;   // [kSlots]
   };
 
   static __device__ __forceinline__ Smem carve(unsigned char* raw) {
@@ -77,8 +84,21 @@ struct WgmmaRowsKernel {
     sm.p = base + C::kPOff;
     sm.red = reinterpret_cast<float*>(base + C::kRedOff);
     sm.full = reinterpret_cast<uint64_t*>(base + C::kBarOff);
-    sm.empty = sm.full + 2;
+    sm.empty = sm.full + C::kSlots;
     return sm;
+  }
+
+  // The ring position of the slices: slot and lap (the mbarrier phase parity is lap & 1).
+  struct Ring {
+    int slot = 0, lap = 0;
+    __device__ __forceinline__ void next() {
+      if (++slot == C::kSlots) slot = 0, ++lap;
+    }
+  };
+  // Shared address of slice j of the block whose slice 0 is in slot0.
+  static __device__ __forceinline__ uint32_t slice_addr(uint32_t kbase, int slot0, int j) {
+    const int sl = slot0 + j;
+    return kbase + (sl >= C::kSlots ? sl - C::kSlots : sl) * C::kSliceBytes;
   }
 
   static __device__ __forceinline__ int page_entry(const MlaParams& p, int req, int t0) {
@@ -90,30 +110,29 @@ struct WgmmaRowsKernel {
   static __device__ void producer(const WgmmaParams& wp, const Smem& sm) {
     const MlaParams& p = wp.p;
     sm90::tma_prefetch_desc(&wp.tmap_k);
-    int it = 0, req = 0;
+    Ring rg;
+    int req = 0;
     Piece pc;
     while (next_piece(p, req, pc)) {
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
-      for (int i = 0; i < n; ++i, ++it) {
-        const int s = it & 1;
-        sm90::mbar_wait(&sm.empty[s], ((it >> 1) & 1) ^ 1);
+      for (int i = 0; i < n; ++i) {
         const int t0 = pc.start + i * C::kBlock;
         const int page = page_entry(p, pc.req, t0);
-        unsigned char* dst = sm.k + s * C::kTileBytes;
-        sm90::mbar_arrive_expect_tx(&sm.full[s], C::kTileBytes);
-#pragma unroll
-        for (int j = 0; j < C::kSlices; ++j)
-          sm90::tma_load_3d(dst + j * C::kSliceBytes, &wp.tmap_k, &sm.full[s], j * 64,
-                            t0 % p.page_size, page);
+#pragma unroll 1
+        for (int j = 0; j < C::kSlices; ++j, rg.next()) {
+          sm90::mbar_wait(&sm.empty[rg.slot], (rg.lap & 1) ^ 1);
+          sm90::mbar_arrive_expect_tx(&sm.full[rg.slot], C::kSliceBytes);
+          sm90::tma_load_3d(sm.k + rg.slot * C::kSliceBytes, &wp.tmap_k, &sm.full[rg.slot],
+                            j * 64, t0 % p.page_size, page);
+        }
       }
     }
   }
 
   // Descriptors (128-byte swizzle).  K-major: k step kk (16 columns) = slice kk / 4, +32
   // bytes per step; a K tile's slices are 64 rows, Q's N rows.
-  static __device__ __forceinline__ uint64_t k_desc(const unsigned char* tile, int kk) {
-    return sm90::desc_sw128(sm90::smem_addr(tile) + (kk >> 2) * C::kSliceBytes + (kk & 3) * 32,
-                            16, 1024);
+  static __device__ __forceinline__ uint64_t k_desc(uint32_t kbase, int slot0, int kk) {
+    return sm90::desc_sw128(slice_addr(kbase, slot0, kk >> 2) + (kk & 3) * 32, 16, 1024);
   }
   static __device__ __forceinline__ uint64_t q_desc(const unsigned char* q, int kk) {
     return sm90::desc_sw128(sm90::smem_addr(q) + (kk >> 2) * C::kQSliceBytes + (kk & 3) * 32,
@@ -121,9 +140,8 @@ struct WgmmaRowsKernel {
   }
   // V^T (A of O^T += V^T P^T) MN-major: value columns [64 mt, 64 mt + 64) = slice mt, keys
   // [16 kk, 16 kk + 16) = 2 atoms of 8 rows.
-  static __device__ __forceinline__ uint64_t vt_desc(const unsigned char* tile, int mt, int kk) {
-    return sm90::desc_sw128(sm90::smem_addr(tile) + mt * C::kSliceBytes + kk * 2048,
-                            C::kSliceBytes, 1024);
+  static __device__ __forceinline__ uint64_t vt_desc(uint32_t kbase, int slot0, int mt, int kk) {
+    return sm90::desc_sw128(slice_addr(kbase, slot0, mt) + kk * 2048, C::kSliceBytes, 1024);
   }
 
   // Q rows [row0, row0 + N) of a request into the swizzled Q tile (rows past s_q*h_q zero).
@@ -145,34 +163,37 @@ struct WgmmaRowsKernel {
     cp_async_commit();
   }
 
-  // Zero keys [rem, 64) of a stage's V columns (the last block of a piece past its end).
-  static __device__ __forceinline__ void zero_tail(unsigned char* tile, int rem, int t) {
+  // Zero keys [rem, 64) of a block's V slices (the last block of a piece past its end).
+  static __device__ __forceinline__ void zero_tail(uint32_t kbase, int slot0, int rem, int t) {
     const int chunks = (64 - rem) * 64;   // rows x (8 V slices x 8 chunks)
-    const uint32_t base = sm90::smem_addr(tile) + rem * 128;
     for (int c = t; c < chunks; c += 128)
-      sm90::st_shared_zero16(base + ((c >> 3) & 7) * C::kSliceBytes + (c >> 6) * 128 +
+      sm90::st_shared_zero16(slice_addr(kbase, slot0, (c >> 3) & 7) + (rem + (c >> 6)) * 128 +
                              (c & 7) * 16);
     sm90::fence_proxy_async();
     sm90::bar_sync(C::kBarWg, 128);
   }
 
-  static __device__ __forceinline__ void issue_scores(const Smem& sm, const unsigned char* kt,
-                                                      float (&s)[kAcc]) {
+  static __device__ __forceinline__ void issue_scores(const Smem& sm, uint32_t kbase,
+                                                      int slot0, float (&s)[kAcc]) {
     sm90::wgmma_fence();
-    sm90::wgmma_m64nNk16_ss_first<T, 0, N>(s, k_desc(kt, 0), q_desc(sm.q, 0));
+    sm90::wgmma_m64nNk16_ss_first<T, 0, N>(s, k_desc(kbase, slot0, 0), q_desc(sm.q, 0));
 #pragma unroll
     for (int kk = 1; kk < kD / 16; ++kk)
-      sm90::wgmma_m64nNk16_ss<T, 0, N>(s, k_desc(kt, kk), q_desc(sm.q, kk));
+      sm90::wgmma_m64nNk16_ss<T, 0, N>(s, k_desc(kbase, slot0, kk), q_desc(sm.q, kk));
     sm90::wgmma_commit();
   }
 
-  // Wait for block it's stage, zero its tail if the piece ends inside it, issue its scores.
-  static __device__ __forceinline__ void start_block(const Smem& sm, int it, int t0, int end,
-                                                     int t, float (&s)[kAcc]) {
-    unsigned char* kt = sm.k + (it & 1) * C::kTileBytes;
-    sm90::mbar_wait(&sm.full[it & 1], (it >> 1) & 1);
-    if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock) zero_tail(kt, end - t0, t);
-    issue_scores(sm, kt, s);
+  // Wait for a block's 9 slices (from the ring position rg on; rg moves past them), zero
+  // its tail if the piece ends inside it, issue its scores.
+  static __device__ __forceinline__ void start_block(const Smem& sm, Ring& rg, uint32_t kbase,
+                                                     int t0, int end, int t, float (&s)[kAcc]) {
+    const int slot0 = rg.slot;
+#pragma unroll 1
+    for (int j = 0; j < C::kSlices; ++j, rg.next())
+      sm90::mbar_wait(&sm.full[rg.slot], rg.lap & 1);
+    if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock)
+      zero_tail(kbase, slot0, end - t0, t);
+    issue_scores(sm, kbase, slot0, s);
   }
 
   // Accumulator element i of a thread: key (M) 16 warp + lane / 4 + 8 ((i >> 1) & 1), query
@@ -185,7 +206,9 @@ struct WgmmaRowsKernel {
     const int row0 = blockIdx.y * N;
     const int k0 = 16 * warp + lane / 4;   // this thread's keys of a block: k0, k0 + 8
     const int c2 = 2 * (lane % 4);
-    int it = 0, req = 0;
+    const uint32_t kbase = sm90::smem_addr(sm.k);
+    Ring rg;
+    int req = 0;
     Piece pc;
     while (next_piece(p, req, pc)) {
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
@@ -216,15 +239,15 @@ struct WgmmaRowsKernel {
       bool bad = false;
 #pragma unroll
       for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
-      // one block at a time: its stage goes back to the producer as soon as its P V is
-      // done, before the next block's wait (holding it through that wait halves the bytes
-      // in flight when the loads are the limit)
+      // one block at a time: its slots go back to the producer as soon as its P V is done,
+      // before the next block's wait (holding them through that wait halves the bytes in
+      // flight when the loads are the limit)
       for (int i = 0; i < n; ++i) {
-        const int bit = it + i, st = bit & 1;
         const int t0 = pc.start + i * C::kBlock;
         const int page = page_entry(p, pc.req, t0);
         bad |= page < 0 || page >= p.num_blocks;
-        start_block(sm, bit, t0, pc.end, t, s);
+        const int slot0 = rg.slot;
+        start_block(sm, rg, kbase, t0, pc.end, t, s);
         sm90::wgmma_wait<0>();
         sm90::reg_fence(s);
 #pragma unroll
@@ -290,22 +313,23 @@ struct WgmmaRowsKernel {
         sm90::fence_proxy_async();
         sm90::bar_sync(C::kBarWg, 128);   // P^T complete; every warp has read sm.red
 
-        const unsigned char* kt = sm.k + st * C::kTileBytes;
         sm90::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
           for (int mt = 0; mt < 8; ++mt)
             sm90::wgmma_m64nNk16_ss<T, 1, N>(
-                o[mt], vt_desc(kt, mt, kk),
+                o[mt], vt_desc(kbase, slot0, mt, kk),
                 sm90::desc_sw128(pbase + kk * 32, 16, 1024));
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
 #pragma unroll
         for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
-        if (lane == 0) sm90::mbar_arrive(&sm.empty[st]);
+        if (lane < C::kSlices) {   // lane j of each warp hands back slice j's slot
+          const int sl = slot0 + lane;
+          sm90::mbar_arrive(&sm.empty[sl >= C::kSlots ? sl - C::kSlots : sl]);
+        }
       }
-      it += n;
       const bool bad_len = p.seqlens[pc.req] < 0;
       if ((bad || bad_len) && t == 0 && p.error != nullptr)
         atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
@@ -368,7 +392,7 @@ struct WgmmaRowsKernel {
   static __device__ void run(const WgmmaParams& wp, unsigned char* raw) {
     const Smem sm = carve(raw);
     if (threadIdx.x == 0) {
-      for (int s = 0; s < 2; ++s) {
+      for (int s = 0; s < C::kSlots; ++s) {
         sm90::mbar_init(&sm.full[s], 1);
         sm90::mbar_init(&sm.empty[s], 4);   // one arrival per consumer warp
       }
