@@ -47,7 +47,7 @@ if has bench && [ $SMALL_OK = 1 ]; then
   # the benchmark of record with the few-rows kernel as the 16- and 32-row classes' default
   MLAGEN_COMMIT=${COMMIT:-} MLAGEN_HOPPER_MAINLOOP='{"16": "wgmma", "32": "wgmma"}' \
     MLAGEN_HOPPER_WGMMA_KNOBS='{"16": [16, 64, 2, 4], "32": [32, 64, 2, 4]}' \
-    timeout ${BENCH_TIMEOUT:-150} python3 -m mlagen bench --target hopper --no-progress \
+    timeout ${BENCH_TIMEOUT:-150} python3 -m mlagen.cli bench --target hopper --no-progress \
     --output "$OUT/bench_rows" > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"; grep -E "geomean|host" "$OUT/bench.log" | tail -2
 fi
@@ -63,7 +63,7 @@ if has tests && [ $SMALL_OK = 1 ]; then
   timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -x -p no:cacheprovider tests/test_hopper_wgmma_gpu.py -k "rows" \
     > "$OUT/pytest_rows.log" 2>&1
   echo "pytest rows rc=$?"; tail -4 "$OUT/pytest_rows.log"
-  timeout ${TEST_TIMEOUT2:-200} python3 -m pytest -q -p no:cacheprovider tests/test_hopper_faults.py -k "wgmma_r" \
+  timeout ${TEST_TIMEOUT2:-200} python3 -m pytest -q -p no:cacheprovider tests/test_hopper_faults.py -k "${FAULTS_K:-wgmma_r}" \
     > "$OUT/pytest_faults.log" 2>&1
   echo "pytest faults rc=$?"; tail -4 "$OUT/pytest_faults.log"
   MLAGEN_HOPPER_MAINLOOP='{"16": "wgmma", "32": "wgmma", "64": "wgmma"}' \

@@ -303,7 +303,8 @@ def test_pipeline_depth_limits():
 def test_tile_knobs_override(monkeypatch):
     from mlagen.backends.hopper import defaults
     monkeypatch.setenv("MLAGEN_HOPPER_TILE_KNOBS", '{"32": [16, 32, 5, 8], "16": [16, 2, 4]}')
-    monkeypatch.setenv("MLAGEN_HOPPER_MAINLOOP", '{"32": "mma_sync", "64": "mma_sync"}')
+    monkeypatch.setenv("MLAGEN_HOPPER_MAINLOOP",
+                       '{"16": "mma_sync", "32": "mma_sync", "64": "mma_sync"}')
     s32 = defaults.default_schedule(32)
     assert (s32.mapping.rows_per_tile, s32.mapping.block_kv, s32.mapping.buffers) == (16, 32, 5)
     assert defaults.rows_for(17) == 16
