@@ -21,7 +21,7 @@ TILE_KNOBS = {16: (16, 32, 2, 8), 32: (32, 64, 2, 8), 64: (64, 32, 3, 8)}
 # page sizes that are multiples of 64 only: other page sizes get the class's mma_sync
 # defaults.  wgmma was 2.0-2.2x the 64-row and 1.29x the 32-row mma_sync kernels at b = 128
 # (benchmarks/results/hopper_h200.md); the few-rows wgmma kernel (16 rows in wgmma's N) was
-# 1.03-1.08x the 16-row mma_sync one on the anchor's 16-row rows at b = 128, equal at b = 8
+# 1.03-1.07x the 16-row mma_sync one on the anchor's 16-row rows at b = 128, equal at b = 8
 # (benchmarks/results/hopper_rows_notes.md).  MLAGEN_HOPPER_MAINLOOP (JSON {"class":
 # "wgmma" | "mma_sync"}) replaces entries for a run.
 MAINLOOP = {16: "wgmma", 32: "wgmma", 64: "wgmma"}

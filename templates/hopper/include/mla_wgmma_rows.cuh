@@ -20,6 +20,11 @@
 // 2.8 blocks deep for 16 rows (2 whole 72 KiB stages would leave 60 KiB idle); one consumer
 // warpgroup waits for a block's 9 slices and hands them back as soon as its P V is done.
 //
+// Measured on the H200 (benchmarks/results/hopper_rows_notes.md): 16 rows 3.5-4.1 TB/s,
+// 0.93-1.01 of the best anchor, 1.03-1.07x the 16-row mma_sync kernel (the 16-row class's
+// default before it); 32 rows 0.77-0.87, below the 64-row kernel padded 2x (0.82-0.92),
+// so the 32-row class stays on mla_wgmma.cuh.
+//
 // Keys at or past the piece's end in its last block are zeroed in the stage (V columns)
 // before any P V and masked to -inf before the softmax; a bad block-table entry is out of
 // the tensor map's bounds (TMA fills zeros), the piece's output is NaN and the device error
@@ -65,7 +70,6 @@ struct WgmmaRowsKernel {
   using C = WgmmaRowsConfig<N>;
   static constexpr int kAcc = N / 2;   // accumulator registers of one m64nN tile per thread
   static constexpr int kCols = N / 4;  // query columns per thread
-  static constexpr bool kOverlap = N == 32;   // see the consumer's main loop
 
   struct Smem {
     unsigned char* q;
@@ -197,14 +201,6 @@ struct WgmmaRowsKernel {
     issue_scores(sm, kbase, slot0, s);
   }
 
-  // Hand a block's 9 slots back to the producer: lane j of each warp arrives on slice j's.
-  static __device__ __forceinline__ void release(const Smem& sm, int slot0, int lane) {
-    if (lane < C::kSlices) {
-      const int sl = slot0 + lane;
-      sm90::mbar_arrive(&sm.empty[sl >= C::kSlots ? sl - C::kSlots : sl]);
-    }
-  }
-
   // Accumulator element i of a thread: key (M) 16 warp + lane / 4 + 8 ((i >> 1) & 1), query
   // column (N) 8 (i >> 2) + 2 (lane % 4) + (i & 1); column slot c = 2 (i >> 2) + (i & 1).
   static __device__ __forceinline__ int col_slot(int i) { return 2 * (i >> 2) + (i & 1); }
@@ -248,24 +244,15 @@ struct WgmmaRowsKernel {
       bool bad = false;
 #pragma unroll
       for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
-      // 16 rows: one block at a time, its slots handed back as soon as its P V is done,
-      // before the next block's wait (measured 3-7% faster than holding them through that
-      // wait: the bytes in flight are the limit).  32 rows: twice the MMA work, which then
-      // shows; the next block's scores are issued right behind this block's P V and the
-      // slots go back once that P V is done (the ring holds both blocks).
-      int slot0 = rg.slot, prev = 0;
-      if (kOverlap && n > 0) start_block(sm, rg, kbase, pc.start, pc.end, t, s);
+      // one block at a time: its slots go back to the producer as soon as its P V is done,
+      // before the next block's wait (holding them through that wait halves the bytes in
+      // flight when the loads are the limit)
       for (int i = 0; i < n; ++i) {
         const int t0 = pc.start + i * C::kBlock;
         const int page = page_entry(p, pc.req, t0);
         bad |= page < 0 || page >= p.num_blocks;
-        if constexpr (!kOverlap) {
-          slot0 = rg.slot;
-          start_block(sm, rg, kbase, t0, pc.end, t, s);
-        } else if (i > 0) {   // the previous block's P V is done: its slots go back
-          sm90::wgmma_wait<1>();
-          release(sm, prev, lane);
-        }
+        const int slot0 = rg.slot;
+        start_block(sm, rg, kbase, t0, pc.end, t, s);
         sm90::wgmma_wait<0>();
         sm90::reg_fence(s);
 #pragma unroll
@@ -340,23 +327,14 @@ struct WgmmaRowsKernel {
                 o[mt], vt_desc(kbase, slot0, mt, kk),
                 sm90::desc_sw128(pbase + kk * 32, 16, 1024));
         sm90::wgmma_commit();
-        if constexpr (kOverlap) {
-          prev = slot0;
-          if (i + 1 < n) {
-            slot0 = rg.slot;
-            start_block(sm, rg, kbase, t0 + C::kBlock, pc.end, t, s);
-          }
-        } else {
-          sm90::wgmma_wait<0>();
+        sm90::wgmma_wait<0>();
 #pragma unroll
-          for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
-          release(sm, slot0, lane);
+        for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+        if (lane < C::kSlices) {   // lane j of each warp hands back slice j's slot
+          const int sl = slot0 + lane;
+          sm90::mbar_arrive(&sm.empty[sl >= C::kSlots ? sl - C::kSlots : sl]);
         }
       }
-      sm90::wgmma_wait<0>();   // unconditional: ptxas must see every path drained
-#pragma unroll
-      for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
-      if (kOverlap && n > 0) release(sm, prev, lane);
       const bool bad_len = p.seqlens[pc.req] < 0;
       if ((bad || bad_len) && t == 0 && p.error != nullptr)
         atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
