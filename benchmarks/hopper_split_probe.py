@@ -20,29 +20,20 @@ import json
 import statistics
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from mlagen.backends.hopper import defaults
-from mlagen.backends.hopper.bench import Caller, check_output, graph_rows, time_graph
+from mlagen.backends.hopper.bench import (Caller, check_output, graph_rows, kernel_events,
+                                          time_graph)
 
 
 def kernel_times(c: Caller, calls: int = 10) -> dict[str, float]:
-    """Mean us per call of each kernel (by the first word of its name)."""
-    c()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            c()
-        torch.cuda.synchronize()
-    out: dict[str, list[float]] = {}
-    for e in prof.events():
-        if not str(getattr(e, "device_type", "")).endswith("CUDA"):
-            continue
-        n = e.name.lower()
+    """Mean us per call of each kernel (split, combine, metadata)."""
+    out: dict[str, float] = {}
+    for n, start, end in kernel_events(c, calls):
         kind = "combine" if "combine" in n else "split" if "split" in n else \
             "metadata" if "sched" in n else n[:24]
-        out.setdefault(kind, []).append((e.time_range.end - e.time_range.start))
-    return {k: round(sum(v) / calls, 2) for k, v in out.items()}
+        out[kind] = out.get(kind, 0.0) + end - start
+    return {k: round(v / calls, 2) for k, v in out.items()}
 
 
 def one(b, s_q, sk, h_q, varlen, schedule) -> dict:
