@@ -48,6 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="split_probe.json")
     ap.add_argument("--overhead", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="the default split cost only")
     args = ap.parse_args()
     if args.overhead:
         return overhead(args.out)
@@ -56,12 +57,12 @@ def main() -> None:
     for r in graph_rows():
         if r["s_q"] * r["h_q"] < 64 or r["b"] >= 128:
             continue
-        for cost in (2, 5, 8, 16):
+        for cost in ((base.mapping.split_cost,) if args.quick else (2, 5, 8, 16)):
             row = dict(b=r["b"], s_q=r["s_q"], sk=r["sk"], h_q=r["h_q"], varlen=r["varlen"])
             m = one(**row, schedule=base.replace(split_cost=cost))
             res["policy"].append({**row, "split_cost": cost, **m})
             print(row, cost, m, flush=True)
-    for n in (1, 2, 4):
+    for n in (() if args.quick else (1, 2, 4)):
         m = one(32, 1, 1024, 128, False, base.replace(split_kv=n))
         res["fixed"].append({"split_kv": n, "blocks_per_cta": 16 // n, **m})
         print("fixed", n, m, flush=True)

@@ -1,29 +1,32 @@
 // The combine kernel: merges the fp32 partial results of requests that were split.
 //   out = sum_i w_i o_i,  w_i = exp(lse_i - max) / sum_j exp(lse_j - max),
 //   lse = max + log(sum_j exp(lse_j - max))
-// One warp per (query row, 128 columns), kCombineRows rows per CTA (grid: request x row
-// groups), launched with programmatic dependent launch after the split kernel.  Requests with one split were
+// One warp per query row, up to kCombineRows rows per CTA (grid: request x row groups; fewer
+// rows per CTA when the grid would not fill the GPU), launched with programmatic dependent
+// launch after the split kernel.  Requests with one split were
 // written by the split kernel; their CTAs return at once.  No visible key in any split
 // (every lse_i = -inf) gives out = 0 and lse = +inf; a NaN lse (bad block table) gives NaN.
 //
 // A small batch splits each request many ways (b = 1 over 132 SMs: ~64 splits) and the
 // partials were just written (L2), so the cost is latency, not bytes: a warp needs no
 // block-wide barrier (max and sum are shuffles), reads each lse twice at most, hands the
-// weights to its lanes by shuffle, and keeps kCombineUnroll float4 loads (one per split) in
-// flight per lane; four warps share a row so that b = 1 still spreads over the SMs.
-// (A CTA of 128 threads per row, with two block reductions and three dependent rounds of
-// loads, took 5-18 us on the graph rows: benchmarks/hopper_split_probe.py; one warp per
-// whole row took 15 us at b = 1, 65 splits, on 16 CTAs.)
+// weights to its lanes by shuffle, and keeps kCombineUnroll splits x 4 float4 loads in
+// flight per lane.  Measured on the graph rows (benchmarks/hopper_split_probe.py, H200):
+// a CTA of 128 threads per row with two block reductions and three dependent rounds of
+// loads took 5-18 us; one warp per row, 8 rows per CTA, 5.4-10.2 us but 15 us at b = 1
+// (16 CTAs for 65 splits), hence fewer rows per CTA for small grids; four warps per row
+// (a float4 each) took 13-34 us.
 #pragma once
 #include "mla_common.cuh"
 
 namespace mlagen {
 namespace hopper {
 
-constexpr int kCombineWarpsPerRow = kDV / 128;     // a warp: 32 lanes x one float4
-constexpr int kCombineRows = 2;                    // query rows per CTA
-constexpr int kCombineThreads = 32 * kCombineWarpsPerRow * kCombineRows;
-constexpr int kCombineUnroll = 16;                 // splits read per step (divides 32)
+constexpr int kCombineRows = 8;                    // query rows (warps) per CTA, at most
+constexpr int kCombineThreads = 32 * kCombineRows;
+constexpr int kCombineFill = 264;                  // CTAs that fill an H100/H200 twice
+constexpr int kCombineVec = kDV / 128;             // float4 per lane: columns 4 lane + 128 j
+constexpr int kCombineUnroll = 4;                  // splits read per step (divides 32)
 static_assert(32 % kCombineUnroll == 0, "a step never crosses a 32-split chunk");
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -40,9 +43,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 template <typename T>
 __global__ void __launch_bounds__(kCombineThreads)
 mla_combine_kernel(const __grid_constant__ MlaParams p) {
-  const int req = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int gr = blockIdx.y * kCombineRows + warp / kCombineWarpsPerRow;
-  const int col = (warp % kCombineWarpsPerRow) * 128 + 4 * lane;
+  const int req = blockIdx.x, lane = threadIdx.x % 32;
+  const int gr = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
   const int rows_total = p.s_q * p.h_q;
   // num_splits comes from the scheduler, which finished before the split kernel began
   const int first = p.num_splits[req], n = p.num_splits[req + 1] - first;
@@ -64,11 +66,13 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
   mx = warp_max(mx);
   const bool live = mx != -INFINITY && !nan;
 
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 acc[kCombineVec];
+#pragma unroll
+  for (int j = 0; j < kCombineVec; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
   float sum = 0.f;
   if (live) {
     const int64_t step = static_cast<int64_t>(rows_total) * kDV;
-    const float* o0 = p.o_acc + (static_cast<int64_t>(first) * rows_total + gr) * kDV + col;
+    const float* o0 = p.o_acc + (static_cast<int64_t>(first) * rows_total + gr) * kDV + 4 * lane;
     for (int c0 = 0; c0 < n; c0 += 32) {
       // lane l holds the weight of split c0 + l (0 past the end)
       const int i = c0 + lane;
@@ -79,33 +83,40 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
       const int cn = min(32, n - c0);
       for (int u0 = 0; u0 < cn; u0 += kCombineUnroll) {
         float w[kCombineUnroll];
-        float4 v[kCombineUnroll];
+        float4 v[kCombineUnroll][kCombineVec];
 #pragma unroll
         for (int u = 0; u < kCombineUnroll; ++u) {
           w[u] = __shfl_sync(0xffffffffu, wl, u0 + u);
           // an empty split (o = 0, lse = -inf, weight 0) and a step past the end are not read
-          v[u] = w[u] != 0.f ? *reinterpret_cast<const float4*>(
-                                   o0 + static_cast<int64_t>(c0 + u0 + u) * step)
-                             : make_float4(0.f, 0.f, 0.f, 0.f);
+          const float* o = o0 + static_cast<int64_t>(c0 + u0 + u) * step;
+#pragma unroll
+          for (int j = 0; j < kCombineVec; ++j)
+            v[u][j] = w[u] != 0.f ? *reinterpret_cast<const float4*>(o + 128 * j)
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
-        for (int u = 0; u < kCombineUnroll; ++u) {
-          acc.x += w[u] * v[u].x;
-          acc.y += w[u] * v[u].y;
-          acc.z += w[u] * v[u].z;
-          acc.w += w[u] * v[u].w;
-        }
+        for (int u = 0; u < kCombineUnroll; ++u)
+#pragma unroll
+          for (int j = 0; j < kCombineVec; ++j) {
+            acc[j].x += w[u] * v[u][j].x;
+            acc[j].y += w[u] * v[u][j].y;
+            acc[j].z += w[u] * v[u][j].z;
+            acc[j].w += w[u] * v[u][j].w;
+          }
       }
     }
     sum = warp_sum(sum);
   }
   const float inv = nan ? NAN : (sum > 0.f ? 1.f / sum : 0.f);
   using P2 = typename Pair<T>::type;
-  P2* out = reinterpret_cast<P2*>(static_cast<T*>(p.out) +
-                                  (static_cast<int64_t>(req) * rows_total + gr) * kDV + col);
-  out[0] = Pair<T>::make(acc.x * inv, acc.y * inv);
-  out[1] = Pair<T>::make(acc.z * inv, acc.w * inv);
-  if (col == 0) {
+  T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(req) * rows_total + gr) * kDV + 4 * lane;
+#pragma unroll
+  for (int j = 0; j < kCombineVec; ++j) {
+    P2* o2 = reinterpret_cast<P2*>(out + 128 * j);
+    o2[0] = Pair<T>::make(acc[j].x * inv, acc[j].y * inv);
+    o2[1] = Pair<T>::make(acc[j].z * inv, acc[j].w * inv);
+  }
+  if (lane == 0) {
     const int s = gr / p.h_q, h = gr % p.h_q;
     p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] =
         nan ? NAN : (sum > 0.f ? mx + logf(sum) : INFINITY);
@@ -117,8 +128,13 @@ cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
   // launched as a programmatic dependent of the split kernel (PDL): its launch overlaps
   // the split's tail instead of following it
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(p.batch, (p.s_q * p.h_q + kCombineRows - 1) / kCombineRows);
-  cfg.blockDim = dim3(kCombineThreads);
+  // rows per CTA: kCombineRows, halved while the grid would be under kCombineFill CTAs
+  const int rows_total = p.s_q * p.h_q;
+  int rows = kCombineRows;
+  while (rows > 1 && static_cast<long long>(p.batch) * rows_total < 1LL * kCombineFill * rows)
+    rows /= 2;
+  cfg.gridDim = dim3(p.batch, (rows_total + rows - 1) / rows);
+  cfg.blockDim = dim3(32 * rows);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
