@@ -14,8 +14,9 @@
 // flight per lane.  Measured on the graph rows (benchmarks/hopper_split_probe.py, H200):
 // a CTA of 128 threads per row with two block reductions and three dependent rounds of
 // loads took 5-18 us; one warp per row, 8 rows per CTA, 5.4-10.2 us but 15 us at b = 1
-// (16 CTAs for 65 splits), hence fewer rows per CTA for small grids; four warps per row
-// (a float4 each) took 13-34 us.
+// (16 CTAs for 65 splits) and still 13.8 us on 128 one-warp CTAs with 4 splits in flight,
+// hence fewer rows per CTA for small grids and 8 splits in flight; four warps per row (a
+// float4 each) took 13-34 us.
 #pragma once
 #include "mla_common.cuh"
 
@@ -26,7 +27,7 @@ constexpr int kCombineRows = 8;                    // query rows (warps) per CTA
 constexpr int kCombineThreads = 32 * kCombineRows;
 constexpr int kCombineFill = 264;                  // CTAs that fill an H100/H200 twice
 constexpr int kCombineVec = kDV / 128;             // float4 per lane: columns 4 lane + 128 j
-constexpr int kCombineUnroll = 4;                  // splits read per step (divides 32)
+constexpr int kCombineUnroll = 8;                  // splits read per step (divides 32)
 static_assert(32 % kCombineUnroll == 0, "a step never crosses a 32-split chunk");
 
 __device__ __forceinline__ float warp_max(float v) {
