@@ -109,3 +109,25 @@ def test_failed_measurements_are_never_chosen(table):
 
 def test_build_all_imports_the_builder():
     assert tune.build_all([], jobs=1) == {}
+
+
+def test_the_search_covers_the_main_loop_and_a_tuned_wgmma_entry_is_used(table):
+    """The space holds wgmma candidates (with their split costs); a table that picks wgmma
+    for a key makes the defaults use it, except where the page size rules wgmma out."""
+    cands = tune.candidates("small")
+    loops = {k["mainloop"] for k in cands}
+    assert loops == {"mma_sync", "wgmma"}
+    assert len({k["split_cost"] for k in cands if k["mainloop"] == "wgmma"}) >= 2
+    assert all(tune.cand_id(k).endswith("_wgmma") == (k["mainloop"] == "wgmma") for k in cands)
+
+    def m(shape, k):   # wgmma with split cost 8 is fastest
+        return 1.0 if (k["mainloop"], k["split_cost"]) == ("wgmma", 8) else 2.0
+    mine = tune.tune(SHAPES[:1], gpu="FakeGPU", measure=m, build=False, progress=False)
+    assert mine["entries"]["b=128,rows=16"]["knobs"]["mainloop"] == "wgmma"
+    tuned.forget_tables()
+    s = defaults.default_schedule(16, "bf16", 128, "FakeGPU")
+    assert (s.mapping.mainloop, s.mapping.split_cost) == ("wgmma", 8)
+    # pages of 16 cannot take wgmma: the static defaults for that page size
+    s16 = defaults.default_schedule(16, "bf16", 128, "FakeGPU", page_size=16)
+    assert s16 == defaults.default_schedule(16, "bf16", page_size=16)
+    assert s16.mapping.mainloop == "mma_sync"

@@ -231,6 +231,14 @@ def time_kernels(c: Caller, calls: int = 10) -> float:
     kernels' intervals, so that the combine, launched early by programmatic dependent launch
     and waiting beside the split kernel, is not counted twice; gaps between calls are not
     counted."""
+    spans = [(s, e) for name, s, e in kernel_events(c, calls)
+             if "memcpy" not in name and "memset" not in name]
+    return busy_us(spans) / calls / 1e3
+
+
+def kernel_events(c: Caller, calls: int = 10) -> list[tuple[str, float, float]]:
+    """(lower-cased name, start us, end us) of every GPU activity of `calls` calls (torch
+    profiler), after one call outside the profile."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -240,14 +248,8 @@ def time_kernels(c: Caller, calls: int = 10) -> float:
         for _ in range(calls):
             c()
         torch.cuda.synchronize()
-    spans = []
-    for e in prof.events():
-        if str(getattr(e, "device_type", "")).endswith("CUDA"):
-            name = e.name.lower()
-            if "memcpy" in name or "memset" in name:
-                continue
-            spans.append((e.time_range.start, e.time_range.end))
-    return busy_us(spans) / calls / 1e3
+    return [(e.name.lower(), e.time_range.start, e.time_range.end) for e in prof.events()
+            if str(getattr(e, "device_type", "")).endswith("CUDA")]
 
 
 def busy_us(spans) -> float:

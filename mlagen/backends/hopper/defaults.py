@@ -77,20 +77,14 @@ def mainloops() -> dict[int, str]:
 
 def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
                      gpu: str = "", page_size: int = 64) -> Schedule:
-    """The schedule of a shape: the wgmma main loop where MAINLOOP says so and the page
-    size allows it; else what `mlagen tune` measured best for this GPU, batch and s_q * h_q
-    (tune.tuned_knobs, mma_sync knobs), else the size class's TILE_KNOBS."""
+    """The schedule of a shape: what `mlagen tune` measured best for this GPU, batch and
+    s_q * h_q (tuned.tuned_knobs: main loop, tile knobs and split cost), else the wgmma
+    main loop where MAINLOOP says so and the page size allows it, else the size class's
+    TILE_KNOBS."""
     from .tuned import tuned_knobs
 
-    cls = size_class(rows_total)
-    if mainloops()[cls] == "wgmma" and page_size % 64 == 0:
-        rows, block_kv, buffers, warps = wgmma_knobs()[cls]
-        return canonical(Schedule.build(name=f"hopper_default_wgmma_{dtype}", target="hopper",
-                                        dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
-                                        buffers=buffers, warps=warps, mainloop="wgmma"))
-
     knobs = tuned_knobs(gpu, batch, rows_total) if batch and gpu else None
-    if knobs:
+    if knobs and not (knobs.get("mainloop") == "wgmma" and page_size % 64):
         from mlagen.errors import ScheduleError
         from mlagen.schedule.rules import check
 
@@ -101,7 +95,14 @@ def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
             return canonical(s)
         except (ScheduleError, TypeError, ValueError):
             pass          # a table from another version's knobs: the static defaults
-    rows, block_kv, buffers, warps = tile_knobs()[size_class(rows_total)]
+
+    cls = size_class(rows_total)
+    if mainloops()[cls] == "wgmma" and page_size % 64 == 0:
+        rows, block_kv, buffers, warps = wgmma_knobs()[cls]
+        return canonical(Schedule.build(name=f"hopper_default_wgmma_{dtype}", target="hopper",
+                                        dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
+                                        buffers=buffers, warps=warps, mainloop="wgmma"))
+    rows, block_kv, buffers, warps = tile_knobs()[cls]
     return canonical(Schedule.build(name=f"hopper_default_r{rows}_{dtype}", target="hopper",
                                     dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
                                     buffers=buffers, warps=warps))

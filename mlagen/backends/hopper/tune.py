@@ -78,19 +78,29 @@ def candidates(space: str = "small") -> list[dict]:
                  for bkv, buf in ((32, 2), (32, 3), (64, 2), (16, 4)) for w in (8,)]
         tiles += [(16, 32, 2, 4), (32, 32, 3, 4)]
         costs = (5,)
+        wgmma_costs = (3, 5, 8)
     elif space == "defaults":
         from .defaults import tile_knobs
 
         tiles = sorted(set(tile_knobs().values()))
         costs = (5,)
+        wgmma_costs = (5,)
     elif space == "full":
         tiles = list(itertools.product((16, 32, 64), (16, 32, 64), range(1, 6), (4, 8)))
         costs = (2, 5, 10)
+        wgmma_costs = (2, 3, 5, 8, 10)
     else:
         raise MlagenError(f"search space {space!r}: defaults, small or full")
+    from .defaults import WGMMA_KNOBS
+
+    # the wgmma main loops have fixed tile knobs (WGMMA_KNOBS: the 64-row kernel and the
+    # few-rows one); their split policy is searched
+    grid = [(t, c, "mma_sync") for t, c in itertools.product(tiles, costs)]
+    grid += [(t, c, "wgmma") for t in sorted(set(WGMMA_KNOBS.values())) for c in wgmma_costs]
     out = []
-    for (r, bkv, buf, w), cost in itertools.product(tiles, costs):
-        knobs = dict(rows_per_tile=r, block_kv=bkv, buffers=buf, warps=w, split_cost=cost)
+    for (r, bkv, buf, w), cost, loop in grid:
+        knobs = dict(rows_per_tile=r, block_kv=bkv, buffers=buf, warps=w, split_cost=cost,
+                     mainloop=loop)
         try:
             check(Schedule.build(target="hopper", **knobs))
         except ScheduleError:
@@ -100,7 +110,9 @@ def candidates(space: str = "small") -> list[dict]:
 
 
 def cand_id(knobs: dict) -> str:
-    return "r{rows_per_tile}_bkv{block_kv}_buf{buffers}_w{warps}_c{split_cost}".format(**knobs)
+    loop = knobs.get("mainloop", "mma_sync")
+    return ("r{rows_per_tile}_bkv{block_kv}_buf{buffers}_w{warps}_c{split_cost}".format(**knobs)
+            + ("" if loop == "mma_sync" else f"_{loop}"))
 
 
 def schedule_of(knobs: dict, dtype: str = "bf16"):

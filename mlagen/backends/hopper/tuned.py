@@ -17,7 +17,7 @@ from ...paths import PACKAGE_DIR, cache_dir
 from ...version import __version__
 
 SHIPPED_TABLE = PACKAGE_DIR / "backends" / "hopper" / "tuned.json"
-KNOBS = ("rows_per_tile", "block_kv", "buffers", "warps", "split_cost")
+KNOBS = ("rows_per_tile", "block_kv", "buffers", "warps", "split_cost", "mainloop")
 
 
 def user_table() -> Path:

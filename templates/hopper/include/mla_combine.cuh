@@ -1,114 +1,123 @@
 // The combine kernel: merges the fp32 partial results of requests that were split.
 //   out = sum_i w_i o_i,  w_i = exp(lse_i - max) / sum_j exp(lse_j - max),
 //   lse = max + log(sum_j exp(lse_j - max))
-// One CTA per (request, query row), 128 threads x 4 columns, launched with programmatic
-// dependent launch after the split kernel.  Requests with one split were
+// One warp per query row, up to kCombineRows rows per CTA (grid: request x row groups; fewer
+// rows per CTA when the grid would not fill the GPU), launched with programmatic dependent
+// launch after the split kernel.  Requests with one split were
 // written by the split kernel; their CTAs return at once.  No visible key in any split
 // (every lse_i = -inf) gives out = 0 and lse = +inf; a NaN lse (bad block table) gives NaN.
 //
-// A small batch splits each request many ways (b = 1 over 132 SMs: ~64 splits), so the
-// per-split work must not be a chain of dependent loads: the threads reduce the lse values
-// together (max, then the sum of weights), stage the weights in shared memory, and read
-// the partial rows kUnroll at a time, so that many loads are in flight per thread.
+// A small batch splits each request many ways (b = 1 over 132 SMs: ~64 splits) and the
+// partials were just written (L2), so the cost is latency, not bytes: a warp needs no
+// block-wide barrier (max and sum are shuffles), reads each lse twice at most, hands the
+// weights to its lanes by shuffle, and keeps kCombineUnroll splits x 4 float4 loads in
+// flight per lane.  Measured on the graph rows (benchmarks/hopper_split_probe.py, H200):
+// a CTA of 128 threads per row with two block reductions and three dependent rounds of
+// loads took 5-18 us; one warp per row, 8 rows per CTA, 5.4-10.2 us but 15 us at b = 1
+// (16 CTAs for 65 splits) and still 13.8 us on 128 one-warp CTAs with 4 splits in flight,
+// hence fewer rows per CTA for small grids and 8 splits in flight; four warps per row (a
+// float4 each) took 13-34 us.
 #pragma once
 #include "mla_common.cuh"
 
 namespace mlagen {
 namespace hopper {
 
-constexpr int kCombineThreads = kDV / 4;
-constexpr int kCombineWarps = kCombineThreads / 32;
-constexpr int kCombineChunk = 64;    // weights staged in shared memory at a time
-constexpr int kCombineUnroll = 8;    // partial rows read per step
+constexpr int kCombineRows = 8;                    // query rows (warps) per CTA, at most
+constexpr int kCombineThreads = 32 * kCombineRows;
+constexpr int kCombineFill = 264;                  // CTAs that fill an H100/H200 twice
+constexpr int kCombineVec = kDV / 128;             // float4 per lane: columns 4 lane + 128 j
+constexpr int kCombineUnroll = 8;                  // splits read per step (divides 32)
+static_assert(32 % kCombineUnroll == 0, "a step never crosses a 32-split chunk");
 
-template <bool kMax>
-__device__ __forceinline__ float combine_block_reduce(float v, float* red) {
+__device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-  for (int off = 16; off >= 1; off >>= 1) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, off);
-    v = kMax ? fmaxf(v, o) : v + o;
-  }
-  __syncthreads();   // red is free (an earlier reduction has been read)
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = red[0];
+  for (int off = 16; off >= 1; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-  for (int w = 1; w < kCombineWarps; ++w) v = kMax ? fmaxf(v, red[w]) : v + red[w];
+  for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kCombineThreads)
 mla_combine_kernel(const __grid_constant__ MlaParams p) {
-  __shared__ float w_sh[kCombineChunk];
-  __shared__ float red[kCombineWarps];
-  const int req = blockIdx.x, gr = blockIdx.y, tid = threadIdx.x;
+  const int req = blockIdx.x, lane = threadIdx.x % 32;
+  const int gr = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
+  const int rows_total = p.s_q * p.h_q;
   // num_splits comes from the scheduler, which finished before the split kernel began
   const int first = p.num_splits[req], n = p.num_splits[req + 1] - first;
   // every CTA waits for the split grid, even one with nothing to do: the next kernel in the
   // stream then follows both grids, and may read what the split wrote straight to out
   pdl_wait_primary();
-  if (n <= 1) return;
-  const int rows_total = p.s_q * p.h_q;
+  // whole warps leave (n and gr are warp-uniform): the shuffles below see full warps
+  if (n <= 1 || gr >= rows_total) return;
   const float* lse_col = p.lse_acc + static_cast<int64_t>(first) * rows_total + gr;
 
   float mx = -INFINITY;
   bool nan = false;
-  for (int i = tid; i < n; i += kCombineThreads) {
+  for (int i = lane; i < n; i += 32) {
     const float v = lse_col[static_cast<int64_t>(i) * rows_total];
     nan |= v != v;
     mx = fmaxf(mx, v);
   }
-  nan = __syncthreads_or(nan);
-  mx = combine_block_reduce<true>(mx, red);
+  nan = __any_sync(0xffffffffu, nan);
+  mx = warp_max(mx);
   const bool live = mx != -INFINITY && !nan;
 
+  float4 acc[kCombineVec];
+#pragma unroll
+  for (int j = 0; j < kCombineVec; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
   float sum = 0.f;
-  if (live)
-    for (int i = tid; i < n; i += kCombineThreads)
-      sum += kFault == kFaultBadSplitMerge
-                 ? 1.f : __expf(lse_col[static_cast<int64_t>(i) * rows_total] - mx);
-  sum = combine_block_reduce<false>(sum, red);
-
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  const int col = tid * 4;
   if (live) {
-    for (int c0 = 0; c0 < n; c0 += kCombineChunk) {
-      const int cn = min(kCombineChunk, n - c0);
-      __syncthreads();   // the previous chunk's weights have been used
-      for (int i = tid; i < cn; i += kCombineThreads)
-        w_sh[i] = kFault == kFaultBadSplitMerge
-                      ? 1.f : __expf(lse_col[static_cast<int64_t>(c0 + i) * rows_total] - mx);
-      __syncthreads();
-      const float* o = p.o_acc + (static_cast<int64_t>(first + c0) * rows_total + gr) * kDV + col;
-      const int64_t step = static_cast<int64_t>(rows_total) * kDV;
-      for (int i0 = 0; i0 < cn; i0 += kCombineUnroll) {
-        float4 v[kCombineUnroll];
+    const int64_t step = static_cast<int64_t>(rows_total) * kDV;
+    const float* o0 = p.o_acc + (static_cast<int64_t>(first) * rows_total + gr) * kDV + 4 * lane;
+    for (int c0 = 0; c0 < n; c0 += 32) {
+      // lane l holds the weight of split c0 + l (0 past the end)
+      const int i = c0 + lane;
+      const float wl = i < n ? (kFault == kFaultBadSplitMerge
+                                    ? 1.f : __expf(lse_col[static_cast<int64_t>(i) * rows_total] - mx))
+                             : 0.f;
+      sum += wl;
+      const int cn = min(32, n - c0);
+      for (int u0 = 0; u0 < cn; u0 += kCombineUnroll) {
         float w[kCombineUnroll];
+        float4 v[kCombineUnroll][kCombineVec];
 #pragma unroll
         for (int u = 0; u < kCombineUnroll; ++u) {
-          // an empty split (o = 0, lse = -inf, weight 0) is not read
-          w[u] = i0 + u < cn ? w_sh[i0 + u] : 0.f;
-          v[u] = w[u] != 0.f ? *reinterpret_cast<const float4*>(o + (i0 + u) * step)
-                             : make_float4(0.f, 0.f, 0.f, 0.f);
+          w[u] = __shfl_sync(0xffffffffu, wl, u0 + u);
+          // an empty split (o = 0, lse = -inf, weight 0) and a step past the end are not read
+          const float* o = o0 + static_cast<int64_t>(c0 + u0 + u) * step;
+#pragma unroll
+          for (int j = 0; j < kCombineVec; ++j)
+            v[u][j] = w[u] != 0.f ? *reinterpret_cast<const float4*>(o + 128 * j)
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
-        for (int u = 0; u < kCombineUnroll; ++u) {
-          acc.x += w[u] * v[u].x;
-          acc.y += w[u] * v[u].y;
-          acc.z += w[u] * v[u].z;
-          acc.w += w[u] * v[u].w;
-        }
+        for (int u = 0; u < kCombineUnroll; ++u)
+#pragma unroll
+          for (int j = 0; j < kCombineVec; ++j) {
+            acc[j].x += w[u] * v[u][j].x;
+            acc[j].y += w[u] * v[u][j].y;
+            acc[j].z += w[u] * v[u][j].z;
+            acc[j].w += w[u] * v[u][j].w;
+          }
       }
     }
+    sum = warp_sum(sum);
   }
   const float inv = nan ? NAN : (sum > 0.f ? 1.f / sum : 0.f);
   using P2 = typename Pair<T>::type;
-  P2* out = reinterpret_cast<P2*>(static_cast<T*>(p.out) +
-                                  (static_cast<int64_t>(req) * rows_total + gr) * kDV + col);
-  out[0] = Pair<T>::make(acc.x * inv, acc.y * inv);
-  out[1] = Pair<T>::make(acc.z * inv, acc.w * inv);
-  if (tid == 0) {
+  T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(req) * rows_total + gr) * kDV + 4 * lane;
+#pragma unroll
+  for (int j = 0; j < kCombineVec; ++j) {
+    P2* o2 = reinterpret_cast<P2*>(out + 128 * j);
+    o2[0] = Pair<T>::make(acc[j].x * inv, acc[j].y * inv);
+    o2[1] = Pair<T>::make(acc[j].z * inv, acc[j].w * inv);
+  }
+  if (lane == 0) {
     const int s = gr / p.h_q, h = gr % p.h_q;
     p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] =
         nan ? NAN : (sum > 0.f ? mx + logf(sum) : INFINITY);
@@ -120,8 +129,13 @@ cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
   // launched as a programmatic dependent of the split kernel (PDL): its launch overlaps
   // the split's tail instead of following it
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(p.batch, p.s_q * p.h_q);
-  cfg.blockDim = dim3(kCombineThreads);
+  // rows per CTA: kCombineRows, halved while the grid would be under kCombineFill CTAs
+  const int rows_total = p.s_q * p.h_q;
+  int rows = kCombineRows;
+  while (rows > 1 && static_cast<long long>(p.batch) * rows_total < 1LL * kCombineFill * rows)
+    rows /= 2;
+  cfg.gridDim = dim3(p.batch, (rows_total + rows - 1) / rows);
+  cfg.blockDim = dim3(32 * rows);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
