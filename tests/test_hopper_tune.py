@@ -72,9 +72,7 @@ def test_tune_writes_the_table_and_resumes(table):
     assert len(calls) == 1
 
 
-def test_defaults_read_the_table_by_batch(table, monkeypatch):
-    # the tuned table holds mma_sync knobs: the classes on mma_sync read it
-    monkeypatch.setenv("MLAGEN_HOPPER_MAINLOOP", '{"16": "mma_sync"}')
+def test_defaults_read_the_table_by_batch(table):
     tune.tune(SHAPES, gpu="FakeGPU", measure=fake_measure([]), build=False, progress=False)
     tuned.forget_tables()
     s128 = defaults.default_schedule(16, "bf16", 128, "FakeGPU")
