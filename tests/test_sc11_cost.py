@@ -251,11 +251,13 @@ def test_empty_trace():
 def test_hundred_thousand_events_simulate_fast():
     tr = pipeline(cores=8, steps=1000, buffers=2).array()
     assert len(tr) > 100_000
-    t0 = time.perf_counter()
+    # CPU time of this process, not wall time: a loaded CI machine must not fail it, a
+    # quadratic simulator still would
+    t0 = time.process_time()
     r = simulate(tr)
-    took = time.perf_counter() - t0
+    took = time.process_time() - t0
     assert r.total_s > 0
-    assert took < 1.5, f"{len(tr)} events took {took:.2f} s"   # ~0.35 s on the dev box
+    assert took < 1.5, f"{len(tr)} events took {took:.2f} s of CPU"   # ~0.35 s on the dev box
 
 
 def test_barrier_waits_are_not_idle_gaps():

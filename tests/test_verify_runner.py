@@ -7,6 +7,7 @@ import io
 import pytest
 import torch
 
+from mlagen.errors import InputError
 from mlagen.problem import MlaOutputs
 from mlagen.schedule.parse import dumps
 from mlagen.verify import repro, verify
@@ -225,3 +226,18 @@ def test_schemes_are_drawn_and_a_bad_one_is_named():
     r = verify(fixed, examples=10, runner=fine, reference=reference64, progress=False,
                bounds=SMALL)
     assert r.ok and used == {None}          # a schedule that names its scheme keeps it
+
+
+class _Payload:
+    """An object a pickle would rebuild by calling code: a repro file never holds one."""
+
+    def __reduce__(self):
+        return (print, ("code ran while loading a repro file",))
+
+
+def test_a_repro_file_with_pickled_code_is_refused_unrun(tmp_path, capsys):
+    path = tmp_path / "evil.pt"
+    torch.save({"format": repro.FORMAT, "x": _Payload()}, path)
+    with pytest.raises(InputError, match="not an mlagen verify repro file"):
+        repro.load(path)
+    assert "code ran" not in capsys.readouterr().out

@@ -97,7 +97,7 @@ def load(path: str | Path) -> Repro:
     if path.is_dir():
         raise InputError(f"{path}: cannot read repro file: is a directory")
     try:
-        data = torch.load(path, weights_only=False)
+        data = torch.load(path, weights_only=True)   # plain records and tensors: no pickled code
     except OSError as e:
         raise InputError(f"{path}: cannot read repro file: {e.strerror or e}") from None
     except Exception as e:   # a file that is not one: unpickling fails in many ways
