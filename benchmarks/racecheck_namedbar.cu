@@ -1,0 +1,59 @@
+// Does compute-sanitizer racecheck model named barriers with a thread count?  Four kernels,
+// 288 threads (two warpgroups + one idle "producer" warp, like the wgmma kernels): warpgroup 1
+// writes a shared slab, warpgroup 0 reads it, 8 rounds.
+//   ctrl     __syncthreads between the write and the read (all 288 threads): race-free
+//   named    barrier.sync 3, 256 on both sides (the idle warp not in it): race-free
+//   arrive   producer/consumer pair: WG1 barrier.arrive 4 after writing, WG0 barrier.sync 4
+//            before reading; WG0 barrier.arrive 5 after reading, WG1 barrier.sync 5 before
+//            the next write: race-free
+//   racy     no barrier between the write and the read: a real race (racecheck must say so)
+// Build + run: nvcc -arch=sm_90a -lineinfo -o rc racecheck_namedbar.cu && ./rc MODE
+//              compute-sanitizer --tool racecheck ./rc MODE
+#include <cstdio>
+#include <cstring>
+__device__ __forceinline__ void bsync(int id, int n) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void barrive(int id, int n) {
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+template <int MODE>
+__global__ void __launch_bounds__(288) k(float* out) {
+  __shared__ float slab[128 * 8];
+  const int t = threadIdx.x, wg = t / 128;
+  float acc = 0.f;
+  for (int r = 0; r < 8; ++r) {
+    if (MODE == 2 && wg == 1 && r > 0) bsync(5, 256);
+    if (wg == 1)
+      for (int i = 0; i < 8; ++i) slab[i * 128 + (t - 128)] = r * 1000 + i + t;
+    if (MODE == 0) __syncthreads();
+    if (MODE == 1 && wg < 2) bsync(3, 256);
+    if (MODE == 2 && wg == 1) barrive(4, 256);
+    if (MODE == 2 && wg == 0) bsync(4, 256);
+    if (wg == 0)
+      for (int i = 0; i < 8; ++i) acc += slab[i * 128 + t];
+    if (MODE == 0) __syncthreads();
+    if (MODE == 1 && wg < 2) bsync(3, 256);
+    if (MODE == 2 && wg == 0 && r < 7) barrive(5, 256);
+  }
+  if (wg == 0) out[t] = acc;
+}
+int main(int argc, char** argv) {
+  const char* m = argc > 1 ? argv[1] : "named";
+  float* out;
+  cudaMalloc(&out, 128 * sizeof(float));
+  if (!strcmp(m, "ctrl")) k<0><<<4, 288>>>(out);
+  else if (!strcmp(m, "named")) k<1><<<4, 288>>>(out);
+  else if (!strcmp(m, "arrive")) k<2><<<4, 288>>>(out);
+  else k<3><<<4, 288>>>(out);
+  float h[128];
+  cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
+  // every round r of WG0 thread t sums r*1000 + i + (t + 128) over i < 8
+  double want = 0;
+  for (int r = 0; r < 8; ++r)
+    for (int i = 0; i < 8; ++i) want += r * 1000 + i + 128;
+  int bad = 0;
+  for (int t = 0; t < 128; ++t) bad += h[t] != (float)(want + 64 * t);
+  printf("%s: %s (%s)\n", m, bad ? "WRONG" : "values ok", cudaGetErrorString(cudaGetLastError()));
+  return 0;
+}
