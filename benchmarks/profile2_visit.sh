@@ -16,7 +16,7 @@ timeout 120 "$NCU" --section WarpStateStats --section SourceCounters --import-so
   -o /tmp/ncu_src python3 benchmarks/hopper_one_call.py 128 1 8192 128 --calls 3 > /dev/null 2>&1
 echo "ncu rc=$? $(el)"
 "$NCU" -i /tmp/ncu_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$OUT/sass_h128.csv.gz"
-(cd ../rows2 && export PYTHONPATH=$PWD && timeout 40 python3 benchmarks/rows_bench.py small --warps 4 --quick > /dev/null 2>&1;
+(cd ../rows2 && export PYTHONPATH=$PWD && timeout 40 python3 benchmarks/rows_bench.py small --warps 8 --quick > /dev/null 2>&1;
  timeout 100 "$CS" --tool racecheck --print-limit 40 python3 benchmarks/rows_bench.py small --warps 8 --quick) > "$OUT/rows2_racecheck.log" 2>&1
 echo "rows2 racecheck rc=$? $(el)"
 grep -E "SUMMARY|and (Write|Read) access" "$OUT/rows2_racecheck.log" | sort | uniq -c | sort -rn | head -12
