@@ -109,7 +109,7 @@ def rows_kernel(rows, dtype="bf16", warps=4, **kw):
                           buffers=2, warps=warps, dtype=dtype, **kw)
 
 
-@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("warps", [4, 8], ids=["w4", "w8"])
 @pytest.mark.parametrize("rows", [16, 32])
 @pytest.mark.parametrize("batch,seqlens,s_q,h_q,page,dtype,causal", [
     (4, [0, 1, 63, 64], 1, 16, 64, "bf16", True),
@@ -159,7 +159,7 @@ def test_rows_hypothesis(batch, data, rows, warps, s_q, h_q, page, dtype, causal
           rows_kernel(rows, dtype, warps, split_kv=split))
 
 
-@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("warps", [4, 8], ids=["w4", "w8"])
 def test_rows_bad_pages_give_nan_and_the_device_flag(warps):
     """A bad block-table entry in an odd block (WG1's with two consumer warpgroups) and in an
     even one (WG0's): those requests' output is NaN, the others' finite, the flag set."""
@@ -182,7 +182,7 @@ def test_rows_bad_pages_give_nan_and_the_device_flag(warps):
 @pytest.mark.parametrize("fault,rows,warps", [
     ("causal_off_by_one", 16, 4), ("skip_partial_page", 32, 4), ("causal_off_by_one", 32, 4),
     ("causal_off_by_one", 16, 8), ("skip_partial_page", 16, 8), ("skip_partial_page", 32, 8),
-    ("wrong_scale", 32, 8)])
+    ("wrong_scale", 32, 8)], ids=lambda v: f"w{v}" if v in (4, 8) else str(v))
 def test_rows_planted_faults_are_caught(fault, rows, warps):
     inp = inputs(3, [65, 1000, 130], 2, 16, 64, seed=1)
     with pytest.raises(AssertionError):
@@ -190,7 +190,7 @@ def test_rows_planted_faults_are_caught(fault, rows, warps):
     check(inp, True, rows_kernel(rows, warps=warps))
 
 
-@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("warps", [4, 8], ids=["w4", "w8"])
 def test_rows_faults_reach_both_consumer_warpgroups(warps):
     """skip_partial_page leaves the NaN tail of the last block unzeroed: with split_kv = 1 a
     request of 65 keys ends in block 1 (WG1's with two warpgroups), one of 130 in block 2
