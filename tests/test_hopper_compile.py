@@ -94,21 +94,25 @@ def test_smem_formula_matches_the_kernel(tmp_path):
     assert seen == len(lines) > 50
 
 
-def _defaults_beyond_examples() -> list:
-    """The API's default schedules (one per row-size class) not already compiled above."""
+def test_api_default_variants_compile(tmp_path):
+    """Every variant flash_mla_with_kvcache builds by default (each row class, both dtypes,
+    pages that take wgmma and pages that fall back to mma_sync) compiles: those an example
+    schedule covers were compiled above, the rest here (never an empty test)."""
     from mlagen.backends.hopper import defaults
     examples = {defaults.canonical(load(p)).variant_name()
                 for p in Path(SCHEDULES_DIR).glob("hopper_*.toml")}
-    return [c for c in (16, 32, 64)
-            if defaults.default_schedule(c).variant_name() not in examples]
-
-
-@pytest.mark.parametrize("rows_class", _defaults_beyond_examples())
-def test_api_default_variants_compile(rows_class, tmp_path):
-    """The variants flash_mla_with_kvcache builds by default compile too."""
-    from mlagen.backends.hopper import defaults
-    objs = compile_only(_render(defaults.default_schedule(rows_class)), tmp_path)
-    assert all(o.exists() and o.stat().st_size > 0 for o in objs)
+    wanted = {}
+    for c in (16, 32, 64):
+        for dtype in ("bf16", "fp16"):
+            for page in (64, 16):
+                s = defaults.default_schedule(c, dtype, page_size=page)
+                wanted[s.variant_name()] = s
+    assert len(wanted) >= 4 and any("wgmma" in n for n in wanted)
+    for name, s in sorted(wanted.items()):
+        if name in examples:
+            continue
+        objs = compile_only(_render(s), tmp_path / name)
+        assert all(o.exists() and o.stat().st_size > 0 for o in objs), name
 
 
 WGMMA = dict(target="hopper", mainloop="wgmma", rows_per_tile=64, block_kv=64, buffers=2,
