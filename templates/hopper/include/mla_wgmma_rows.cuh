@@ -255,7 +255,7 @@ struct WgmmaRowsKernel {
 
   // Consumer warpgroup wg (0 or 1) of WG: the blocks i of each piece with i % WG == wg.
   static __device__ void consumer(const MlaParams& p, const Smem& sm, int wg) {
-    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    const int t = WG == 1 ? threadIdx.x : threadIdx.x % 128, warp = t / 32, lane = t % 32;
     const int bar = C::kBarWg + wg;
     const int rows_total = p.s_q * p.h_q;
     const int row0 = blockIdx.y * N;
