@@ -29,7 +29,7 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
             # the 227 KiB: at least `buffers` (2) blocks of 9 slices, 2.8 for 16 rows
             wgs = m.warps // 4
             probs *= wgs
-            merge = 0 if wgs == 1 else 2 * 2 * rows * 4 + 16
+            merge = 0 if wgs == 1 else 2 * 2 * rows * 4 + 16 + rows * 4
             fixed = q + probs + wgs * 4 * rows * 4 + merge + 1024
             slots = (WGMMA_SMEM - fixed) // (8192 + 16)
             kv, stats = slots * 8192, wgs * 4 * rows * 4 + merge + 2 * slots * 8 + 1024

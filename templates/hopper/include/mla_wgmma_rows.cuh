@@ -35,13 +35,13 @@
 // row sums and O^T; the producer still loads blocks in order and each WG hands back its own
 // blocks' slots (the rope slice right after S^T, the 8 V slices after P V).  At the end of a
 // piece the two states merge through shared memory (m = max(m0, m1), each O^T and l scaled
-// by exp2(m_w - m), added; WG1's O^T goes over in 8 rounds of 64 value columns through the
-// P^T tiles, free by then) and WG0 writes the output.  1 producer + 2 consumer warpgroups
+// by exp2(m_w - m), added; WG1's O^T goes over in 2 rounds of 64-column slabs through the Q
+// and P^T tiles, free by then) and WG0 writes the output.  1 producer + 2 consumer warpgroups
 // (384 threads): setmaxnreg moves the producer warpgroup's registers to the consumers.
 //
 // Shared memory: Q (N x 576) | kSlots x 8 KiB | P^T (N x 64) a WG | column max / sum
-// exchange (4 warps x N floats) a WG | [WG = 2: m, l and the bad-page flag of each WG] |
-// 2 mbarriers a slot.
+// exchange (4 warps x N floats) a WG | [WG = 2: m, l and the bad-page flag of each WG, the
+// columns' key limits] | 2 mbarriers a slot.
 #pragma once
 #include "mla_wgmma.cuh"   // WgmmaParams, Piece, next_piece, tensor_map_encoder
 
@@ -63,7 +63,8 @@ struct WgmmaRowsConfig {
   static constexpr int kTileBytes = kSlices * kSliceBytes;
   static constexpr int kQSliceBytes = N * 128;           // N rows x 64 columns
   static constexpr int kMaxSmem = 232448;                // 227 KiB per CTA
-  static constexpr int kStatBytes = WG == 1 ? 0 : 2 * 2 * N * 4 + 16;   // m, l, bad of each WG
+  // m, l and the bad flag of each WG, the columns' key limits
+  static constexpr int kStatBytes = WG == 1 ? 0 : 2 * 2 * N * 4 + 16 + N * 4;
   // a ring of 8 KiB slots, one TMA box each, filling what Q, P^T and the exchange leave
   // (a slot costs its bytes and two mbarriers): 25 slots (2.8 blocks) for 16 rows, 23 for 32
   // (22 with two consumer warpgroups)
@@ -86,8 +87,6 @@ struct WgmmaRowsConfig {
   static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0, "tiles on the swizzle atom");
   static_assert(kSlots >= 2 * kSlices, "two blocks at least");
   static_assert(kSmem <= kMaxSmem, "227 KiB of shared memory per CTA");
-  // the merge's exchange of one 64-column slab of WG1's O^T (64 x N floats) fits the P^T tiles
-  static_assert(WG == 1 || 64 * N * 4 <= WG * N * 128, "merge slab in the P^T tiles");
 };
 
 template <typename T, int N, int WG, int FAULT>
@@ -101,7 +100,7 @@ struct WgmmaRowsKernel {
     unsigned char* k;
     unsigned char* p;  // [WG][N x 64 keys]
     float* red;        // [WG][4 warps][N]
-    float* stat;       // WG = 2: [WG][m N | l N], then the bad flags [WG]
+    float* stat;       // WG = 2: [WG][m N | l N], the bad flags [WG] (16 bytes), lim [N]
     uint64_t* full;    // [kSlots]
     uint64_t* empty;   // [kSlots]
   };
@@ -249,6 +248,15 @@ struct WgmmaRowsKernel {
     issue_scores(sm, kbase, slot0, s);
   }
 
+  // The merge's slab j (64 value columns x N floats of WG1's O^T): Q tile, then P^T tiles.
+  static constexpr int kSlabBytes = 64 * N * 4;
+  static constexpr int kQSlabs = C::kSlices * C::kQSliceBytes / kSlabBytes;   // 4
+  static constexpr int kRound = kQSlabs + 1;
+  static_assert(WG == 1 || kSlabBytes <= WG * N * 128, "a merge slab in the P^T tiles");
+  static __device__ __forceinline__ float* slab(const Smem& sm, int j) {
+    return reinterpret_cast<float*>(j < kQSlabs ? sm.q + j * kSlabBytes : sm.p);
+  }
+
   // Accumulator element i of a thread: key (M) 16 warp + lane / 4 + 8 ((i >> 1) & 1), query
   // column (N) 8 (i >> 2) + 2 (lane % 4) + (i & 1); column slot c = 2 (i >> 2) + (i & 1).
   static __device__ __forceinline__ int col_slot(int i) { return 2 * (i >> 2) + (i & 1); }
@@ -277,6 +285,16 @@ struct WgmmaRowsKernel {
         int l = 0;
         if (gr < rows_total) l = p.causal ? seqlen - p.s_q + gr / p.h_q + 1 : seqlen;
         lim[c] = min(l + (FAULT == kFaultCausalOffByOne), pc.end);
+      }
+      // two warpgroups: the limits wait in shared memory (read again at each block's mask,
+      // not held in 8 registers through the loop: the 32-row consumer is at its 240);
+      // written before the Q barrier, after the last piece's merge (its last reader)
+      int* lims = reinterpret_cast<int*>(sm.stat + 4 * N) + 4;
+      if constexpr (WG == 2) {
+        if (wg == 0 && warp == 0 && lane < 4) {
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) lims[8 * (c >> 1) + c2 + (c & 1)] = lim[c];
+        }
       }
       const float scale = FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2;
       // Q of this piece: with two warpgroups both load it and both wait (the last piece's
@@ -330,7 +348,8 @@ struct WgmmaRowsKernel {
 #pragma unroll
         for (int i2 = 0; i2 < kAcc; ++i2) {
           const int key = t0 + k0 + 8 * ((i2 >> 1) & 1), c = col_slot(i2);
-          const float x = key < lim[c] ? s[i2] * scale : -INFINITY;
+          const int lc = WG == 1 ? lim[c] : lims[8 * (c >> 1) + c2 + (c & 1)];
+          const float x = key < lc ? s[i2] * scale : -INFINITY;
           xs[i2] = x;
           mx[c] = fmaxf(mx[c], x);
         }
@@ -445,23 +464,28 @@ struct WgmmaRowsKernel {
           m[c] = mm;
         }
         bad = bad_of[0] | bad_of[1];
-        // WG1's O^T to WG0, one 64-column slab at a time through the P^T tiles (both
-        // warpgroups' last P V is done), [element][thread] so that a warp's stores and loads
-        // are consecutive words
-        float* slab = reinterpret_cast<float*>(sm.p);
+        // WG1's O^T to WG0 in 64-column slabs (64 x N floats, [element][thread] so that a
+        // warp's stores and loads are consecutive words), kRound at a time: 4 in the Q tile
+        // and 1 in the P^T tiles, both free once both warpgroups' last S^T and P V are done
+        // (the next piece's Q and P^T are written after the last round's barrier)
 #pragma unroll
-        for (int mt = 0; mt < 8; ++mt) {
+        for (int r0 = 0; r0 < 8; r0 += kRound) {
           if (wg == 1) {
 #pragma unroll
-            for (int i2 = 0; i2 < kAcc; ++i2) slab[i2 * 128 + t] = o[mt][i2] * f[col_slot(i2)];
+            for (int mt = r0; mt < r0 + kRound && mt < 8; ++mt)
+#pragma unroll
+              for (int i2 = 0; i2 < kAcc; ++i2)
+                slab(sm, mt - r0)[i2 * 128 + t] = o[mt][i2] * f[col_slot(i2)];
           }
           sm90::bar_sync(C::kBarBoth, 256);
           if (wg == 0) {
 #pragma unroll
-            for (int i2 = 0; i2 < kAcc; ++i2)
-              o[mt][i2] = o[mt][i2] * f[col_slot(i2)] + slab[i2 * 128 + t];
+            for (int mt = r0; mt < r0 + kRound && mt < 8; ++mt)
+#pragma unroll
+              for (int i2 = 0; i2 < kAcc; ++i2)
+                o[mt][i2] = o[mt][i2] * f[col_slot(i2)] + slab(sm, mt - r0)[i2 * 128 + t];
           }
-          sm90::bar_sync(C::kBarBoth, 256);   // the slab and sm.stat may be rewritten
+          sm90::bar_sync(C::kBarBoth, 256);   // the slabs and sm.stat may be rewritten
         }
         if (wg == 1) continue;   // WG0 writes the piece's output
       }
