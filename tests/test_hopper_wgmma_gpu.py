@@ -184,7 +184,8 @@ def test_rows_bad_pages_give_nan_and_the_device_flag(warps):
     ("causal_off_by_one", 16, 8), ("skip_partial_page", 16, 8), ("skip_partial_page", 32, 8),
     ("wrong_scale", 32, 8)], ids=lambda v: f"w{v}" if v in (4, 8) else str(v))
 def test_rows_planted_faults_are_caught(fault, rows, warps):
-    inp = inputs(3, [65, 1000, 130], 2, 16, 64, seed=1)
+    # a 1 % scale error hides in FlashMLA's small scores (lse off by ~1e-5): sharp data for it
+    inp = inputs(3, [65, 1000, 130], 2, 16, 64, seed=1, sharp=fault == "wrong_scale")
     with pytest.raises(AssertionError):
         check(inp, True, rows_kernel(rows, warps=warps).with_fault(fault))
     check(inp, True, rows_kernel(rows, warps=warps))
