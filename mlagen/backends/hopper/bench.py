@@ -12,8 +12,8 @@ it is timed.  Three timings side by side:
     kernels  the time the GPU runs kernels in one call (torch profiler: the union of kernel
              intervals, mean over 10 calls)
 
-and the host time of one eager call (b=1, s_k=1024, h_q=16: the median over rounds of 10
-back-to-back calls, a sync between rounds).  The calls go through the public API with its per-shape defaults (or --schedule), so
+and the host time of one eager call (b=1, s_k=1024, h_q=16: 300 back-to-back calls, then one
+sync).  The calls go through the public API with its per-shape defaults (or --schedule), so
 whatever main loop the defaults pick is what is measured.  Rows: the 51 of
 hopper-best-anchor.json (ratio = the better anchor's time / ours) and the 8 of
 hopper-graph-anchor.json (ratio = FlashMLA's graph time / ours).
@@ -40,7 +40,6 @@ RESULTS = DATA_ROOT / "benchmarks" / "results"
 GRAPH_CALLS = 20
 HOST_SHAPE = (1, 1, 1024, 16)      # b, s_q, s_k, h_q of the host-time measurement
 HOST_CALLS = 300
-HOST_ROUND = 10                      # calls per timed round (a sync between rounds)
 
 
 def _anchor(name: str):
@@ -267,11 +266,7 @@ def busy_us(spans) -> float:
 
 
 def host_time(schedule=None) -> dict:
-    """µs of host time per eager call: rounds of HOST_ROUND back-to-back calls, timed up to
-    the last call's return (no sync inside a round), a sync between rounds (not timed);
-    the median round / HOST_ROUND.  Short rounds keep the launch queue far from full, so
-    a kernel slower than the host does not turn this into GPU time (300 calls in a row
-    measured 29.9 us at cc43f57 where the GPU took about that per call)."""
+    """µs of host time per eager call: HOST_CALLS back-to-back calls, then one sync."""
     import torch
 
     from . import api
@@ -286,14 +281,12 @@ def host_time(schedule=None) -> dict:
         for _ in range(30):
             fn()
         torch.cuda.synchronize()
-        rounds = []
-        for _ in range(HOST_CALLS // HOST_ROUND):
-            t0 = time.perf_counter()
-            for _ in range(HOST_ROUND):
-                fn()
-            rounds.append((time.perf_counter() - t0) / HOST_ROUND * 1e6)
-            torch.cuda.synchronize()
-        out[name + "_us"] = round(statistics.median(rounds), 2)
+        t0 = time.perf_counter()
+        for _ in range(HOST_CALLS):
+            fn()
+        host = (time.perf_counter() - t0) / HOST_CALLS * 1e6
+        torch.cuda.synchronize()
+        out[name + "_us"] = round(host, 2)
     out["shape"] = dict(b=b, s_q=s_q, sk=sk, h_q=h_q)
     out["strict"] = bool(api.ops.STRICT)
     return out
@@ -376,8 +369,8 @@ def markdown(rep: Report) -> str:
                      f"best anchor ({_f(rep.geomean_flashmla, '.3f')} of FlashMLA); rows won "
                      f"{rep.won}/{rep.counted}.")
     if rep.host:
-        lines.append(f"Host time per eager call (b=1, s_k=1024, h_q=16; median of rounds of "
-                     f"{HOST_ROUND} calls, a sync between rounds): decode {rep.host.get('decode_us')} us, metadata + decode "
+        lines.append(f"Host time per eager call (b=1, s_k=1024, h_q=16, {HOST_CALLS} calls, one "
+                     f"sync): decode {rep.host.get('decode_us')} us, metadata + decode "
                      f"{rep.host.get('metadata_and_decode_us')} us (FlashMLA 35 us).")
     lines += ["", "| b | s_q | sk | h_q | varlen | check | eager ms | graph ms | kernels ms | "
               "TFLOPS | GB/s | anchor ms | ratio | vs FlashMLA |", "|" + "---|" * 14]

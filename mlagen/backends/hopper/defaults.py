@@ -39,17 +39,25 @@ def size_class(rows_total: int) -> int:
     return 64
 
 
+def _overridden(table: dict, var: str, value) -> dict:
+    """A copy of a size-class table with the entries of environment variable `var` (JSON
+    {"class": entry}) replacing its own, each entry made by value(class, json entry): how a
+    tuning run's choice is tried without editing this file."""
+    out = dict(table)
+    env = os.environ.get(var)
+    if env:
+        out.update({int(cls): value(int(cls), v) for cls, v in json.loads(env).items()})
+    return out
+
+
 def tile_knobs() -> dict[int, tuple[int, int, int, int]]:
     """TILE_KNOBS, with MLAGEN_HOPPER_TILE_KNOBS (JSON {"class": [rows_per_tile, block_kv,
     buffers, warps]}, or [block_kv, buffers, warps] for tiles of the class's own rows)
-    replacing entries: how a tuning run's choice is tried without editing this file."""
-    knobs = dict(TILE_KNOBS)
-    env = os.environ.get("MLAGEN_HOPPER_TILE_KNOBS")
-    if env:
-        for cls, v in json.loads(env).items():
-            v = tuple(int(x) for x in v)
-            knobs[int(cls)] = v if len(v) == 4 else (int(cls),) + v
-    return knobs
+    replacing entries."""
+    def value(cls, v):
+        v = tuple(int(x) for x in v)
+        return v if len(v) == 4 else (cls,) + v
+    return _overridden(TILE_KNOBS, "MLAGEN_HOPPER_TILE_KNOBS", value)
 
 
 def rows_for(rows_total: int) -> int:
@@ -60,19 +68,14 @@ def rows_for(rows_total: int) -> int:
 
 
 def wgmma_knobs() -> dict[int, tuple[int, int, int, int]]:
-    knobs = dict(WGMMA_KNOBS)
-    env = os.environ.get("MLAGEN_HOPPER_WGMMA_KNOBS")
-    if env:
-        knobs.update({int(cls): tuple(int(x) for x in v) for cls, v in json.loads(env).items()})
-    return knobs
+    """WGMMA_KNOBS, with MLAGEN_HOPPER_WGMMA_KNOBS replacing entries."""
+    return _overridden(WGMMA_KNOBS, "MLAGEN_HOPPER_WGMMA_KNOBS",
+                       lambda cls, v: tuple(int(x) for x in v))
 
 
 def mainloops() -> dict[int, str]:
-    loops = dict(MAINLOOP)
-    env = os.environ.get("MLAGEN_HOPPER_MAINLOOP")
-    if env:
-        loops.update({int(cls): str(v) for cls, v in json.loads(env).items()})
-    return loops
+    """MAINLOOP, with MLAGEN_HOPPER_MAINLOOP replacing entries."""
+    return _overridden(MAINLOOP, "MLAGEN_HOPPER_MAINLOOP", lambda cls, v: str(v))
 
 
 def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
