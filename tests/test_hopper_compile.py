@@ -189,9 +189,10 @@ def test_wgmma_refuses_faults_it_does_not_plant():
 ROWS = dict(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=4)
 
 
-@pytest.mark.parametrize("rows", [16, 32])
-def test_wgmma_rows_smem_formula_matches_the_kernel(rows, tmp_path):
-    """resources.hopper_smem for the few-rows wgmma kernel == WgmmaRowsConfig<N>::kSmem."""
+@pytest.mark.parametrize("rows,warps", [(16, 4), (32, 4), (16, 8), (32, 8)])
+def test_wgmma_rows_smem_formula_matches_the_kernel(rows, warps, tmp_path):
+    """resources.hopper_smem for the few-rows wgmma kernel == WgmmaRowsConfig<N, WG>::kSmem
+    (one or two consumer warpgroups)."""
     import subprocess
 
     from mlagen.backends.hopper.resources import hopper_smem
@@ -199,7 +200,8 @@ def test_wgmma_rows_smem_formula_matches_the_kernel(rows, tmp_path):
 
     src = tmp_path / "smem.cu"
     src.write_text('#include <cstdio>\n#include "mla_wgmma_rows.cuh"\nint main() {\n'
-                   f'  std::printf("%d\\n", mlagen::hopper::WgmmaRowsConfig<{rows}>::kSmem);\n'
+                   f'  std::printf("%d\\n", mlagen::hopper::WgmmaRowsConfig<{rows}, {warps // 4}>'
+                   '::kSmem);\n'
                    '  return 0;\n}\n')
     exe = tmp_path / "smem"
     subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
@@ -207,20 +209,26 @@ def test_wgmma_rows_smem_formula_matches_the_kernel(rows, tmp_path):
                    check=True, capture_output=True)
     kernel = int(subprocess.run([str(exe)], check=True, capture_output=True,
                                 text=True).stdout)
-    assert hopper_smem(Schedule.build(**ROWS, rows_per_tile=rows))["total"] == kernel
+    assert hopper_smem(Schedule.build(**dict(ROWS, warps=warps),
+                                      rows_per_tile=rows))["total"] == kernel
 
 
-@pytest.mark.parametrize("rows,dtype", [(16, "bf16"), (32, "fp16")])
-def test_wgmma_rows_kernel_compiles_without_spills_or_serialization(rows, dtype, tmp_path):
+@pytest.mark.parametrize("rows,dtype,warps", [(16, "bf16", 4), (32, "fp16", 4),
+                                              (16, "bf16", 8), (32, "fp16", 8)])
+def test_wgmma_rows_kernel_compiles_without_spills_or_serialization(rows, dtype, warps,
+                                                                    tmp_path):
     """The few-rows kernel renders from its own template and compiles for sm_90a with no
-    spill and its wgmmas neither serialized (C7515) nor fenced by ptxas one by one (C7519:
-    an accumulator touched between wgmma_fence and the wgmma)."""
-    src = _render(Schedule.build(**ROWS, rows_per_tile=rows, dtype=dtype))
+    spill and its wgmmas neither serialized (C7515, C7520) nor fenced by ptxas one by one
+    (C7519: an accumulator touched between wgmma_fence and the wgmma); with two consumer
+    warpgroups (warps = 8) setmaxnreg is honoured (C7508) and each holds its O^T in the
+    registers it gets."""
+    src = _render(Schedule.build(**dict(ROWS, warps=warps), rows_per_tile=rows, dtype=dtype))
     flat = re.sub(r"\s+", " ", src.files["split.cu"])
     cpp = "__nv_bfloat16" if dtype == "bf16" else "__half"
-    assert f"launch_split_wgmma_rows_impl<{cpp}, {rows}, kFault>" in flat
+    assert f"launch_split_wgmma_rows_impl<{cpp}, {rows}, {warps // 4}, kFault>" in flat
     log = _ptxas_split(src, tmp_path)
     assert "mla_split_wgmma_rows_kernel" in log
+    assert "C7508" not in log, log
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
     assert spills and max(spills) == 0, log
     assert "serialized" not in log and "C7517" not in log and "C7519" not in log, log
@@ -230,6 +238,17 @@ def test_wgmma_rows_kernel_compiles_without_spills_or_serialization(rows, dtype,
 def test_wgmma_rows_planted_faults_render(fault):
     from mlagen.backends.hopper import FAULT_CODE
 
-    src = _render(Schedule.build(**ROWS, rows_per_tile=16).with_fault(fault))
-    assert f"#define MLAGEN_FAULT {FAULT_CODE[fault]}" in src.files["split.cu"]
-    assert "mla_wgmma_rows.cuh" in src.files["split.cu"]
+    for warps in (4, 8):
+        src = _render(Schedule.build(**dict(ROWS, warps=warps), rows_per_tile=16)
+                      .with_fault(fault))
+        assert f"#define MLAGEN_FAULT {FAULT_CODE[fault]}" in src.files["split.cu"]
+        assert "mla_wgmma_rows.cuh" in src.files["split.cu"]
+        assert f"16, {warps // 4}, kFault>" in src.files["split.cu"]
+
+
+@pytest.mark.parametrize("fault", ["causal_off_by_one", "skip_partial_page"])
+def test_wgmma_rows_two_consumers_planted_faults_compile(fault, tmp_path):
+    """The faulted two-warpgroup kernel is another symbol (its own template argument) and
+    compiles: the fault is planted in the code both warpgroups run."""
+    src = _render(Schedule.build(**dict(ROWS, warps=8), rows_per_tile=32).with_fault(fault))
+    assert "mla_split_wgmma_rows_kernel" in _ptxas_split(src, tmp_path)

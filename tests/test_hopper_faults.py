@@ -15,13 +15,15 @@ pytestmark = [pytest.mark.cuda,
 
 BOUNDS = Bounds(max_batch=4, max_len=300, long_len=1500, max_extra_table=2)
 EXAMPLES = ("hopper_tp8_r16", "hopper_h16_pg16", "hopper_h200", "hopper_r64_fp16_pg1",
-            "hopper_wgmma_r16", "hopper_wgmma_r32_fp16")
+            "hopper_wgmma_r16", "hopper_wgmma_r32_fp16", "hopper_wgmma_r16_w8")
 # each fault on a different tile size / dtype / page size (every example gets one)
 FAULTED = [("causal_off_by_one", "hopper_tp8_r16"), ("early_buffer_swap", "hopper_tp8_r16"),
            ("skip_partial_page", "hopper_h16_pg16"), ("wrong_scale", "hopper_h200"),
            ("bad_split_merge", "hopper_r64_fp16_pg1"),
            # the few-rows wgmma kernel (mla_wgmma_rows.cuh)
-           ("causal_off_by_one", "hopper_wgmma_r16"), ("skip_partial_page", "hopper_wgmma_r32_fp16")]
+           ("causal_off_by_one", "hopper_wgmma_r16"), ("skip_partial_page", "hopper_wgmma_r32_fp16"),
+           # its two-consumer-warpgroup form (warps = 8)
+           ("skip_partial_page", "hopper_wgmma_r16_w8"), ("wrong_scale", "hopper_wgmma_r16_w8")]
 
 
 @pytest.mark.parametrize("fault,example", FAULTED)

@@ -229,14 +229,19 @@ def test_wgmma_mainloop_rejects_other_knobs(key, value):
 @pytest.mark.parametrize("rows", [16, 32])
 def test_wgmma_few_rows_kernel_knobs(rows):
     """mainloop = "wgmma" with 16 or 32 rows per tile is the few-rows kernel
-    (mla_wgmma_rows.cuh): one consumer warpgroup (warps = 4), 64-key blocks, 2 stages; its
-    variant name says the rows and the main loop."""
+    (mla_wgmma_rows.cuh): one consumer warpgroup (warps = 4) or two taking alternate blocks
+    (warps = 8), 64-key blocks, 2 stages; its variant name says the rows, the consumer warps
+    and the main loop."""
     s = Schedule.build(**dict(WGMMA, rows_per_tile=rows, warps=4))
     name = s.variant_name()
     assert f"r{rows}" in name and "wgmma" in name and "w4" in name
     assert name != Schedule.build(**WGMMA).variant_name()
-    with pytest.raises(ScheduleError, match="rows_per_tile = %d needs warps = 4" % rows):
-        Schedule.build(**dict(WGMMA, rows_per_tile=rows))
+    two = Schedule.build(**dict(WGMMA, rows_per_tile=rows, warps=8)).variant_name()
+    assert "w8" in two and f"r{rows}" in two and two != name
+    with pytest.raises(ScheduleError, match="rows_per_tile = %d needs warps = 4 or 8" % rows):
+        Schedule.build(**dict(WGMMA, rows_per_tile=rows, warps=2))
+    with pytest.raises(ScheduleError, match="rows_per_tile = 64 needs warps = 8"):
+        Schedule.build(**dict(WGMMA, warps=4))
     with pytest.raises(ScheduleError, match="needs block_kv"):
         Schedule.build(**dict(WGMMA, rows_per_tile=rows, warps=4, block_kv=32))
     with pytest.raises(ScheduleError, match="multiple of 64"):

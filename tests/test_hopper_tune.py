@@ -129,3 +129,23 @@ def test_the_search_covers_the_main_loop_and_a_tuned_wgmma_entry_is_used(table):
     s16 = defaults.default_schedule(16, "bf16", 128, "FakeGPU", page_size=16)
     assert s16 == defaults.default_schedule(16, "bf16", page_size=16)
     assert s16.mapping.mainloop == "mma_sync"
+
+
+def test_the_search_covers_the_few_rows_consumer_warpgroups(table):
+    """The few-rows wgmma kernel is searched with one and two consumer warpgroups (warps 4
+    and 8) for both of its row counts; a table that picks two makes the defaults use them."""
+    few = {(k["rows_per_tile"], k["warps"]) for k in tune.candidates("small")
+           if k["mainloop"] == "wgmma" and k["rows_per_tile"] < 64}
+    assert few == {(16, 4), (16, 8), (32, 4), (32, 8)}
+    assert {(k["rows_per_tile"], k["warps"]) for k in tune.candidates("defaults")
+            if k["mainloop"] == "wgmma"} == {(r, w) for r, _, _, w in
+                                             set(defaults.WGMMA_KNOBS.values())}
+
+    def m(shape, k):   # two consumer warpgroups on 16 rows are fastest
+        return 1.0 if (k["mainloop"], k["rows_per_tile"], k["warps"]) == ("wgmma", 16, 8) \
+            else 2.0
+    mine = tune.tune(SHAPES[:1], gpu="FakeGPU", measure=m, build=False, progress=False)
+    assert mine["entries"]["b=128,rows=16"]["knobs"]["warps"] == 8
+    tuned.forget_tables()
+    s = defaults.default_schedule(16, "bf16", 128, "FakeGPU")
+    assert (s.mapping.mainloop, s.mapping.rows_per_tile, s.mapping.warps) == ("wgmma", 16, 8)

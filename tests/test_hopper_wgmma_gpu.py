@@ -102,12 +102,14 @@ def test_verify_runs_the_example_schedule():
     assert r.poisoned
 
 
-# ---- the few-rows kernel (mla_wgmma_rows.cuh): mainloop = "wgmma", 16 or 32 rows per tile
-def rows_kernel(rows, dtype="bf16", **kw):
+# ---- the few-rows kernel (mla_wgmma_rows.cuh): mainloop = "wgmma", 16 or 32 rows per tile,
+# one consumer warpgroup (warps = 4) or two taking alternate blocks (warps = 8)
+def rows_kernel(rows, dtype="bf16", warps=4, **kw):
     return Schedule.build(target="hopper", mainloop="wgmma", rows_per_tile=rows, block_kv=64,
-                          buffers=2, warps=4, dtype=dtype, **kw)
+                          buffers=2, warps=warps, dtype=dtype, **kw)
 
 
+@pytest.mark.parametrize("warps", [4, 8], ids=["w4", "w8"])
 @pytest.mark.parametrize("rows", [16, 32])
 @pytest.mark.parametrize("batch,seqlens,s_q,h_q,page,dtype,causal", [
     (4, [0, 1, 63, 64], 1, 16, 64, "bf16", True),
@@ -119,52 +121,91 @@ def rows_kernel(rows, dtype="bf16", **kw):
     (2, [3000, 2], 1, 1, 64, "bf16", True),            # one row
     (64, [2048] * 64, 1, 32, 64, "bf16", True),
 ])
-def test_rows_cases(rows, batch, seqlens, s_q, h_q, page, dtype, causal):
+def test_rows_cases(rows, warps, batch, seqlens, s_q, h_q, page, dtype, causal):
     for sharp in (False, True):
         check(inputs(batch, seqlens, s_q, h_q, page, dtype, sharp=sharp), causal,
-              rows_kernel(rows, dtype))
+              rows_kernel(rows, dtype, warps))
+
+
+@pytest.mark.parametrize("rows", [16, 32])
+@pytest.mark.parametrize("seqlens,causal", [
+    ([129, 191, 1, 0], True),          # 3, 3, 1 and 0 blocks: odd counts, WG1 idle or empty
+    ([65, 128, 64, 63], False),        # 2, 2, 1, 1 blocks; tails of 1 and 63 keys
+    ([4097, 4033, 193], True),         # 65, 64 (a full last block) and 4 blocks
+])
+def test_rows_two_consumers_block_counts(rows, seqlens, causal):
+    """Two consumer warpgroups on whole requests (split_kv = 1: the block counts are the
+    requests' own): odd counts leave WG1 one block short, a 1-block request leaves it
+    idle, an empty one leaves both idle; the merged output against the reference."""
+    for sharp in (False, True):
+        for s_q, h_q in ((1, 16), (2, 16), (1, 5)):
+            check(inputs(len(seqlens), seqlens, s_q, h_q, 64, sharp=sharp, seed=s_q + h_q),
+                  causal, rows_kernel(rows, warps=8, split_kv=1))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(batch=st.integers(1, 6), data=st.data(), rows=st.sampled_from([16, 32]),
+       warps=st.sampled_from([4, 8]),
        s_q=st.sampled_from([1, 2, 3, 4]), h_q=st.sampled_from([1, 3, 8, 16]),
        page=st.sampled_from([64, 128, 256]), dtype=st.sampled_from(["bf16", "fp16"]),
        causal=st.booleans(), split=st.sampled_from(["auto", "auto", 1, 3]),
        seed=st.integers(0, 99), sharp=st.booleans())
-def test_rows_hypothesis(batch, data, rows, s_q, h_q, page, dtype, causal, split, seed, sharp):
+def test_rows_hypothesis(batch, data, rows, warps, s_q, h_q, page, dtype, causal, split, seed,
+                         sharp):
     seqlens = data.draw(st.lists(st.sampled_from(EDGES + SEQLENS), min_size=batch,
                                  max_size=batch))
     check(inputs(batch, seqlens, s_q, h_q, page, dtype, seed, sharp=sharp), causal,
-          rows_kernel(rows, dtype, split_kv=split))
+          rows_kernel(rows, dtype, warps, split_kv=split))
 
 
-def test_rows_bad_pages_give_nan_and_the_device_flag():
+@pytest.mark.parametrize("warps", [4, 8], ids=["w4", "w8"])
+def test_rows_bad_pages_give_nan_and_the_device_flag(warps):
+    """A bad block-table entry in an odd block (WG1's with two consumer warpgroups) and in an
+    even one (WG0's): those requests' output is NaN, the others' finite, the flag set."""
     a = api()
-    inp = inputs(3, [100, 5000, 70], 1, 16, 64)
+    inp = inputs(4, [100, 5000, 70, 300], 1, 16, 64)
     a.check_device_errors()
-    inp.block_table[1, 3] = 1 << 30
-    inp.block_table[2, 1] = -5
-    out, lse = run(inp, schedule=rows_kernel(16))
+    inp.block_table[1, 3] = 1 << 30     # block 3
+    inp.block_table[2, 1] = -5          # block 1
+    inp.block_table[3, 2] = 1 << 29     # block 2
+    out, lse = run(inp, schedule=rows_kernel(16, warps=warps, split_kv=1))
     torch.cuda.synchronize()
-    assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
-    assert torch.isnan(out[2]).all()
-    assert torch.isfinite(out[0]).all()
+    for r in (1, 2, 3):
+        assert torch.isnan(out[r]).all() and torch.isnan(lse[r]).all(), r
+    assert torch.isfinite(out[0]).all() and torch.isfinite(lse[0]).all()
     assert int(a.device_error_flags().item()) == 1
     with pytest.raises(InputError, match="block_table"):
         a.check_device_errors()
 
 
-@pytest.mark.parametrize("fault,rows", [("causal_off_by_one", 16), ("skip_partial_page", 32),
-                                        ("causal_off_by_one", 32)])
-def test_rows_planted_faults_are_caught(fault, rows):
-    inp = inputs(3, [65, 1000, 130], 2, 16, 64, seed=1)
+@pytest.mark.parametrize("fault,rows,warps", [
+    ("causal_off_by_one", 16, 4), ("skip_partial_page", 32, 4), ("causal_off_by_one", 32, 4),
+    ("causal_off_by_one", 16, 8), ("skip_partial_page", 16, 8), ("skip_partial_page", 32, 8),
+    ("wrong_scale", 32, 8)], ids=lambda v: f"w{v}" if v in (4, 8) else str(v))
+def test_rows_planted_faults_are_caught(fault, rows, warps):
+    # a 1 % scale error hides in FlashMLA's small scores (lse off by ~1e-5): sharp data for it
+    inp = inputs(3, [65, 1000, 130], 2, 16, 64, seed=1, sharp=fault == "wrong_scale")
     with pytest.raises(AssertionError):
-        check(inp, True, rows_kernel(rows).with_fault(fault))
-    check(inp, True, rows_kernel(rows))
+        check(inp, True, rows_kernel(rows, warps=warps).with_fault(fault))
+    check(inp, True, rows_kernel(rows, warps=warps))
 
 
-@pytest.mark.parametrize("example", ["hopper_wgmma_r16", "hopper_wgmma_r32_fp16"])
+@pytest.mark.parametrize("warps", [4, 8], ids=["w4", "w8"])
+def test_rows_faults_reach_both_consumer_warpgroups(warps):
+    """skip_partial_page leaves the NaN tail of the last block unzeroed: with split_kv = 1 a
+    request of 65 keys ends in block 1 (WG1's with two warpgroups), one of 130 in block 2
+    (WG0's); each alone must fail the check."""
+    for seqlens in ([65, 64], [130, 64]):
+        inp = inputs(2, seqlens, 1, 16, 64, seed=4)
+        with pytest.raises(AssertionError):
+            check(inp, True, rows_kernel(16, warps=warps, split_kv=1)
+                  .with_fault("skip_partial_page"))
+        check(inp, True, rows_kernel(16, warps=warps, split_kv=1))
+
+
+@pytest.mark.parametrize("example", ["hopper_wgmma_r16", "hopper_wgmma_r32_fp16",
+                                     "hopper_wgmma_r16_w8"])
 def test_verify_runs_the_rows_examples(example):
     from mlagen.paths import SCHEDULES_DIR
     from mlagen.schedule import load

@@ -26,10 +26,14 @@ TILE_KNOBS = {16: (16, 32, 2, 8), 32: (32, 64, 2, 8), 64: (64, 32, 3, 8)}
 # "wgmma" | "mma_sync"}) replaces entries for a run.
 MAINLOOP = {16: "wgmma", 32: "wgmma", 64: "wgmma"}
 # Size class -> (rows_per_tile, block_kv, buffers, warps) of its wgmma kernel: 64 rows is
-# mla_wgmma.cuh, 16 or 32 rows mla_wgmma_rows.cuh (the rows in wgmma's N, one consumer
-# warpgroup).  MLAGEN_HOPPER_WGMMA_KNOBS (JSON {"class": [rows_per_tile, block_kv, buffers,
-# warps]}) replaces entries for a run.
-WGMMA_KNOBS = {16: (16, 64, 2, 4), 32: (64, 64, 2, 8), 64: (64, 64, 2, 8)}
+# mla_wgmma.cuh, 16 or 32 rows mla_wgmma_rows.cuh (the rows in wgmma's N; warps 8 = two
+# consumer warpgroups taking alternate 64-key blocks).  The 32 class: 32 rows with two
+# consumer warpgroups was 0.840-0.972 (geomean 0.914) of the best anchor on its 12 anchor
+# rows at b = 128 where the padded 64-row kernel was 0.817-0.919 (0.869) and one consumer
+# warpgroup 0.770-0.868; for 16 rows one warpgroup stays (1.007 against 0.996 with two)
+# (benchmarks/results/hopper_rows2_h200.md).  MLAGEN_HOPPER_WGMMA_KNOBS (JSON {"class":
+# [rows_per_tile, block_kv, buffers, warps]}) replaces entries for a run.
+WGMMA_KNOBS = {16: (16, 64, 2, 4), 32: (32, 64, 2, 8), 64: (64, 64, 2, 8)}
 
 
 def size_class(rows_total: int) -> int:

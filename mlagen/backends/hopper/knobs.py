@@ -16,7 +16,8 @@ class HopperMapping(Mapping):
     split_kv: Union[int, str] = knob("auto", "partial-KV splits per sequence, or \"auto\"",
                                      compile_time=False)
     rows_per_tile: int = knob(32, "query rows (s_q * h_q packed) per CTA tile", tag="r")
-    warps: int = knob(8, "warps per CTA (mma_sync main loop)", tag="w")
+    warps: int = knob(8, "warps per CTA (mma_sync); wgmma: consumer warps (4 or 8 = 1 or 2 "
+                                 "consumer warpgroups)", tag="w")
     mainloop: str = knob("mma_sync", "main loop: mma_sync (cp.async) or wgmma", tag="")
     # run-time: the metadata kernel's cost of one split (the split policy "auto")
     split_cost: int = knob(5, "split policy \"auto\": 64-token blocks' worth of cost per split",

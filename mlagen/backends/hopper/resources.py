@@ -27,9 +27,12 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
         else:
             # a ring of 8 KiB slots (one TMA box and two mbarriers each) filling the rest of
             # the 227 KiB: at least `buffers` (2) blocks of 9 slices, 2.8 for 16 rows
-            fixed = q + probs + 4 * rows * 4 + 1024
+            wgs = m.warps // 4
+            probs *= wgs
+            merge = 0 if wgs == 1 else 2 * 2 * rows * 4 + 16 + rows * 4
+            fixed = q + probs + wgs * 4 * rows * 4 + merge + 1024
             slots = (WGMMA_SMEM - fixed) // (8192 + 16)
-            kv, stats = slots * 8192, 4 * rows * 4 + 2 * slots * 8 + 1024
+            kv, stats = slots * 8192, wgs * 4 * rows * 4 + merge + 2 * slots * 8 + 1024
         return {"q": q, "kv": kv, "p": probs, "scores": 0, "stats": stats,
                 "total": q + kv + probs + stats}
     tiles = (rows // 16) * (bkv // 8)            # 16x8 score tiles of one block
@@ -55,12 +58,15 @@ def needs(s: Schedule, t: Target) -> list[Need]:
     sm = hopper_smem(s)
     detail = ", ".join(f"{k} {v}" for k, v in sm.items() if k != "total")
     m = s.mapping
-    # fp32 O accumulator, per thread: rows x 512 / threads
-    acc_regs = m.rows_per_tile * s.problem.dv // (32 * m.warps)
+    # fp32 O accumulator, per thread: rows x 512 / threads (the few-rows wgmma kernel: each
+    # consumer warpgroup holds the whole O^T of its blocks)
+    few = m.mainloop == "wgmma" and m.rows_per_tile < 64
+    threads = 128 if few else 32 * m.warps
+    acc_regs = m.rows_per_tile * s.problem.dv // threads
     return [
         Need("shared memory bytes per block", sm["total"], int(t.smem_per_block), "buffers",
              detail),
         Need("accumulator registers per thread", acc_regs, int(t.max_regs_per_thread) - 64,
              "rows_per_tile",
-             f"{m.rows_per_tile} rows x {s.problem.dv} fp32 over {32 * m.warps} threads"),
+             f"{m.rows_per_tile} rows x {s.problem.dv} fp32 over {threads} threads"),
     ]

@@ -36,14 +36,14 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
     elif m.mainloop == "wgmma":
         # mla_wgmma.cuh: 64-row tiles, 64-key blocks (one TMA box of one page), 2 K stages,
         # two consumer warpgroups (8 warps) beside the producer; mla_wgmma_rows.cuh (16 or
-        # 32 rows per tile, the rows in wgmma's N): the same blocks and stages, one consumer
-        # warpgroup (4 warps)
-        warps = 8 if m.rows_per_tile == 64 else 4
-        for key, want in (("block_kv", 64), ("buffers", 2), ("warps", warps)):
-            if getattr(m, key) != want:
+        # 32 rows per tile, the rows in wgmma's N): the same blocks, one consumer warpgroup
+        # (warps = 4) or two taking alternate blocks (warps = 8)
+        warps = (8,) if m.rows_per_tile == 64 else (4, 8)
+        for key, want in (("block_kv", (64,)), ("buffers", (2,)), ("warps", warps)):
+            if getattr(m, key) not in want:
                 yield "schedule", key, (f"{key} = {getattr(m, key)}: mainloop = \"wgmma\" "
                                         f"with rows_per_tile = {m.rows_per_tile} needs "
-                                        f"{key} = {want}")
+                                        f"{key} = {' or '.join(map(str, want))}")
         if s.problem.page_size % 64:
             yield "problem", "page_size", (f"page_size = {s.problem.page_size}: mainloop = "
                                            "\"wgmma\" needs a multiple of 64 (a 64-key block "

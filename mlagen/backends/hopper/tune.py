@@ -93,10 +93,14 @@ def candidates(space: str = "small") -> list[dict]:
         raise MlagenError(f"search space {space!r}: defaults, small or full")
     from .defaults import WGMMA_KNOBS
 
-    # the wgmma main loops have fixed tile knobs (WGMMA_KNOBS: the 64-row kernel and the
-    # few-rows one); their split policy is searched
+    # the wgmma main loops have fixed tile knobs but for the few-rows kernel's rows and
+    # consumer warpgroups (16 or 32 rows, warps 4 or 8) beside WGMMA_KNOBS (the 64-row
+    # kernel); their split policy is searched
+    wgmma_tiles = set(WGMMA_KNOBS.values())
+    if space != "defaults":
+        wgmma_tiles |= {(r, 64, 2, w) for r in (16, 32) for w in (4, 8)}
     grid = [(t, c, "mma_sync") for t, c in itertools.product(tiles, costs)]
-    grid += [(t, c, "wgmma") for t in sorted(set(WGMMA_KNOBS.values())) for c in wgmma_costs]
+    grid += [(t, c, "wgmma") for t in sorted(wgmma_tiles) for c in wgmma_costs]
     out = []
     for (r, bkv, buf, w), cost, loop in grid:
         knobs = dict(rows_per_tile=r, block_kv=bkv, buffers=buf, warps=w, split_cost=cost,

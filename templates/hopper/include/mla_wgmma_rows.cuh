@@ -30,52 +30,77 @@
 // the tensor map's bounds (TMA fills zeros), the piece's output is NaN and the device error
 // flag is set; so is a negative length.
 //
-// Shared memory: Q (N x 576) | kSlots x 8 KiB | P^T (N x 64) | column max / sum exchange
-// (4 warps x N floats) | 2 mbarriers a slot.
+// Two consumer warpgroups (WG = 2, schedule warps = 8; not measured yet): each takes every
+// other 64-key block of a piece (WG w the blocks i with i % 2 == w) with its own running max,
+// row sums and O^T; the producer still loads blocks in order and each WG hands back its own
+// blocks' slots (the rope slice right after S^T, the 8 V slices after P V).  At the end of a
+// piece the two states merge through shared memory (m = max(m0, m1), each O^T and l scaled
+// by exp2(m_w - m), added; WG1's O^T goes over in 2 rounds of 64-column slabs through the Q
+// and P^T tiles, free by then) and WG0 writes the output.  1 producer + 2 consumer warpgroups
+// (384 threads): setmaxnreg moves the producer warpgroup's registers to the consumers.
+//
+// Shared memory: Q (N x 576) | kSlots x 8 KiB | P^T (N x 64) a WG | column max / sum
+// exchange (4 warps x N floats) a WG | [WG = 2: m, l and the bad-page flag of each WG, the
+// columns' key limits] | 2 mbarriers a slot.
 #pragma once
 #include "mla_wgmma.cuh"   // WgmmaParams, Piece, next_piece, tensor_map_encoder
 
 namespace mlagen {
 namespace hopper {
 
-template <int N>
+template <int N, int WG = 1>
 struct WgmmaRowsConfig {
   static_assert(N == 16 || N == 32, "16 or 32 query rows per tile");
+  static_assert(WG == 1 || WG == 2, "one or two consumer warpgroups");
   static constexpr int kRows = N;
   static constexpr int kBlock = 64;
-  static constexpr int kThreads = 160;                   // consumer warpgroup + producer warp
+  static constexpr int kWgs = WG;
+  // one consumer warpgroup + the producer warp; or two + a producer warpgroup (setmaxnreg
+  // works on whole warpgroups)
+  static constexpr int kThreads = WG == 1 ? 160 : 384;
   static constexpr int kSlices = kD / 64;
   static constexpr int kSliceBytes = 64 * 64 * 2;        // one TMA box: 64 keys x 64 columns
   static constexpr int kTileBytes = kSlices * kSliceBytes;
   static constexpr int kQSliceBytes = N * 128;           // N rows x 64 columns
   static constexpr int kMaxSmem = 232448;                // 227 KiB per CTA
+  // m, l and the bad flag of each WG, the columns' key limits
+  static constexpr int kStatBytes = WG == 1 ? 0 : 2 * 2 * N * 4 + 16 + N * 4;
   // a ring of 8 KiB slots, one TMA box each, filling what Q, P^T and the exchange leave
   // (a slot costs its bytes and two mbarriers): 25 slots (2.8 blocks) for 16 rows, 23 for 32
-  static constexpr int kFixed = kSlices * kQSliceBytes + N * 128 + 4 * N * 4 + 1024;
+  // (22 with two consumer warpgroups)
+  static constexpr int kFixed = kSlices * kQSliceBytes + WG * (N * 128 + 4 * N * 4) +
+                                kStatBytes + 1024;
   static constexpr int kSlots = (kMaxSmem - kFixed) / (kSliceBytes + 16);
   static constexpr int kQOff = 0;
   static constexpr int kKOff = kQOff + kSlices * kQSliceBytes;
   static constexpr int kPOff = kKOff + kSlots * kSliceBytes;
-  static constexpr int kRedOff = kPOff + N * 128;
-  static constexpr int kBarOff = kRedOff + 4 * N * 4;
+  static constexpr int kRedOff = kPOff + WG * N * 128;
+  static constexpr int kStatOff = kRedOff + WG * 4 * N * 4;
+  static constexpr int kBarOff = kStatOff + kStatBytes;
   static constexpr int kSmem = kBarOff + 2 * kSlots * 8 + 1024;   // + alignment slack
-  static constexpr int kBarWg = 1;                       // named barrier of the warpgroup
+  // named barriers: 1 + w of warpgroup w, 3 of both consumer warpgroups (0 is __syncthreads)
+  static constexpr int kBarWg = 1, kBarBoth = 3;
+  // setmaxnreg (two consumer warpgroups): __launch_bounds__ fixes the entry count at
+  // 65536 / 384 = 168; the producer warpgroup keeps 24
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(kProducerRegs * 128 + 2 * kConsumerRegs * 128 <= 64512, "register file");
   static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0, "tiles on the swizzle atom");
   static_assert(kSlots >= 2 * kSlices, "two blocks at least");
   static_assert(kSmem <= kMaxSmem, "227 KiB of shared memory per CTA");
 };
 
-template <typename T, int N, int FAULT>
+template <typename T, int N, int WG, int FAULT>
 struct WgmmaRowsKernel {
-  using C = WgmmaRowsConfig<N>;
+  using C = WgmmaRowsConfig<N, WG>;
   static constexpr int kAcc = N / 2;   // accumulator registers of one m64nN tile per thread
   static constexpr int kCols = N / 4;  // query columns per thread
 
   struct Smem {
     unsigned char* q;
     unsigned char* k;
-    unsigned char* p;
-    float* red;        // [4 warps][N]
+    unsigned char* p;  // [WG][N x 64 keys]
+    float* red;        // [WG][4 warps][N]
+    float* stat;       // WG = 2: [WG][m N | l N], the bad flags [WG] (16 bytes), lim [N]
     uint64_t* full;    // [kSlots]
     uint64_t* empty;   // [kSlots]
   };
@@ -88,6 +113,7 @@ struct WgmmaRowsKernel {
     sm.k = base + C::kKOff;
     sm.p = base + C::kPOff;
     sm.red = reinterpret_cast<float*>(base + C::kRedOff);
+    sm.stat = reinterpret_cast<float*>(base + C::kStatOff);
     sm.full = reinterpret_cast<uint64_t*>(base + C::kBarOff);
     sm.empty = sm.full + C::kSlots;
     return sm;
@@ -99,11 +125,27 @@ struct WgmmaRowsKernel {
     __device__ __forceinline__ void next() {
       if (++slot == C::kSlots) slot = 0, ++lap;
     }
+    // past one block that the other warpgroup takes (9 slices < kSlots: one wrap at most)
+    __device__ __forceinline__ void skip_block() {
+      slot += C::kSlices;
+      if (slot >= C::kSlots) slot -= C::kSlots, ++lap;
+    }
+    // past n blocks
+    __device__ __forceinline__ void skip_blocks(int n) {
+      slot += n * C::kSlices;
+      lap += slot / C::kSlots;
+      slot %= C::kSlots;
+    }
   };
   // Shared address of slice j of the block whose slice 0 is in slot0.
   static __device__ __forceinline__ uint32_t slice_addr(uint32_t kbase, int slot0, int j) {
     const int sl = slot0 + j;
     return kbase + (sl >= C::kSlots ? sl - C::kSlots : sl) * C::kSliceBytes;
+  }
+  // One arrival of this warp on the empty barrier of slice j of the block at slot0.
+  static __device__ __forceinline__ void release_slice(const Smem& sm, int slot0, int j) {
+    const int sl = slot0 + j;
+    sm90::mbar_arrive(&sm.empty[sl >= C::kSlots ? sl - C::kSlots : sl]);
   }
 
   static __device__ __forceinline__ int page_entry(const MlaParams& p, int req, int t0) {
@@ -112,6 +154,7 @@ struct WgmmaRowsKernel {
   }
 
   // ---------------------------------------------------------------- producer (one thread)
+  // Blocks in order, whichever warpgroup takes them.
   static __device__ void producer(const WgmmaParams& wp, const Smem& sm) {
     const MlaParams& p = wp.p;
     sm90::tma_prefetch_desc(&wp.tmap_k);
@@ -149,11 +192,12 @@ struct WgmmaRowsKernel {
     return sm90::desc_sw128(slice_addr(kbase, slot0, mt) + kk * 2048, C::kSliceBytes, 1024);
   }
 
-  // Q rows [row0, row0 + N) of a request into the swizzled Q tile (rows past s_q*h_q zero).
+  // Q rows [row0, row0 + N) of a request into the swizzled Q tile (rows past s_q*h_q zero),
+  // by thread t of `threads` (every consumer thread).
   static __device__ __forceinline__ void load_q(const MlaParams& p, const Smem& sm, int req,
                                                 int row0, int rows_total, int t) {
     const T* q = static_cast<const T*>(p.q);
-    for (int c = t; c < N * kChunks; c += 128) {
+    for (int c = t; c < N * kChunks; c += 128 * WG) {
       const int r = c / kChunks, ch = c % kChunks;
       const int gr = row0 + r;
       const bool ok = gr < rows_total;
@@ -168,14 +212,16 @@ struct WgmmaRowsKernel {
     cp_async_commit();
   }
 
-  // Zero keys [rem, 64) of a block's V slices (the last block of a piece past its end).
-  static __device__ __forceinline__ void zero_tail(uint32_t kbase, int slot0, int rem, int t) {
+  // Zero keys [rem, 64) of a block's V slices (the last block of a piece past its end), by
+  // the 128 threads of the warpgroup that takes the block (named barrier bar).
+  static __device__ __forceinline__ void zero_tail(uint32_t kbase, int slot0, int rem, int t,
+                                                   int bar) {
     const int chunks = (64 - rem) * 64;   // rows x (8 V slices x 8 chunks)
     for (int c = t; c < chunks; c += 128)
       sm90::st_shared_zero16(slice_addr(kbase, slot0, (c >> 3) & 7) + (rem + (c >> 6)) * 128 +
                              (c & 7) * 16);
     sm90::fence_proxy_async();
-    sm90::bar_sync(C::kBarWg, 128);
+    sm90::bar_sync(bar, 128);
   }
 
   static __device__ __forceinline__ void issue_scores(const Smem& sm, uint32_t kbase,
@@ -191,27 +237,41 @@ struct WgmmaRowsKernel {
   // Wait for a block's 9 slices (from the ring position rg on; rg moves past them), zero
   // its tail if the piece ends inside it, issue its scores.
   static __device__ __forceinline__ void start_block(const Smem& sm, Ring& rg, uint32_t kbase,
-                                                     int t0, int end, int t, float (&s)[kAcc]) {
+                                                     int t0, int end, int t, int bar,
+                                                     float (&s)[kAcc]) {
     const int slot0 = rg.slot;
 #pragma unroll 1
     for (int j = 0; j < C::kSlices; ++j, rg.next())
       sm90::mbar_wait(&sm.full[rg.slot], rg.lap & 1);
     if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock)
-      zero_tail(kbase, slot0, end - t0, t);
+      zero_tail(kbase, slot0, end - t0, t, bar);
     issue_scores(sm, kbase, slot0, s);
+  }
+
+  // The merge's slab j (64 value columns x N floats of WG1's O^T): Q tile, then P^T tiles.
+  static constexpr int kSlabBytes = 64 * N * 4;
+  static constexpr int kQSlabs = C::kSlices * C::kQSliceBytes / kSlabBytes;   // 4
+  static constexpr int kRound = kQSlabs + 1;
+  static_assert(WG == 1 || kSlabBytes <= WG * N * 128, "a merge slab in the P^T tiles");
+  static __device__ __forceinline__ float* slab(const Smem& sm, int j) {
+    return reinterpret_cast<float*>(j < kQSlabs ? sm.q + j * kSlabBytes : sm.p);
   }
 
   // Accumulator element i of a thread: key (M) 16 warp + lane / 4 + 8 ((i >> 1) & 1), query
   // column (N) 8 (i >> 2) + 2 (lane % 4) + (i & 1); column slot c = 2 (i >> 2) + (i & 1).
   static __device__ __forceinline__ int col_slot(int i) { return 2 * (i >> 2) + (i & 1); }
 
-  static __device__ void consumer(const MlaParams& p, const Smem& sm) {
-    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  // Consumer warpgroup wg (0 or 1) of WG: the blocks i of each piece with i % WG == wg.
+  static __device__ void consumer(const MlaParams& p, const Smem& sm, int wg) {
+    const int t = WG == 1 ? threadIdx.x : threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    const int bar = C::kBarWg + wg;
     const int rows_total = p.s_q * p.h_q;
     const int row0 = blockIdx.y * N;
     const int k0 = 16 * warp + lane / 4;   // this thread's keys of a block: k0, k0 + 8
     const int c2 = 2 * (lane % 4);
     const uint32_t kbase = sm90::smem_addr(sm.k);
+    const uint32_t pbase = sm90::smem_addr(sm.p + wg * N * 128);
+    float* red = sm.red + wg * 4 * N;
     Ring rg;
     int req = 0;
     Piece pc;
@@ -226,11 +286,26 @@ struct WgmmaRowsKernel {
         if (gr < rows_total) l = p.causal ? seqlen - p.s_q + gr / p.h_q + 1 : seqlen;
         lim[c] = min(l + (FAULT == kFaultCausalOffByOne), pc.end);
       }
+      // two warpgroups: the limits wait in shared memory (read again at each block's mask,
+      // not held in 8 registers through the loop: the 32-row consumer is at its 240);
+      // written before the Q barrier, after the last piece's merge (its last reader)
+      int* lims = reinterpret_cast<int*>(sm.stat + 4 * N) + 4;
+      if constexpr (WG == 2) {
+        if (wg == 0 && warp == 0 && lane < 4) {
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) lims[8 * (c >> 1) + c2 + (c & 1)] = lim[c];
+        }
+      }
       const float scale = FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2;
-      load_q(p, sm, pc.req, row0, rows_total, t);
+      // Q of this piece: with two warpgroups both load it and both wait (the last piece's
+      // S^T were waited for before its merge, so Q may be rewritten)
+      load_q(p, sm, pc.req, row0, rows_total, threadIdx.x);
       cp_async_wait<0>();
       sm90::fence_proxy_async();
-      sm90::bar_sync(C::kBarWg, 128);
+      if constexpr (WG == 1)
+        sm90::bar_sync(C::kBarWg, 128);
+      else
+        sm90::bar_sync(C::kBarBoth, 256);
 
       float o[8][kAcc];
 #pragma unroll
@@ -247,16 +322,23 @@ struct WgmmaRowsKernel {
       // one block at a time: its slots go back to the producer as soon as its P V is done,
       // before the next block's wait (holding them through that wait halves the bytes in
       // flight when the loads are the limit)
-      for (int i = 0; i < n; ++i) {
+      for (int i = wg; i < n; i += WG) {
         const int t0 = pc.start + i * C::kBlock;
         const int page = page_entry(p, pc.req, t0);
         bad |= page < 0 || page >= p.num_blocks;
-        const int slot0 = rg.slot;
-        start_block(sm, rg, kbase, t0, pc.end, t, s);
+        // the ring position of block i (one warpgroup: the last block's end)
+        Ring rb = rg;
+        if constexpr (WG == 2) rb.skip_blocks(i);
+        const int slot0 = rb.slot;
+        start_block(sm, rb, kbase, t0, pc.end, t, bar, s);
+        if constexpr (WG == 1) rg = rb;
         sm90::wgmma_wait<0>();
         sm90::reg_fence(s);
 #pragma unroll
         for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+        // two warpgroups: the rope slice (read by S^T alone) goes back now, so the ring
+        // holds only V while the softmax and P V run
+        if (WG == 2 && lane == 0) release_slice(sm, slot0, C::kSlices - 1);
 
         // masked, scaled scores (another array: C7515) and this thread's column maxima
         float xs[kAcc];
@@ -266,7 +348,8 @@ struct WgmmaRowsKernel {
 #pragma unroll
         for (int i2 = 0; i2 < kAcc; ++i2) {
           const int key = t0 + k0 + 8 * ((i2 >> 1) & 1), c = col_slot(i2);
-          const float x = key < lim[c] ? s[i2] * scale : -INFINITY;
+          const int lc = WG == 1 ? lim[c] : lims[8 * (c >> 1) + c2 + (c & 1)];
+          const float x = key < lc ? s[i2] * scale : -INFINITY;
           xs[i2] = x;
           mx[c] = fmaxf(mx[c], x);
         }
@@ -279,15 +362,15 @@ struct WgmmaRowsKernel {
         }
         if (lane < 4) {
 #pragma unroll
-          for (int c = 0; c < kCols; ++c) sm.red[warp * N + 8 * (c >> 1) + c2 + (c & 1)] = mx[c];
+          for (int c = 0; c < kCols; ++c) red[warp * N + 8 * (c >> 1) + c2 + (c & 1)] = mx[c];
         }
-        sm90::bar_sync(C::kBarWg, 128);
+        sm90::bar_sync(bar, 128);
         float alpha[kCols];
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
           const int col = 8 * (c >> 1) + c2 + (c & 1);
-          const float bm = fmaxf(fmaxf(sm.red[col], sm.red[N + col]),
-                                 fmaxf(sm.red[2 * N + col], sm.red[3 * N + col]));
+          const float bm = fmaxf(fmaxf(red[col], red[N + col]),
+                                 fmaxf(red[2 * N + col], red[3 * N + col]));
           const float mn = fmaxf(m[c], bm);
           alpha[c] = mn == -INFINITY ? 1.f : exp2f(m[c] - mn);
           m[c] = mn;
@@ -295,7 +378,6 @@ struct WgmmaRowsKernel {
         }
         // P^T [N][64 keys], K-major, 128-byte rows swizzled: key chunk (key / 8) ^ (col % 8).
         // The previous block's P V is done (waited for), so P^T may be rewritten.
-        const uint32_t pbase = sm90::smem_addr(sm.p);
 #pragma unroll
         for (int i2 = 0; i2 < kAcc; ++i2) {
           const int c = col_slot(i2);
@@ -316,7 +398,7 @@ struct WgmmaRowsKernel {
 #pragma unroll
         for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
         sm90::fence_proxy_async();
-        sm90::bar_sync(C::kBarWg, 128);   // P^T complete; every warp has read sm.red
+        sm90::bar_sync(bar, 128);   // P^T complete; every warp has read red
 
         sm90::wgmma_fence();
 #pragma unroll
@@ -330,15 +412,11 @@ struct WgmmaRowsKernel {
         sm90::wgmma_wait<0>();
 #pragma unroll
         for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
-        if (lane < C::kSlices) {   // lane j of each warp hands back slice j's slot
-          const int sl = slot0 + lane;
-          sm90::mbar_arrive(&sm.empty[sl >= C::kSlots ? sl - C::kSlots : sl]);
-        }
+        // lane j of each warp hands back slice j's slot (the V slices only, with two WGs)
+        if (lane < (WG == 1 ? C::kSlices : C::kSlices - 1)) release_slice(sm, slot0, lane);
       }
+      if constexpr (WG == 2) rg.skip_blocks(n);   // past the piece's blocks, both WGs alike
       const bool bad_len = p.seqlens[pc.req] < 0;
-      if ((bad || bad_len) && t == 0 && p.error != nullptr)
-        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
-      bad |= bad_len;
 
       // column sums: the 8 lanes of a column, then the 4 warps
 #pragma unroll
@@ -350,19 +428,80 @@ struct WgmmaRowsKernel {
       if (lane < 4) {
 #pragma unroll
         for (int c = 0; c < kCols; ++c)
-          sm.red[warp * N + 8 * (c >> 1) + c2 + (c & 1)] = lsum[c];
+          red[warp * N + 8 * (c >> 1) + c2 + (c & 1)] = lsum[c];
       }
-      sm90::bar_sync(C::kBarWg, 128);
+      sm90::bar_sync(bar, 128);
+      float l[kCols];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int col = 8 * (c >> 1) + c2 + (c & 1);
+        l[c] = red[col] + red[N + col] + red[2 * N + col] + red[3 * N + col];
+      }
+      if constexpr (WG == 2) {
+        // the merge: m, l and the bad flag of each warpgroup through shared memory
+        float* st = sm.stat + wg * 2 * N;
+        int* bad_of = reinterpret_cast<int*>(sm.stat + 4 * N);
+        if (warp == 0 && lane < 4) {
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) {
+            const int col = 8 * (c >> 1) + c2 + (c & 1);
+            st[col] = m[c];
+            st[N + col] = l[c];
+          }
+        }
+        if (t == 0) bad_of[wg] = bad;
+        sm90::bar_sync(C::kBarBoth, 256);   // both states written; every P V done
+        float f[kCols];   // exp2(m_wg - m) of this warpgroup's columns
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const int col = 8 * (c >> 1) + c2 + (c & 1);
+          const float m0 = sm.stat[col], m1 = sm.stat[2 * N + col];
+          const float mm = fmaxf(m0, m1);
+          const float f0 = m0 == -INFINITY ? 0.f : exp2f(m0 - mm);
+          const float f1 = m1 == -INFINITY ? 0.f : exp2f(m1 - mm);
+          f[c] = wg == 0 ? f0 : f1;
+          l[c] = sm.stat[N + col] * f0 + sm.stat[3 * N + col] * f1;
+          m[c] = mm;
+        }
+        bad = bad_of[0] | bad_of[1];
+        // WG1's O^T to WG0 in 64-column slabs (64 x N floats, [element][thread] so that a
+        // warp's stores and loads are consecutive words), kRound at a time: 4 in the Q tile
+        // and 1 in the P^T tiles, both free once both warpgroups' last S^T and P V are done
+        // (the next piece's Q and P^T are written after the last round's barrier)
+#pragma unroll
+        for (int r0 = 0; r0 < 8; r0 += kRound) {
+          if (wg == 1) {
+#pragma unroll
+            for (int mt = r0; mt < r0 + kRound && mt < 8; ++mt)
+#pragma unroll
+              for (int i2 = 0; i2 < kAcc; ++i2)
+                slab(sm, mt - r0)[i2 * 128 + t] = o[mt][i2] * f[col_slot(i2)];
+          }
+          sm90::bar_sync(C::kBarBoth, 256);
+          if (wg == 0) {
+#pragma unroll
+            for (int mt = r0; mt < r0 + kRound && mt < 8; ++mt)
+#pragma unroll
+              for (int i2 = 0; i2 < kAcc; ++i2)
+                o[mt][i2] = o[mt][i2] * f[col_slot(i2)] + slab(sm, mt - r0)[i2 * 128 + t];
+          }
+          sm90::bar_sync(C::kBarBoth, 256);   // the slabs and sm.stat may be rewritten
+        }
+        if (wg == 1) continue;   // WG0 writes the piece's output
+      }
+      if ((bad || bad_len) && t == 0 && p.error != nullptr)
+        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
+      bad |= bad_len;
+
       const float kLn2 = 0.69314718055994531f;
       float inv[kCols];
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int col = 8 * (c >> 1) + c2 + (c & 1), gr = row0 + col;
-        const float l = sm.red[col] + sm.red[N + col] + sm.red[2 * N + col] + sm.red[3 * N + col];
-        inv[c] = bad ? NAN : (l > 0.f ? 1.f / l : 0.f);
+        inv[c] = bad ? NAN : (l[c] > 0.f ? 1.f / l[c] : 0.f);
         if (warp == 0 && lane < 4 && gr < rows_total) {
           const float empty = pc.direct ? INFINITY : -INFINITY;
-          const float lse = bad ? NAN : (l > 0.f ? (m[c] + log2f(l)) * kLn2 : empty);
+          const float lse = bad ? NAN : (l[c] > 0.f ? (m[c] + log2f(l[c])) * kLn2 : empty);
           if (pc.direct) {
             const int sq = gr / p.h_q, hq = gr % p.h_q;
             p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;
@@ -371,7 +510,7 @@ struct WgmmaRowsKernel {
           }
         }
       }
-      sm90::bar_sync(C::kBarWg, 128);   // sm.red may be rewritten by the next piece
+      if constexpr (WG == 1) sm90::bar_sync(C::kBarWg, 128);   // red may be rewritten
 
       // O^T element (value column 64 mt + key slot, query column) / l
 #pragma unroll
@@ -399,50 +538,61 @@ struct WgmmaRowsKernel {
     if (threadIdx.x == 0) {
       for (int s = 0; s < C::kSlots; ++s) {
         sm90::mbar_init(&sm.full[s], 1);
-        sm90::mbar_init(&sm.empty[s], 4);   // one arrival per consumer warp
+        sm90::mbar_init(&sm.empty[s], 4);   // one arrival per warp of the consuming WG
       }
       sm90::fence_mbar_init();
     }
     __syncthreads();
-    if (threadIdx.x < 128)
-      consumer(wp.p, sm);
-    else if (threadIdx.x == 128)
-      producer(wp, sm);
+    if constexpr (WG == 1) {
+      if (threadIdx.x < 128)
+        consumer(wp.p, sm, 0);
+      else if (threadIdx.x == 128)
+        producer(wp, sm);
+    } else {
+      const int wg = threadIdx.x / 128;
+      if (wg < 2) {
+        sm90::setmaxnreg_inc<C::kConsumerRegs>();
+        consumer(wp.p, sm, wg);
+      } else {
+        sm90::setmaxnreg_dec<C::kProducerRegs>();
+        if (threadIdx.x == 256) producer(wp, sm);
+      }
+    }
   }
 };
 
-template <typename T, int N, int FAULT>
-__global__ void __launch_bounds__(WgmmaRowsConfig<N>::kThreads, 1)
+template <typename T, int N, int WG, int FAULT>
+__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG>::kThreads, 1)
 mla_split_wgmma_rows_kernel(const __grid_constant__ WgmmaParams wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaRowsKernel<T, N, FAULT>::run(wp, smem);
+  WgmmaRowsKernel<T, N, WG, FAULT>::run(wp, smem);
 }
 
-template <typename T, int N, int FAULT>
+template <typename T, int N, int WG, int FAULT>
 cudaError_t prepare_split_wgmma_rows() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, FAULT>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       WgmmaRowsConfig<N>::kSmem);
+                                       WgmmaRowsConfig<N, WG>::kSmem);
   done = e == cudaSuccess;
   return e;
 }
 
-template <typename T, int N, int FAULT>
+template <typename T, int N, int WG, int FAULT>
 cudaError_t split_wgmma_rows_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma_rows<T, N, FAULT>();
+  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      n, mla_split_wgmma_rows_kernel<T, N, FAULT>, WgmmaRowsConfig<N>::kThreads,
-      WgmmaRowsConfig<N>::kSmem);
+      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT>, WgmmaRowsConfig<N, WG>::kThreads,
+      WgmmaRowsConfig<N, WG>::kSmem);
 }
 
-template <typename T, int N, int FAULT>
+template <typename T, int N, int WG, int FAULT>
 cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream) {
   // a 64-key block must be one box of one page (the API refuses other page sizes)
   if (p.page_size % 64 != 0) return cudaErrorInvalidValue;
-  cudaError_t e = prepare_split_wgmma_rows<T, N, FAULT>();
+  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT>();
   if (e != cudaSuccess) return e;
   auto encode = tensor_map_encoder();
   if (!encode) return cudaErrorNotSupported;
@@ -463,8 +613,8 @@ cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream
     return cudaErrorInvalidValue;
   const int rows_total = p.s_q * p.h_q;
   dim3 grid(p.num_parts, (rows_total + N - 1) / N);
-  mla_split_wgmma_rows_kernel<T, N, FAULT>
-      <<<grid, WgmmaRowsConfig<N>::kThreads, WgmmaRowsConfig<N>::kSmem, stream>>>(wp);
+  mla_split_wgmma_rows_kernel<T, N, WG, FAULT>
+      <<<grid, WgmmaRowsConfig<N, WG>::kThreads, WgmmaRowsConfig<N, WG>::kSmem, stream>>>(wp);
   return cudaGetLastError();
 }
 
