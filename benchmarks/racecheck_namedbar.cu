@@ -7,7 +7,11 @@
 //            before reading; WG0 barrier.arrive 5 after reading, WG1 barrier.sync 5 before
 //            the next write: race-free
 //   racy     no barrier between the write and the read: a real race (racecheck must say so)
-// Build + run: nvcc -arch=sm_90a -lineinfo -o rc racecheck_namedbar.cu && ./rc MODE
+//   wg3      the few-rows kernel's shape: 384 threads, setmaxnreg (consumers up, the producer
+//            warpgroup down, its other warps gone), each consumer warpgroup's own barrier
+//            (1 + wg, 128 threads) around a per-warpgroup exchange, then barrier 3 (256)
+//            between WG1's slab write and WG0's read: race-free
+// Build + run: nvcc -gencode=arch=compute_90a,code=sm_90a -lineinfo -o rc racecheck_namedbar.cu && ./rc MODE
 //              compute-sanitizer --tool racecheck ./rc MODE
 #include <cstdio>
 #include <cstring>
@@ -38,6 +42,31 @@ __global__ void __launch_bounds__(288) k(float* out) {
   }
   if (wg == 0) out[t] = acc;
 }
+// the few-rows kernel's barrier shape (mode wg3)
+__global__ void __launch_bounds__(384, 1) k3(float* out) {
+  __shared__ float slab[128 * 8];
+  __shared__ float red[2][4];
+  const int t = threadIdx.x, wg = t / 128, lane = t % 32, warp = (t % 128) / 32;
+  if (wg == 2) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+  float acc = 0.f;
+  for (int r = 0; r < 8; ++r) {
+    if (lane == 0) red[wg][warp] = r + warp;   // a per-warpgroup exchange
+    bsync(1 + wg, 128);
+    const float x = red[wg][0] + red[wg][1] + red[wg][2] + red[wg][3];
+    bsync(1 + wg, 128);
+    if (wg == 1)
+      for (int i = 0; i < 8; ++i) slab[i * 128 + (t - 128)] = r * 1000 + i + t + 0.f * x;
+    bsync(3, 256);
+    if (wg == 0)
+      for (int i = 0; i < 8; ++i) acc += slab[i * 128 + t];
+    bsync(3, 256);
+  }
+  if (wg == 0) out[t] = acc;
+}
 int main(int argc, char** argv) {
   const char* m = argc > 1 ? argv[1] : "named";
   float* out;
@@ -45,6 +74,7 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "ctrl")) k<0><<<4, 288>>>(out);
   else if (!strcmp(m, "named")) k<1><<<4, 288>>>(out);
   else if (!strcmp(m, "arrive")) k<2><<<4, 288>>>(out);
+  else if (!strcmp(m, "wg3")) k3<<<4, 384>>>(out);
   else k<3><<<4, 288>>>(out);
   float h[128];
   cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);

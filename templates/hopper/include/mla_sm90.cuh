@@ -81,6 +81,18 @@ __device__ __forceinline__ void bar_sync(int id, int threads) {
 __device__ __forceinline__ void bar_arrive(int id, int threads) {
   asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// barrier.sync that also ORs a predicate over the participating threads (the same memory
+// ordering as bar_sync): every thread gets whether any thread's v was true.
+__device__ __forceinline__ bool bar_sync_or(int id, int threads, bool v) {
+  uint32_t r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n"
+      " setp.ne.u32 q, %1, 0;\n"
+      " barrier.red.or.pred p, %2, %3, q;\n"
+      " selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(r) : "r"(static_cast<uint32_t>(v)), "r"(id), "r"(threads) : "memory");
+  return r != 0;
+}
 
 // ---- register reallocation between warpgroups ----
 template <int N>
@@ -260,6 +272,19 @@ __device__ __forceinline__ void wgmma_m64nNk16_ss_first(float (&d)[N / 2], uint6
 
 __device__ __forceinline__ void st_shared_u16(uint32_t addr, uint16_t v) {
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+}
+// Shared-memory stores and loads by address (STS/LDS, not the generic ST/LD that a plain
+// pointer into a carved dynamic-smem struct compiles to).
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
 }
 
 // Two floats packed into one 32-bit register of T (low half = a).

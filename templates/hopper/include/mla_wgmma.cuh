@@ -51,7 +51,10 @@ struct WgmmaConfig {
   static constexpr int kAlphaOff = kPOff + 64 * 64 * 2;
   static constexpr int kLOff = kAlphaOff + 64 * 4;
   static constexpr int kBarOff = kLOff + 64 * 4;
-  static constexpr int kSmem = kBarOff + 4 * 8 + 1024;    // + alignment slack
+  // mbarriers: a `full` one per slice of each stage (S starts on a stage's first slices
+  // while its last ones are still in flight), an `empty` one per stage
+  static constexpr int kBars = kStages * kSlices + kStages;
+  static constexpr int kSmem = kBarOff + kBars * 8 + 1024;   // + alignment slack
   // setmaxnreg: the producer warpgroup gives its registers to the consumers, most to WG1
   // (O half, scores, softmax copy, P fragments); ptxas honours it because
   // __launch_bounds__ fixes the entry count at 65536 / 384 = 168
@@ -94,6 +97,24 @@ __device__ __forceinline__ bool next_piece(const MlaParams& p, int& req, Piece& 
   return true;
 }
 
+// Whether a block-table entry of the piece's pages, [start / page_size, (end - 1) /
+// page_size], is outside [0, num_blocks) or past the table's row (TMA then fills zeros and
+// the piece's output must be NaN).  Thread t of `threads` checks every threads-th page: the
+// consumers check a piece once, beside its Q load, not at every block.
+__device__ __forceinline__ bool piece_has_bad_page(const MlaParams& p, const Piece& pc, int t,
+                                                   int threads) {
+  bool bad = false;
+  if (pc.end > pc.start) {
+    const int first = pc.start / p.page_size, last = (pc.end - 1) / p.page_size;
+    const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+    for (int pi = first + t; pi <= last; pi += threads) {
+      const int e = pi < p.max_blocks ? row[pi] : -1;
+      bad |= e < 0 || e >= p.num_blocks;
+    }
+  }
+  return bad;
+}
+
 // FAULT: a planted fault (mla_common.cuh's kFault codes: causal off by one, wrong scale, no
 // zeroing of the last block's tail), a template argument so that a faulted library's kernel
 // is another symbol than the sound one's (two libraries with one symbol share its statics).
@@ -107,8 +128,8 @@ struct WgmmaKernel {
     unsigned char* p;
     float* alpha;
     float* l;
-    uint64_t* full;    // [2]
-    uint64_t* empty;   // [2]
+    uint64_t* full;    // [2 stages][9 slices]
+    uint64_t* empty;   // [2 stages]
   };
 
   static __device__ __forceinline__ Smem carve(unsigned char* raw) {
@@ -121,7 +142,7 @@ struct WgmmaKernel {
     sm.alpha = reinterpret_cast<float*>(base + C::kAlphaOff);
     sm.l = reinterpret_cast<float*>(base + C::kLOff);
     sm.full = reinterpret_cast<uint64_t*>(base + C::kBarOff);
-    sm.empty = sm.full + 2;
+    sm.empty = sm.full + C::kStages * C::kSlices;
     return sm;
   }
 
@@ -145,10 +166,12 @@ struct WgmmaKernel {
         const int page = page_entry(p, pc.req, t0);
         const int off = t0 % p.page_size;
         unsigned char* dst = sm.k + s * C::kTileBytes;
-        sm90::mbar_arrive_expect_tx(&sm.full[s], C::kTileBytes);
+        uint64_t* full = sm.full + s * C::kSlices;
 #pragma unroll
-        for (int j = 0; j < C::kSlices; ++j)
-          sm90::tma_load_3d(dst + j * C::kSliceBytes, &wp.tmap_k, &sm.full[s], j * 64, off, page);
+        for (int j = 0; j < C::kSlices; ++j) {
+          sm90::mbar_arrive_expect_tx(&full[j], C::kSliceBytes);
+          sm90::tma_load_3d(dst + j * C::kSliceBytes, &wp.tmap_k, &full[j], j * 64, off, page);
+        }
       }
     }
   }
@@ -197,24 +220,34 @@ struct WgmmaKernel {
     sm90::bar_sync(C::kBarWg1, 128);
   }
 
+  // S = Q K^T, each slice's 4 k steps issued once that slice has landed.
   static __device__ __forceinline__ void issue_scores(const Smem& sm, const unsigned char* kt,
+                                                      uint64_t* full, uint32_t parity,
                                                       float (&s)[32]) {
     sm90::wgmma_fence();
+    sm90::mbar_wait(&full[0], parity);
     sm90::wgmma_m64n64k16_ss_first<T>(s, kmajor_desc(sm.q, 0), kmajor_desc(kt, 0));
 #pragma unroll
-    for (int kk = 1; kk < kD / 16; ++kk)
+    for (int kk = 1; kk < kD / 16; ++kk) {
+      if (kk % 4 == 0) sm90::mbar_wait(&full[kk / 4], parity);
       sm90::wgmma_m64n64k16_ss<T>(s, kmajor_desc(sm.q, kk), kmajor_desc(kt, kk));
+    }
     sm90::wgmma_commit();
   }
 
-  // Wait for block it's stage, zero its tail if the piece ends inside it, issue its scores.
+  // Block it's scores: if the piece ends inside the block, all its slices first and the
+  // tail zeroed; else each slice as it lands.
   static __device__ __forceinline__ void start_block(const Smem& sm, int it, int t0, int end,
                                                      int t, float (&s)[32]) {
     const int st = it & 1;
+    const uint32_t parity = (it >> 1) & 1;
     unsigned char* kt = sm.k + st * C::kTileBytes;
-    sm90::mbar_wait(&sm.full[st], (it >> 1) & 1);
-    if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock) zero_tail(kt, end - t0, t);
-    issue_scores(sm, kt, s);
+    uint64_t* full = sm.full + st * C::kSlices;
+    if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock) {
+      for (int j = 0; j < C::kSlices; ++j) sm90::mbar_wait(&full[j], parity);
+      zero_tail(kt, end - t0, t);
+    }
+    issue_scores(sm, kt, full, parity, s);
   }
 
   static __device__ void scores_wg(const MlaParams& p, const Smem& sm) {
@@ -238,16 +271,16 @@ struct WgmmaKernel {
       }
       const float scale = FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2;
       load_q(p, sm, pc.req, row0, rows_total, t);
+      const bool bad_mine = piece_has_bad_page(p, pc, t, 128);   // beside Q's load
       cp_async_wait<0>();
       sm90::fence_proxy_async();
-      sm90::bar_sync(C::kBarWg1, 128);
+      bool bad = sm90::bar_sync_or(C::kBarWg1, 128, bad_mine);
 
       float o[128];
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       float s[32];
       float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f};
-      bool bad = false;
       sm90::reg_fence(o);   // O's zeros are defined before any wgmma is in flight
       // the loop is entered and continued only with S in flight, so the scores the loop
       // carries are always the wgmma's (no copies while a wgmma owns the registers)
@@ -255,8 +288,6 @@ struct WgmmaKernel {
       for (int i = 0; n > 0; ++i) {
         const int bit = it + i, st = bit & 1;
         const int t0 = pc.start + i * C::kBlock;
-        const int page = page_entry(p, pc.req, t0);
-        bad |= page < 0 || page >= p.num_blocks;
         if (i > 0) {   // P V of the previous block is done: its stage may be refilled
           sm90::wgmma_wait<1>();
           if (lane == 0) sm90::mbar_arrive(&sm.empty[st ^ 1]);
@@ -320,17 +351,18 @@ struct WgmmaKernel {
         }
         // P and alpha for WG2 (after it is done with the previous block's P)
         if (i > 0) sm90::bar_sync(C::kBarPEmpty, 256);
+        const uint32_t pbase = sm90::smem_addr(sm.p), abase = sm90::smem_addr(sm.alpha);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = r0 + 8 * h;
-            *reinterpret_cast<uint32_t*>(sm.p + r * 128 + ((j ^ (r & 7)) << 4) + c2 * 2) =
-                pa[j >> 1][(j & 1) * 2 + h];
+            sm90::st_shared_u32(pbase + r * 128 + ((j ^ (r & 7)) << 4) + c2 * 2,
+                                pa[j >> 1][(j & 1) * 2 + h]);
           }
         if (lane % 4 == 0) {
-          sm.alpha[r0] = alpha[0];
-          sm.alpha[r0 + 8] = alpha[1];
+          sm90::st_shared_f32(abase + r0 * 4, alpha[0]);
+          sm90::st_shared_f32(abase + (r0 + 8) * 4, alpha[1]);
         }
         sm90::fence_proxy_async();
         sm90::bar_arrive(C::kBarPFull, 256);
@@ -431,9 +463,13 @@ struct WgmmaKernel {
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       for (int i = 0; i < n; ++i, ++it) {
         const int st = it & 1;
-        sm90::mbar_wait(&sm.full[st], (it >> 1) & 1);
+        // this warpgroup's V slices (4-7) of the stage
+#pragma unroll
+        for (int j = 4; j < 8; ++j) sm90::mbar_wait(&sm.full[st * C::kSlices + j], (it >> 1) & 1);
         sm90::bar_sync(C::kBarPFull, 256);
-        const float a0 = sm.alpha[r0], a1 = sm.alpha[r0 + 8];
+        const uint32_t abase = sm90::smem_addr(sm.alpha);
+        const float a0 = sm90::ld_shared_f32(abase + r0 * 4);
+        const float a1 = sm90::ld_shared_f32(abase + (r0 + 8) * 4);
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
           o[4 * j + 0] *= a0;
@@ -463,10 +499,9 @@ struct WgmmaKernel {
   static __device__ void run(const WgmmaParams& wp, unsigned char* raw) {
     const Smem sm = carve(raw);
     if (threadIdx.x == 0) {
-      for (int s = 0; s < 2; ++s) {
-        sm90::mbar_init(&sm.full[s], 1);
+      for (int s = 0; s < C::kStages * C::kSlices; ++s) sm90::mbar_init(&sm.full[s], 1);
+      for (int s = 0; s < C::kStages; ++s)
         sm90::mbar_init(&sm.empty[s], 8);   // one arrival per consumer warp
-      }
       sm90::fence_mbar_init();
     }
     __syncthreads();

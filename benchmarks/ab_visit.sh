@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One GPU visit: this tree (B) against a base tree (A, in ../base): racecheck micro kernels,
+# builds, NaN-poisoned small cases on B, the A/B timing of the bench of record's compute rows
+# and graph rows (benchmarks/ab_rows.py, one process per tree), B's GPU tests of the wgmma
+# paths, memcheck + synccheck on B; the table last.  Time-boxed steps, logs under $OUT.
+#   COMMIT=<sha> BASE=<sha> bash benchmarks/ab_visit.sh
+set -u
+OUT=${OUT:-$PWD/ab_out}; mkdir -p "$OUT"
+export MLAGEN_CACHE_DIR=/tmp/mlagen-cache MLAGEN_BUILD_JOBS=16 MLAGEN_HOPPER_CHECK_INDICES=0
+B=$PWD; A=$(cd ../base && pwd)
+T0=$(date +%s); el() { echo "$(($(date +%s) - T0)) s"; }
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "B ${COMMIT:-?} A ${BASE:-?}"; } | tee "$OUT/env.txt"
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+{ nvcc -gencode=arch=compute_90a,code=sm_90a -lineinfo -o /tmp/rc benchmarks/racecheck_namedbar.cu
+  for m in ctrl named arrive wg3 racy; do /tmp/rc $m
+    timeout 30 "$CS" --tool racecheck /tmp/rc $m 2>&1 | grep -E "RACECHECK SUMMARY" | sed "s/^/racecheck $m: /"; done
+} > "$OUT/racecheck_micro.log" 2>&1
+cat "$OUT/racecheck_micro.log"; echo "racecheck micro $(el)"
+build() { PYTHONPATH=$1 timeout 90 python3 -c "
+from concurrent.futures import ThreadPoolExecutor
+from mlagen.jit import build
+from mlagen.backends.hopper import render, defaults
+s = [defaults.default_schedule(r, d) for r in (16, 32, 64) for d in ('bf16', 'fp16')]
+with ThreadPoolExecutor(8) as ex: list(ex.map(lambda x: build(render(x)), {x.variant_name(): x for x in s}.values()))
+print('built', $2)"; }
+(build $A '"A"' & build $B '"B"'; wait) > "$OUT/build.log" 2>&1; echo "build $(el)"; tail -2 "$OUT/build.log"
+export PYTHONPATH=$B
+{ timeout 40 python3 benchmarks/wgmma_bench.py small; timeout 40 python3 benchmarks/rows_bench.py small --warps 4,8 --quick; } > "$OUT/small.log" 2>&1
+echo "small rc=$? $(el)"; tail -4 "$OUT/small.log"
+(cd $A && PYTHONPATH=$A timeout 100 python3 $B/benchmarks/ab_rows.py "$OUT/A.json") > "$OUT/time_A.log" 2>&1; echo "time A $(el)"
+timeout 100 python3 benchmarks/ab_rows.py "$OUT/B.json" > "$OUT/time_B.log" 2>&1; echo "time B $(el)"
+timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -x -p no:cacheprovider tests/test_hopper_wgmma_gpu.py \
+  tests/test_hopper_gpu.py -k "test_cases or wgmma or rows or cuda_graph or bad_input or bad_page" \
+  > "$OUT/pytest_gpu.log" 2>&1
+echo "gpu tests rc=$? $(el)"; tail -2 "$OUT/pytest_gpu.log"
+for tool in memcheck synccheck; do
+  timeout 40 "$CS" --tool $tool --error-exitcode 9 python3 benchmarks/wgmma_bench.py small > "$OUT/$tool.log" 2>&1
+  echo "$tool rc=$? $(el): $(grep -E 'ERROR SUMMARY' "$OUT/$tool.log" | head -1)"
+done
+python3 benchmarks/ab_rows.py --compare "$OUT/A.json" "$OUT/B.json" | tee "$OUT/ab.md"
