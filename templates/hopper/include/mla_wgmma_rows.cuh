@@ -300,12 +300,12 @@ struct WgmmaRowsKernel {
       // Q of this piece: with two warpgroups both load it and both wait (the last piece's
       // S^T were waited for before its merge, so Q may be rewritten)
       load_q(p, sm, pc.req, row0, rows_total, threadIdx.x);
-      // the piece's block-table entries, checked once beside Q's load (all consumers)
-      const bool bad_mine = piece_has_bad_page(p, pc, threadIdx.x, 128 * WG);
       cp_async_wait<0>();
       sm90::fence_proxy_async();
-      bool bad = WG == 1 ? sm90::bar_sync_or(C::kBarWg, 128, bad_mine)
-                         : sm90::bar_sync_or(C::kBarBoth, 256, bad_mine);
+      if constexpr (WG == 1)
+        sm90::bar_sync(C::kBarWg, 128);
+      else
+        sm90::bar_sync(C::kBarBoth, 256);
 
       float o[8][kAcc];
 #pragma unroll
@@ -316,6 +316,7 @@ struct WgmmaRowsKernel {
       float m[kCols], lsum[kCols];
 #pragma unroll
       for (int c = 0; c < kCols; ++c) m[c] = -INFINITY, lsum[c] = 0.f;
+      bool bad = false;
 #pragma unroll
       for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
       // one block at a time: its slots go back to the producer as soon as its P V is done,
@@ -323,6 +324,8 @@ struct WgmmaRowsKernel {
       // flight when the loads are the limit)
       for (int i = wg; i < n; i += WG) {
         const int t0 = pc.start + i * C::kBlock;
+        const int page = page_entry(p, pc.req, t0);
+        bad |= page < 0 || page >= p.num_blocks;
         // the ring position of block i (one warpgroup: the last block's end)
         Ring rb = rg;
         if constexpr (WG == 2) rb.skip_blocks(i);
