@@ -186,6 +186,34 @@ def test_verify_without_gpu_starts_no_worker(clean, monkeypatch):
     assert proc.stdout == "" and clean() == []
 
 
+# ------------------------------------------------------------- environment overrides --
+@pytest.mark.parametrize("var,value,needle", [
+    ("MLAGEN_HOPPER_TILE_KNOBS", '{"16": [16, 2', "is not JSON"),
+    ("MLAGEN_HOPPER_WGMMA_KNOBS", '{"48": [64, 64, 2, 8]}', 'class "48" must be one of'),
+    ("MLAGEN_HOPPER_MAINLOOP", '{"16": "cutlass"}', '"cutlass" must be "mma_sync" or'),
+])
+@pytest.mark.parametrize("argv", [["bench", "--target", "hopper"],
+                                  ["tune", "--target", "hopper", "--shape", "1,1,64,16"]])
+def test_malformed_overrides_are_refused_before_the_device(argv, var, value, needle, clean,
+                                                           capsys, monkeypatch):
+    """Checked before the GPU is looked for: the same line on any machine."""
+    monkeypatch.setenv(var, value)
+    line = refused(capsys, argv, var, needle)
+    assert "GPU" not in line
+    assert clean() == []
+
+
+def test_malformed_override_real_process(clean):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MLAGEN_HOPPER_WGMMA_KNOBS='{"64": [64, 64]}')
+    proc = subprocess.run([sys.executable, "-m", "mlagen.cli", "bench", "--target", "hopper"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc
+    assert proc.stderr.strip().splitlines() == [
+        'mlagen: MLAGEN_HOPPER_WGMMA_KNOBS: class "64": [64, 64] must be [rows_per_tile, '
+        'block_kv, buffers, warps] (integers)'], proc.stderr
+    assert proc.stdout == "" and clean() == []
+
+
 # ------------------------------------------------------------- pipes ---------------
 def test_closed_pipe_is_quiet(tmp_path):
     """`mlagen ... | head`: no "Broken pipe", no traceback."""

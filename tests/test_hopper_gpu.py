@@ -258,6 +258,21 @@ def test_repeated_calls_reuse_the_plan_and_still_reject_wrong_tensors():
                                  inp.cache_seqlens, 512, md, ns)
 
 
+def test_the_plan_carries_the_device_sm_count():
+    """The combine sizes its grid by the device's SMs (twice them: the CTAs that fill it), read
+    once per device on the host and passed in shape[]; b = 1 at h_q = 16 gives it a single
+    row per CTA, the small-grid end of that rule, checked against the reference."""
+    from mlagen.backends.hopper import abi
+
+    a = api()
+    a._DECODE_PLANS.clear()
+    inp = inputs(1, [20000], 1, 16, 64)
+    check(inp)
+    plans = list(a._DECODE_PLANS.values())
+    sms = torch.cuda.get_device_properties(inp.q.device).multi_processor_count
+    assert plans and all(p.shape[abi.SHAPE_INDEX["num_sms"]] == sms for p in plans)
+
+
 def test_wrong_device_mix():
     inp = inputs(1, [10], 1, 16, 64)
     a = api()

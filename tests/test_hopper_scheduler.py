@@ -323,6 +323,48 @@ def test_tile_knobs_override(monkeypatch):
         assert defaults.rows_for(17) == defaults.WGMMA_KNOBS[32][0]
 
 
+@pytest.mark.parametrize("var,value,needle", [
+    ("MLAGEN_HOPPER_TILE_KNOBS", '{"16": [16, 2', "is not JSON (Expecting"),
+    ("MLAGEN_HOPPER_TILE_KNOBS", "[16, 32, 2, 8]", "must be a JSON object"),
+    ("MLAGEN_HOPPER_TILE_KNOBS", '{"8": [16, 2, 4]}', 'class "8" must be one of "16", "32", "64"'),
+    ("MLAGEN_HOPPER_TILE_KNOBS", '{"16": [16, 2]}', 'class "16": [16, 2] must be'),
+    ("MLAGEN_HOPPER_TILE_KNOBS", '{"16": [16, 2.5, 4]}', "(integers)"),
+    ("MLAGEN_HOPPER_TILE_KNOBS", '{"16": ["16", 2, 4]}', "(integers)"),
+    ("MLAGEN_HOPPER_TILE_KNOBS", '{"16": [true, 2, 4]}', "(integers)"),
+    ("MLAGEN_HOPPER_TILE_KNOBS", '{"32": [48, 32, 2, 8]}',
+     "[48, 32, 2, 8] is not a legal mma_sync schedule (rows_per_tile = 48"),
+    ("MLAGEN_HOPPER_WGMMA_KNOBS", '{"32": [32, 64, 2]}',
+     "must be [rows_per_tile, block_kv, buffers, warps] (integers)"),
+    ("MLAGEN_HOPPER_WGMMA_KNOBS", '{"16": [16, 32, 2, 4]}', "not a legal wgmma schedule"),
+    ("MLAGEN_HOPPER_WGMMA_KNOBS", '{"64": {"rows": 64}}', "must be [rows_per_tile"),
+    ("MLAGEN_HOPPER_MAINLOOP", '{"16": "cutlass"}', '"cutlass" must be "mma_sync" or "wgmma"'),
+    ("MLAGEN_HOPPER_MAINLOOP", '{"16": 1}', '1 must be "mma_sync" or "wgmma"'),
+    ("MLAGEN_HOPPER_MAINLOOP", '"wgmma"', "must be a JSON object"),
+])
+def test_malformed_overrides_are_schedule_errors(var, value, needle, monkeypatch):
+    """A bad environment override: a ScheduleError of one line that names the variable,
+    the bad value and the rule (never a KeyError, TypeError or JSONDecodeError)."""
+    from mlagen.backends.hopper import defaults
+    monkeypatch.setenv(var, value)
+    for call in (defaults.check_overrides, lambda: defaults.default_schedule(64),
+                 lambda: defaults.default_schedule(16), lambda: defaults.default_schedule(32)):
+        with pytest.raises(ScheduleError) as e:
+            call()
+        msg = str(e.value)
+        assert msg.startswith(var + ": ") and needle in msg and "\n" not in msg, msg
+
+
+def test_well_formed_overrides_pass_the_checks(monkeypatch):
+    from mlagen.backends.hopper import defaults
+    monkeypatch.setenv("MLAGEN_HOPPER_TILE_KNOBS", '{"16": [16, 2, 4]}')
+    monkeypatch.setenv("MLAGEN_HOPPER_WGMMA_KNOBS", '{"32": [32, 64, 2, 4]}')
+    monkeypatch.setenv("MLAGEN_HOPPER_MAINLOOP", '{"64": "mma_sync"}')
+    defaults.check_overrides()
+    assert defaults.tile_knobs()[16] == (16, 16, 2, 4)
+    assert defaults.wgmma_knobs()[32] == (32, 64, 2, 4)
+    assert defaults.mainloops() == {**defaults.MAINLOOP, 64: "mma_sync"}
+
+
 def test_plan_signature_covers_what_the_checks_read():
     """A cached decode plan is reused only for the same call signature: any change of a
     shape, stride, dtype or argument that check_inputs looks at gives another key (so the

@@ -50,7 +50,7 @@ int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
   p.out = out;
   p.lse = lse;
   p.o_acc = workspace;
-  p.lse_acc = workspace + shape[14];
+  p.lse_acc = workspace + shape[15];
   p.error = error;
   p.q_stride_b = shape[0];
   p.q_stride_s = shape[1];
@@ -66,6 +66,7 @@ int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
   p.max_blocks = static_cast<int>(shape[11]);
   p.num_parts = static_cast<int>(shape[12]);
   p.causal = static_cast<int>(shape[13]);
+  p.num_sms = static_cast<int>(shape[14]);
   p.scale_log2 = scale_log2;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   cudaError_t e = launch_split(p, s);

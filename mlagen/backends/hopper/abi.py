@@ -7,6 +7,7 @@ from __future__ import annotations
 SHAPE_FIELDS = ("q_stride_b", "q_stride_s", "q_stride_h", "k_stride_block", "k_stride_token",
                 "bt_stride", "batch", "s_q", "h_q", "page_size", "num_blocks", "max_blocks",
                 "num_parts", "causal",
+                "num_sms",       # the device's SMs (the combine sizes its grid by them)
                 "lse_offset")    # floats into the workspace where the partial lse starts
 SHAPE_INDEX = {name: i for i, name in enumerate(SHAPE_FIELDS)}
 

@@ -460,7 +460,9 @@ def bench_main(args) -> int:
     import torch
 
     from .. import backend       # the registry (hopper.backend imports this module)
+    from .defaults import check_overrides
 
+    check_overrides()            # a malformed MLAGEN_HOPPER_* table is refused first
     why = backend("hopper").device_check()
     if why:   # "target hopper needs ...": said as the bench command's own words
         raise MlagenError("bench --" + why.split(";")[0] + "; the other targets' "

@@ -11,6 +11,8 @@ import os
 
 from mlagen.schedule.records import Schedule
 
+from .knobs import MAINLOOPS
+
 # Size class of s_q * h_q packed rows (<= 16, <= 32, more) -> (rows_per_tile, block_kv,
 # buffers, warps).  A class may use smaller tiles than its rows (several row tiles per part,
 # reading the same keys through L2).  Picked with benchmarks/hopper_tune.py on the lent H200
@@ -46,22 +48,61 @@ def size_class(rows_total: int) -> int:
 def _overridden(table: dict, var: str, value) -> dict:
     """A copy of a size-class table with the entries of environment variable `var` (JSON
     {"class": entry}) replacing its own, each entry made by value(class, json entry): how a
-    tuning run's choice is tried without editing this file."""
+    tuning run's choice is tried without editing this file.  A malformed value is a
+    ScheduleError naming the variable (one line at the command line, not a traceback)."""
     out = dict(table)
     env = os.environ.get(var)
-    if env:
-        out.update({int(cls): value(int(cls), v) for cls, v in json.loads(env).items()})
+    if not env:
+        return out
+    try:
+        entries = json.loads(env)
+    except json.JSONDecodeError as e:
+        raise _bad(var, f"{env!r} is not JSON ({e.msg} at character {e.pos})") from None
+    if not isinstance(entries, dict):
+        raise _bad(var, f"{env!r} must be a JSON object {{\"class\": entry}}")
+    for key, v in entries.items():
+        if key not in {str(c) for c in table}:
+            raise _bad(var, f"class {json.dumps(key)} must be one of "
+                            + ", ".join(f'"{c}"' for c in sorted(table)))
+        out[int(key)] = value(int(key), v)
     return out
+
+
+def _bad(var: str, message: str):
+    """The error of a malformed override: its variable stands where a schedule's file would."""
+    from mlagen.errors import ScheduleError
+
+    return ScheduleError(message, file=var)
+
+
+def _knobs(var: str, cls: int, v, lengths: tuple, what: str, mainloop: str):
+    """A JSON entry of integer knobs, checked: a list of one of `lengths` integers (the
+    shorter form without rows_per_tile, which is then the class's own rows), legal as a
+    schedule of `mainloop`."""
+    from mlagen.errors import ScheduleError
+
+    if not (isinstance(v, list) and len(v) in lengths
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
+        raise _bad(var, f"class \"{cls}\": {json.dumps(v)} must be {what}")
+    v = tuple(v) if len(v) == 4 else (cls,) + tuple(v)
+    rows, block_kv, buffers, warps = v
+    try:
+        canonical(Schedule.build(target="hopper", rows_per_tile=rows, block_kv=block_kv,
+                                 buffers=buffers, warps=warps, mainloop=mainloop))
+    except ScheduleError as e:
+        raise _bad(var, f"class \"{cls}\": {json.dumps(list(v))} is not a legal {mainloop} "
+                        f"schedule ({e.message})") from None
+    return v
 
 
 def tile_knobs() -> dict[int, tuple[int, int, int, int]]:
     """TILE_KNOBS, with MLAGEN_HOPPER_TILE_KNOBS (JSON {"class": [rows_per_tile, block_kv,
     buffers, warps]}, or [block_kv, buffers, warps] for tiles of the class's own rows)
     replacing entries."""
-    def value(cls, v):
-        v = tuple(int(x) for x in v)
-        return v if len(v) == 4 else (cls,) + v
-    return _overridden(TILE_KNOBS, "MLAGEN_HOPPER_TILE_KNOBS", value)
+    var = "MLAGEN_HOPPER_TILE_KNOBS"
+    return _overridden(TILE_KNOBS, var, lambda cls, v: _knobs(
+        var, cls, v, (3, 4), "[rows_per_tile, block_kv, buffers, warps] or [block_kv, "
+        "buffers, warps] (integers)", "mma_sync"))
 
 
 def rows_for(rows_total: int) -> int:
@@ -73,13 +114,27 @@ def rows_for(rows_total: int) -> int:
 
 def wgmma_knobs() -> dict[int, tuple[int, int, int, int]]:
     """WGMMA_KNOBS, with MLAGEN_HOPPER_WGMMA_KNOBS replacing entries."""
-    return _overridden(WGMMA_KNOBS, "MLAGEN_HOPPER_WGMMA_KNOBS",
-                       lambda cls, v: tuple(int(x) for x in v))
+    var = "MLAGEN_HOPPER_WGMMA_KNOBS"
+    return _overridden(WGMMA_KNOBS, var, lambda cls, v: _knobs(
+        var, cls, v, (4,), "[rows_per_tile, block_kv, buffers, warps] (integers)", "wgmma"))
 
 
 def mainloops() -> dict[int, str]:
     """MAINLOOP, with MLAGEN_HOPPER_MAINLOOP replacing entries."""
-    return _overridden(MAINLOOP, "MLAGEN_HOPPER_MAINLOOP", lambda cls, v: str(v))
+    var = "MLAGEN_HOPPER_MAINLOOP"
+
+    def value(cls, v):
+        if v not in MAINLOOPS:
+            raise _bad(var, f"class \"{cls}\": {json.dumps(v)} must be "
+                            + " or ".join(f'"{m}"' for m in MAINLOOPS))
+        return v
+    return _overridden(MAINLOOP, var, value)
+
+
+def check_overrides() -> None:
+    """Read the three tables' environment overrides, so that a command refuses a malformed
+    one (ScheduleError) before it builds or measures anything."""
+    tile_knobs(), wgmma_knobs(), mainloops()
 
 
 def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
@@ -90,6 +145,8 @@ def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
     TILE_KNOBS."""
     from .tuned import tuned_knobs
 
+    # all three read, so that a malformed override is refused whichever one this shape uses
+    tiles, wgmma, loops = tile_knobs(), wgmma_knobs(), mainloops()
     knobs = tuned_knobs(gpu, batch, rows_total) if batch and gpu else None
     if knobs and not (knobs.get("mainloop") == "wgmma" and page_size % 64):
         from mlagen.errors import ScheduleError
@@ -104,12 +161,12 @@ def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
             pass          # a table from another version's knobs: the static defaults
 
     cls = size_class(rows_total)
-    if mainloops()[cls] == "wgmma" and page_size % 64 == 0:
-        rows, block_kv, buffers, warps = wgmma_knobs()[cls]
+    if loops[cls] == "wgmma" and page_size % 64 == 0:
+        rows, block_kv, buffers, warps = wgmma[cls]
         return canonical(Schedule.build(name=f"hopper_default_wgmma_{dtype}", target="hopper",
                                         dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
                                         buffers=buffers, warps=warps, mainloop="wgmma"))
-    rows, block_kv, buffers, warps = tile_knobs()[cls]
+    rows, block_kv, buffers, warps = tiles[cls]
     return canonical(Schedule.build(name=f"hopper_default_r{rows}_{dtype}", target="hopper",
                                     dtype=dtype, rows_per_tile=rows, block_kv=block_kv,
                                     buffers=buffers, warps=warps))

@@ -219,7 +219,7 @@ class DecodePlan:
             bt_stride=block_table.stride(0), batch=b, s_q=s_q, h_q=h_q,
             page_size=k_cache.shape[1], num_blocks=k_cache.shape[0],
             max_blocks=block_table.shape[1], num_parts=parts, causal=int(causal),
-            lse_offset=o_numel))
+            num_sms=sm_count(self.device), lse_offset=o_numel))
         self.scale_log2 = softmax_scale * math.log2(math.e)
         self.error = error_flags(self.device).data_ptr()
 

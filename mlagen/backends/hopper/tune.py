@@ -275,6 +275,9 @@ def tune(shapes: Iterable[Shape], space: str = "small", table_path: Optional[Pat
 
 
 def tune_main(args) -> int:
+    from .defaults import check_overrides
+
+    check_overrides()            # a malformed MLAGEN_HOPPER_* table is refused first
     shapes = [parse_shape(x) for x in args.shape] if args.shape else default_shapes()
     if args.quick:
         shapes = shapes[:4]

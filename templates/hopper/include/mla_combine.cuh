@@ -25,7 +25,6 @@ namespace hopper {
 
 constexpr int kCombineRows = 8;                    // query rows (warps) per CTA, at most
 constexpr int kCombineThreads = 32 * kCombineRows;
-constexpr int kCombineFill = 264;                  // CTAs that fill an H100/H200 twice
 constexpr int kCombineVec = kDV / 128;             // float4 per lane: columns 4 lane + 128 j
 constexpr int kCombineUnroll = 8;                  // splits read per step (divides 32)
 static_assert(32 % kCombineUnroll == 0, "a step never crosses a 32-split chunk");
@@ -129,11 +128,12 @@ cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
   // launched as a programmatic dependent of the split kernel (PDL): its launch overlaps
   // the split's tail instead of following it
   cudaLaunchConfig_t cfg{};
-  // rows per CTA: kCombineRows, halved while the grid would be under kCombineFill CTAs
+  // rows per CTA: kCombineRows, halved while the grid would be under `fill` CTAs, those
+  // that fill the device twice (264 on an H100/H200's 132 SMs)
   const int rows_total = p.s_q * p.h_q;
+  const long long fill = 2LL * p.num_sms;
   int rows = kCombineRows;
-  while (rows > 1 && static_cast<long long>(p.batch) * rows_total < 1LL * kCombineFill * rows)
-    rows /= 2;
+  while (rows > 1 && static_cast<long long>(p.batch) * rows_total < fill * rows) rows /= 2;
   cfg.gridDim = dim3(p.batch, (rows_total + rows - 1) / rows);
   cfg.blockDim = dim3(32 * rows);
   cfg.dynamicSmemBytes = 0;

@@ -46,6 +46,7 @@ struct MlaParams {
   int batch, s_q, h_q, page_size, num_blocks, max_blocks, num_parts;
   float scale_log2;          // softmax_scale * log2(e)
   int causal;
+  int num_sms;               // SMs of the device (the host reads it once per device)
   int* error;                // device error flags (kError*), or null: set, never cleared
 };
 

@@ -577,6 +577,33 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
+// The launch parameters of both wgmma kernels (this one and mla_wgmma_rows.cuh): p, and the
+// K tensor map over k_cache as (576 columns, tokens in a page, pages) in boxes of 64 columns
+// x 64 keys of one page, 128-byte swizzled (the layout the consumers' descriptors expect).
+template <typename T>
+cudaError_t wgmma_params(const MlaParams& p, WgmmaParams* wp) {
+  // a 64-key block must be one box of one page (the API gives other page sizes the mma_sync
+  // kernel, or refuses them for an explicit wgmma schedule)
+  if (p.page_size % 64 != 0) return cudaErrorInvalidValue;
+  auto encode = tensor_map_encoder();
+  if (!encode) return cudaErrorNotSupported;
+  wp->p = p;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kD), static_cast<cuuint64_t>(p.page_size),
+                              static_cast<cuuint64_t>(p.num_blocks)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_stride_token) * 2,
+                                 static_cast<cuuint64_t>(p.k_stride_block) * 2};
+  const cuuint32_t box[3] = {64, 64, 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUtensorMapDataType dt = std::is_same<T, __nv_bfloat16>::value
+                                     ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (encode(&wp->tmap_k, dt, 3, const_cast<void*>(p.k), dims, strides, box, elem,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
 template <typename T, int FAULT>
 cudaError_t prepare_split_wgmma() {
   static bool done = false;
@@ -598,27 +625,11 @@ cudaError_t split_wgmma_ctas_per_sm_impl(int* n) {
 
 template <typename T, int FAULT>
 cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
-  // a 64-key block must be one box of one page (the API falls back to mma_sync otherwise)
-  if (p.page_size % 64 != 0) return cudaErrorInvalidValue;
-  cudaError_t e = prepare_split_wgmma<T, FAULT>();
-  if (e != cudaSuccess) return e;
-  auto encode = tensor_map_encoder();
-  if (!encode) return cudaErrorNotSupported;
   WgmmaParams wp;
-  wp.p = p;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kD), static_cast<cuuint64_t>(p.page_size),
-                              static_cast<cuuint64_t>(p.num_blocks)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_stride_token) * 2,
-                                 static_cast<cuuint64_t>(p.k_stride_block) * 2};
-  const cuuint32_t box[3] = {64, 64, 1};
-  const cuuint32_t elem[3] = {1, 1, 1};
-  const CUtensorMapDataType dt = std::is_same<T, __nv_bfloat16>::value
-                                     ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  if (encode(&wp.tmap_k, dt, 3, const_cast<void*>(p.k), dims, strides, box, elem,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    return cudaErrorInvalidValue;
+  cudaError_t e = wgmma_params<T>(p, &wp);
+  if (e != cudaSuccess) return e;
+  e = prepare_split_wgmma<T, FAULT>();
+  if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   dim3 grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
   mla_split_wgmma_kernel<T, FAULT><<<grid, WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream>>>(wp);

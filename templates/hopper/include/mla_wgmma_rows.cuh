@@ -43,7 +43,7 @@
 // exchange (4 warps x N floats) a WG | [WG = 2: m, l and the bad-page flag of each WG, the
 // columns' key limits] | 2 mbarriers a slot.
 #pragma once
-#include "mla_wgmma.cuh"   // WgmmaParams, Piece, next_piece, tensor_map_encoder
+#include "mla_wgmma.cuh"   // WgmmaParams, Piece, next_piece, wgmma_params
 
 namespace mlagen {
 namespace hopper {
@@ -590,27 +590,11 @@ cudaError_t split_wgmma_rows_ctas_per_sm_impl(int* n) {
 
 template <typename T, int N, int WG, int FAULT>
 cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream) {
-  // a 64-key block must be one box of one page (the API refuses other page sizes)
-  if (p.page_size % 64 != 0) return cudaErrorInvalidValue;
-  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT>();
-  if (e != cudaSuccess) return e;
-  auto encode = tensor_map_encoder();
-  if (!encode) return cudaErrorNotSupported;
   WgmmaParams wp;
-  wp.p = p;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kD), static_cast<cuuint64_t>(p.page_size),
-                              static_cast<cuuint64_t>(p.num_blocks)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_stride_token) * 2,
-                                 static_cast<cuuint64_t>(p.k_stride_block) * 2};
-  const cuuint32_t box[3] = {64, 64, 1};
-  const cuuint32_t elem[3] = {1, 1, 1};
-  const CUtensorMapDataType dt = std::is_same<T, __nv_bfloat16>::value
-                                     ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  if (encode(&wp.tmap_k, dt, 3, const_cast<void*>(p.k), dims, strides, box, elem,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    return cudaErrorInvalidValue;
+  cudaError_t e = wgmma_params<T>(p, &wp);
+  if (e != cudaSuccess) return e;
+  e = prepare_split_wgmma_rows<T, N, WG, FAULT>();
+  if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   dim3 grid(p.num_parts, (rows_total + N - 1) / N);
   mla_split_wgmma_rows_kernel<T, N, WG, FAULT>
