@@ -238,13 +238,6 @@ struct WgmmaKernel {
     sm90::wgmma_commit();
   }
 
-  static __device__ __forceinline__ void reg_fence_p(uint32_t (&pa)[4][4]) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sm90::reg_fence(pa[kk][e]);
-  }
-
   // O[:, 0:256] += P V with P from registers (WG1's half of the values).
   static __device__ __forceinline__ void issue_pv_left(float (&o)[128], const uint32_t (&pa)[4][4],
                                                        const unsigned char* kt) {
@@ -384,12 +377,9 @@ struct WgmmaKernel {
         sm90::fence_proxy_async();
         sm90::bar_arrive(C::kBarPFull, 256);
 
-        // the previous block's P V is done: O may be rescaled, its stage refilled, and the
-        // registers of its P (read by that wgmma until now: kept live to here, so that
-        // nothing of this block's softmax was given them) rewritten
+        // the previous block's P V is done: O may be rescaled, its stage refilled
         sm90::wgmma_wait<0>();
         sm90::reg_fence(o);
-        reg_fence_p(pa);
         if (i > 0 && lane == 0) sm90::mbar_arrive(&sm.empty[st ^ 1]);
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
@@ -414,7 +404,6 @@ struct WgmmaKernel {
       }
       sm90::wgmma_wait<0>();   // unconditional: ptxas must see every path drained
       sm90::reg_fence(o);
-      if (n > 0) reg_fence_p(pa);
       if (n > 0) {
         if (lane == 0) sm90::mbar_arrive(&sm.empty[(it + n - 1) & 1]);
         sm90::bar_sync(C::kBarPEmpty, 256);   // WG2 is done with the last P
