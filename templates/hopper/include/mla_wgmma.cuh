@@ -224,26 +224,14 @@ struct WgmmaKernel {
   static __device__ __forceinline__ void issue_scores(const Smem& sm, const unsigned char* kt,
                                                       uint64_t* full, uint32_t parity,
                                                       float (&s)[32]) {
-    sm90::mbar_wait(&full[0], parity);
     sm90::wgmma_fence();
+    sm90::mbar_wait(&full[0], parity);
     sm90::wgmma_m64n64k16_ss_first<T>(s, kmajor_desc(sm.q, 0), kmajor_desc(kt, 0));
 #pragma unroll
     for (int kk = 1; kk < kD / 16; ++kk) {
-      if (kk % 4 == 0) {   // (after a wait ptxas wants a fresh warpgroup.arrive: C7519)
-        sm90::mbar_wait(&full[kk / 4], parity);
-        sm90::wgmma_fence();
-      }
+      if (kk % 4 == 0) sm90::mbar_wait(&full[kk / 4], parity);
       sm90::wgmma_m64n64k16_ss<T>(s, kmajor_desc(sm.q, kk), kmajor_desc(kt, kk));
     }
-    sm90::wgmma_commit();
-  }
-
-  // O[:, 0:256] += P V with P from registers (WG1's half of the values).
-  static __device__ __forceinline__ void issue_pv_left(float (&o)[128], const uint32_t (&pa)[4][4],
-                                                       const unsigned char* kt) {
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) sm90::wgmma_m64n256k16_rs<T>(o, pa[kk], v_desc(kt, 0, kk));
     sm90::wgmma_commit();
   }
 
@@ -295,23 +283,18 @@ struct WgmmaKernel {
       float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f};
       sm90::reg_fence(o);   // O's zeros are defined before any wgmma is in flight
       // the loop is entered and continued only with S in flight, so the scores the loop
-      // carries are always the wgmma's (no copies while a wgmma owns the registers).
-      // S of block i + 1 is issued before P V of block i, so that P V runs on the tensor
-      // cores while this warpgroup's softmax of block i + 1 waits for nothing but S.
-      // (ptxas serializes every wgmma (C7514) if on some path to a read of S or O a wgmma
-      // on them may be in flight: the first block's S is waited for before the loop, and
-      // on every path back to its head S was committed before P V.)
-      uint32_t pa[4][4];   // P of the block whose P V is in flight (its A fragments)
-      if (n > 0) {
-        start_block(sm, it, pc.start, pc.end, t, s);
-        sm90::wgmma_wait<0>();
-      }
+      // carries are always the wgmma's (no copies while a wgmma owns the registers)
+      if (n > 0) start_block(sm, it, pc.start, pc.end, t, s);
       for (int i = 0; n > 0; ++i) {
         const int bit = it + i, st = bit & 1;
         const int t0 = pc.start + i * C::kBlock;
-        // in flight: S of this block and, behind it, P V of the previous one
-        sm90::wgmma_wait<1>();
+        if (i > 0) {   // P V of the previous block is done: its stage may be refilled
+          sm90::wgmma_wait<1>();
+          if (lane == 0) sm90::mbar_arrive(&sm.empty[st ^ 1]);
+        }
+        sm90::wgmma_wait<0>();
         sm90::reg_fence(s);
+        sm90::reg_fence(o);
 
         // online softmax (log2 domain) on this thread's 2 rows x 16 keys
         // (into another array: ptxas serializes every wgmma of the kernel (C7515) when
@@ -349,16 +332,23 @@ struct WgmmaKernel {
             sum[h] += pe;
           }
         // P as the A fragments of 4 k steps (16 keys each)
-        uint32_t pn[4][4];
+        uint32_t pa[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          pn[kk][0] = sm90::pack2<T>(xs[8 * kk + 0], xs[8 * kk + 1]);
-          pn[kk][1] = sm90::pack2<T>(xs[8 * kk + 2], xs[8 * kk + 3]);
-          pn[kk][2] = sm90::pack2<T>(xs[8 * kk + 4], xs[8 * kk + 5]);
-          pn[kk][3] = sm90::pack2<T>(xs[8 * kk + 6], xs[8 * kk + 7]);
+          pa[kk][0] = sm90::pack2<T>(xs[8 * kk + 0], xs[8 * kk + 1]);
+          pa[kk][1] = sm90::pack2<T>(xs[8 * kk + 2], xs[8 * kk + 3]);
+          pa[kk][2] = sm90::pack2<T>(xs[8 * kk + 4], xs[8 * kk + 5]);
+          pa[kk][3] = sm90::pack2<T>(xs[8 * kk + 6], xs[8 * kk + 7]);
         }
         lsum[0] = lsum[0] * alpha[0] + sum[0];
         lsum[1] = lsum[1] * alpha[1] + sum[1];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j + 0] *= alpha[0];
+          o[4 * j + 1] *= alpha[0];
+          o[4 * j + 2] *= alpha[1];
+          o[4 * j + 3] *= alpha[1];
+        }
         // P and alpha for WG2 (after it is done with the previous block's P)
         if (i > 0) sm90::bar_sync(C::kBarPEmpty, 256);
         const uint32_t pbase = sm90::smem_addr(sm.p), abase = sm90::smem_addr(sm.alpha);
@@ -368,7 +358,7 @@ struct WgmmaKernel {
           for (int h = 0; h < 2; ++h) {
             const int r = r0 + 8 * h;
             sm90::st_shared_u32(pbase + r * 128 + ((j ^ (r & 7)) << 4) + c2 * 2,
-                                pn[j >> 1][(j & 1) * 2 + h]);
+                                pa[j >> 1][(j & 1) * 2 + h]);
           }
         if (lane % 4 == 0) {
           sm90::st_shared_f32(abase + r0 * 4, alpha[0]);
@@ -377,30 +367,14 @@ struct WgmmaKernel {
         sm90::fence_proxy_async();
         sm90::bar_arrive(C::kBarPFull, 256);
 
-        // the previous block's P V is done: O may be rescaled, its stage refilled
-        sm90::wgmma_wait<0>();
-        sm90::reg_fence(o);
-        if (i > 0 && lane == 0) sm90::mbar_arrive(&sm.empty[st ^ 1]);
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          o[4 * j + 0] *= alpha[0];
-          o[4 * j + 1] *= alpha[0];
-          o[4 * j + 2] *= alpha[1];
-          o[4 * j + 3] *= alpha[1];
-        }
+        const unsigned char* kt = sm.k + st * C::kTileBytes;
+        sm90::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) pa[kk][e] = pn[kk][e];
-        const unsigned char* kt = sm.k + st * C::kTileBytes;
-        if (i + 1 >= n) {   // the last block: its P V alone
-          issue_pv_left(o, pa, kt);
-          break;
-        }
-        // (two copies of the P V issue: on every path back to the loop's head the groups in
-        // flight are S then P V, so that ptxas sees S done at wait<1>)
+          sm90::wgmma_m64n256k16_rs<T>(o, pa[kk], v_desc(kt, 0, kk));
+        sm90::wgmma_commit();
+        if (i + 1 >= n) break;
         start_block(sm, bit + 1, t0 + C::kBlock, pc.end, t, s);
-        issue_pv_left(o, pa, kt);
       }
       sm90::wgmma_wait<0>();   // unconditional: ptxas must see every path drained
       sm90::reg_fence(o);
