@@ -31,7 +31,7 @@ timeout ${BENCH_TIMEOUT:-110} python3 -m mlagen.cli bench --target hopper --no-p
 echo "bench rc=$? $(el)"; grep -iE "geomean|host" "$OUT/hopper_bench.md" 2>/dev/null | head -4
 # 3. GPU tests of the default paths
 timeout ${TEST_TIMEOUT:-110} python3 -m pytest -q -x -p no:cacheprovider tests/test_hopper_wgmma_gpu.py \
-  tests/test_hopper_gpu.py -k "test_cases or wgmma or rows or cuda_graph or bad_input" \
+  tests/test_hopper_gpu.py -k "test_cases or wgmma or rows or cuda_graph or bad_input or bad_page or sm_count" \
   > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests rc=$? $(el)"; tail -2 "$OUT/pytest_gpu.log"
 # 4. verify the wgmma examples (outputs poisoned)
