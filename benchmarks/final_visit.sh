@@ -35,7 +35,7 @@ timeout ${TEST_TIMEOUT:-110} python3 -m pytest -q -x -p no:cacheprovider tests/t
   > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests rc=$? $(el)"; tail -2 "$OUT/pytest_gpu.log"
 # 4. verify the wgmma examples (outputs poisoned)
-for s in hopper_wgmma hopper_wgmma_r16; do
+for s in hopper_wgmma hopper_wgmma_r16 hopper_wgmma_r32_w8; do
   timeout 40 python3 -m mlagen.cli verify schedules/$s.toml --examples 40 > "$OUT/verify_$s.log" 2>&1
   echo "verify $s rc=$? $(el)"; tail -1 "$OUT/verify_$s.log"
 done

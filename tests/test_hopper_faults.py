@@ -23,7 +23,8 @@ FAULTED = [("causal_off_by_one", "hopper_tp8_r16"), ("early_buffer_swap", "hoppe
            # the few-rows wgmma kernel (mla_wgmma_rows.cuh)
            ("causal_off_by_one", "hopper_wgmma_r16"), ("skip_partial_page", "hopper_wgmma_r32_fp16"),
            # its two-consumer-warpgroup form (warps = 8)
-           ("skip_partial_page", "hopper_wgmma_r16_w8"), ("wrong_scale", "hopper_wgmma_r16_w8")]
+           ("skip_partial_page", "hopper_wgmma_r16_w8"), ("wrong_scale", "hopper_wgmma_r16_w8"),
+           ("causal_off_by_one", "hopper_wgmma_r32_w8")]
 
 
 @pytest.mark.parametrize("fault,example", FAULTED)
@@ -52,6 +53,20 @@ def test_api_defaults_verify_across_row_classes():
 
     s = Schedule.build(name="api-defaults", target="hopper", heads=16, max_s_q=4,
                        page_size=16)
+    r = verify(s, examples=40, progress=False, bounds=BOUNDS,
+               runner_factory="mlagen.backends.hopper:defaults_runner")
+    assert r.ok, r.summary()
+
+
+def test_api_defaults_verify_the_wgmma_kernels():
+    """The same through pages of 64 tokens, where every size class's default is a wgmma
+    kernel: the few-rows one with 16 rows (one consumer warpgroup) and 32 rows (two), and
+    the 64-row one."""
+    from mlagen.schedule.records import Schedule
+    from mlagen.verify import verify
+
+    s = Schedule.build(name="api-defaults-wgmma", target="hopper", heads=16, max_s_q=4,
+                       page_size=64)
     r = verify(s, examples=40, progress=False, bounds=BOUNDS,
                runner_factory="mlagen.backends.hopper:defaults_runner")
     assert r.ok, r.summary()

@@ -205,7 +205,7 @@ def test_rows_faults_reach_both_consumer_warpgroups(warps):
 
 
 @pytest.mark.parametrize("example", ["hopper_wgmma_r16", "hopper_wgmma_r32_fp16",
-                                     "hopper_wgmma_r16_w8"])
+                                     "hopper_wgmma_r16_w8", "hopper_wgmma_r32_w8"])
 def test_verify_runs_the_rows_examples(example):
     from mlagen.paths import SCHEDULES_DIR
     from mlagen.schedule import load
