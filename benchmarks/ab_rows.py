@@ -1,6 +1,6 @@
 """A/B timing of the bench of record's rows for the tree on PYTHONPATH (GPU only).
 
-    python benchmarks/ab_rows.py OUT.json [--set compute|all]   measure, save
+    python benchmarks/ab_rows.py OUT.json [--set compute|class32|all]   measure, save
     python benchmarks/ab_rows.py --compare A.json B.json        the table, B/A per row
 
 Each row through bench.measure_row (output checked against the reference first, then
@@ -25,6 +25,8 @@ def measure(out: str, which: str) -> None:
     if which == "compute":
         rows = [r for r in rows if r.kind == "graph" or
                 (r.b, r.s_q, r.sk, r.h_q, r.varlen) in COMPUTE]
+    elif which == "class32":   # the anchor rows with 17-32 packed query rows
+        rows = [r for r in rows if r.kind == "anchor" and 16 < r.s_q * r.h_q <= 32]
     res = []
     for r in rows:
         modes = ("graph",) if r.kind == "graph" else ("eager",)
@@ -55,4 +57,5 @@ if __name__ == "__main__":
     if sys.argv[1] == "--compare":
         compare(sys.argv[2], sys.argv[3])
     else:
-        measure(sys.argv[1], sys.argv[3] if len(sys.argv) > 3 else "compute")
+        measure(sys.argv[1], sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--set"
+                else "compute")
