@@ -190,21 +190,22 @@ struct WgmmaKernel {
 
   // ---------------------------------------------------------------- WG1
   // Q rows [row0, row0 + 64) of a request into the swizzled Q tile (rows past s_q*h_q zero).
+  // Threads 2r and 2r + 1 copy row r's even and odd 16-byte chunks: one row address per
+  // thread (not a division per chunk), the chunks at immediate offsets from it.
   static __device__ __forceinline__ void load_q(const MlaParams& p, const Smem& sm, int req,
                                                 int row0, int rows_total, int t) {
-    const T* q = static_cast<const T*>(p.q);
-    for (int c = t; c < 64 * kChunks; c += 128) {
-      const int r = c / kChunks, ch = c % kChunks;
-      const int gr = row0 + r;
-      const bool ok = gr < rows_total;
-      const T* src = q;
-      if (ok) {
-        const int s = gr / p.h_q, h = gr % p.h_q;
-        src = q + req * p.q_stride_b + s * p.q_stride_s + h * p.q_stride_h + ch * 8;
-      }
-      unsigned char* dst = sm.q + (ch >> 3) * C::kSliceBytes + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
-      cp_async16(dst, src, ok);
-    }
+    const int r = t >> 1, odd = t & 1;
+    const int gr = row0 + r;
+    const bool ok = gr < rows_total;
+    const T* src = static_cast<const T*>(p.q);
+    if (ok) src += req * p.q_stride_b + (gr / p.h_q) * p.q_stride_s + (gr % p.h_q) * p.q_stride_h;
+    src += odd * 8;
+    // chunk 2k + odd: slice k / 4, swizzled column ((2k) & 7) ^ odd ^ (r & 7)
+    unsigned char* dst = sm.q + r * 128;
+    const int x = odd ^ (r & 7);
+#pragma unroll
+    for (int k = 0; k < kChunks / 2; ++k)
+      cp_async16(dst + (k >> 2) * C::kSliceBytes + ((((2 * k) & 7) ^ x) << 4), src + 16 * k, ok);
     cp_async_commit();
   }
 
@@ -418,31 +419,42 @@ struct WgmmaKernel {
     }
   }
 
-  // O / l for this thread's 2 rows, columns [256 half, 256 half + 256).
+  // O / l for this thread's 2 rows, columns [256 half, 256 half + 256).  Compact on
+  // purpose: every CTA runs the epilogue once with a cold instruction cache, so its code
+  // size is its time (ncu, one token per CTA: no_instructions stalls on ~40 % of the
+  // samples when each store computed its own 64-bit address).  One row pointer, stores at
+  // immediate offsets, O scaled in place once for both output paths.
   static __device__ __forceinline__ void store_o(const MlaParams& p, const Piece& pc,
-                                                 const float (&o)[128], const float (&l)[2],
+                                                 float (&o)[128], const float (&l)[2],
                                                  int row0, int r0, int c2, int half) {
     const int rows_total = p.s_q * p.h_q;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int gr = row0 + r0 + 8 * h;
-      if (gr >= rows_total) continue;
       const float lv = l[h];
       const float inv = lv != lv ? NAN : (lv > 0.f ? 1.f / lv : 0.f);
-      const int64_t base =
-          (pc.direct ? static_cast<int64_t>(pc.req) : static_cast<int64_t>(pc.slot)) *
-              rows_total + gr;
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
-        const int col = half * 256 + 8 * j + c2;
-        const float v0 = o[4 * j + 2 * h] * inv, v1 = o[4 * j + 2 * h + 1] * inv;
-        if (pc.direct) {
-          using P2 = typename Pair<T>::type;
-          *reinterpret_cast<P2*>(static_cast<T*>(p.out) + base * kDV + col) =
-              Pair<T>::make(v0, v1);
-        } else {
-          *reinterpret_cast<float2*>(p.o_acc + base * kDV + col) = make_float2(v0, v1);
-        }
+        o[4 * j + 2 * h] *= inv;
+        o[4 * j + 2 * h + 1] *= inv;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int gr = row0 + r0 + 8 * h;
+      if (gr >= rows_total) continue;
+      const int64_t row =
+          (pc.direct ? static_cast<int64_t>(pc.req) : static_cast<int64_t>(pc.slot)) *
+              rows_total + gr;
+      const int64_t off = row * kDV + half * 256 + c2;
+      if (pc.direct) {
+        using P2 = typename Pair<T>::type;
+        P2* dst = reinterpret_cast<P2*>(static_cast<T*>(p.out) + off);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) dst[4 * j] = Pair<T>::make(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+      } else {
+        float2* dst = reinterpret_cast<float2*>(p.o_acc + off);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) dst[4 * j] = make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
       }
     }
   }

@@ -517,16 +517,19 @@ struct WgmmaRowsKernel {
         const int c = col_slot(i2);
         const int gr = row0 + 8 * (c >> 1) + c2 + (c & 1);
         if (gr >= rows_total) continue;
+        // one address per (row, slot), the 8 value tiles at immediate offsets from it (the
+        // epilogue runs once per piece from a cold instruction cache: its size is its time)
         const int64_t base =
             ((pc.direct ? static_cast<int64_t>(pc.req) : static_cast<int64_t>(pc.slot)) *
                  rows_total + gr) * kDV + k0 + 8 * ((i2 >> 1) & 1);
+        if (pc.direct) {
+          T* dst = static_cast<T*>(p.out) + base;
 #pragma unroll
-        for (int mt = 0; mt < 8; ++mt) {
-          const float v = o[mt][i2] * inv[c];
-          if (pc.direct)
-            static_cast<T*>(p.out)[base + 64 * mt] = static_cast<T>(v);
-          else
-            p.o_acc[base + 64 * mt] = v;
+          for (int mt = 0; mt < 8; ++mt) dst[64 * mt] = static_cast<T>(o[mt][i2] * inv[c]);
+        } else {
+          float* dst = p.o_acc + base;
+#pragma unroll
+          for (int mt = 0; mt < 8; ++mt) dst[64 * mt] = o[mt][i2] * inv[c];
         }
       }
     }
