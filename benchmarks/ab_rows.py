@@ -1,7 +1,7 @@
 """A/B timing of the bench of record's rows for the tree on PYTHONPATH (GPU only).
 
-    python benchmarks/ab_rows.py OUT.json [--set compute|all]   measure, save
-    python benchmarks/ab_rows.py --compare A.json B.json        the table, B/A per row
+    python benchmarks/ab_rows.py OUT.json [--set compute|class32|all]   measure, save
+    python benchmarks/ab_rows.py --compare A.json B.json [C.json ...]   the table, A/B, A/C per row
 
 Each row through bench.measure_row (output checked against the reference first, then
 eager do_bench median; graph rows in graph mode): the anchor's exact workloads.  Run one
@@ -25,6 +25,8 @@ def measure(out: str, which: str) -> None:
     if which == "compute":
         rows = [r for r in rows if r.kind == "graph" or
                 (r.b, r.s_q, r.sk, r.h_q, r.varlen) in COMPUTE]
+    elif which == "class32":   # the anchor rows with 17-32 packed query rows
+        rows = [r for r in rows if r.kind == "anchor" and 16 < r.s_q * r.h_q <= 32]
     res = []
     for r in rows:
         modes = ("graph",) if r.kind == "graph" else ("eager",)
@@ -35,24 +37,35 @@ def measure(out: str, which: str) -> None:
     json.dump(res, open(out, "w"), indent=1)
 
 
-def compare(a: str, b: str) -> None:
-    A, B = json.load(open(a)), json.load(open(b))
-    print("| row | kind | A ms | B ms | A/B | B vs anchor |")
-    print("|---|---|---|---|---|---|")
-    for x, y in zip(A, B):
+def compare(a: str, *others: str) -> None:
+    """One line per row: A's time, then each other tree's time and A/that (>1: that tree is
+    faster), and the last tree's ratio to the anchor."""
+    A = json.load(open(a))
+    Ts = [json.load(open(o)) for o in others]
+    names = " | ".join(f"T{i + 1} ms | A/T{i + 1}" for i in range(len(Ts)))
+    print(f"| row | kind | A ms | {names} | last vs anchor |")
+    print("|---|---|---|" + "---|---|" * len(Ts) + "---|")
+    for i, x in enumerate(A):
+        row = f"| {x['b']} {x['s_q']} {x['sk']} {x['h_q']} {'varlen' if x['varlen'] else ''} "
         key = "graph_ms" if x["kind"] == "graph" else "eager_ms"
-        ta, tb = x[key], y[key]
-        if not ta or not tb:
-            print(f"| {x['b']} {x['s_q']} {x['sk']} {x['h_q']} {'varlen' if x['varlen'] else ''} "
-                  f"| {x['kind']} | {ta} | {tb} | - | {y['check']} {y['error']} |")
-            continue
-        anc = (y["flashmla_graph_us"] / 1e3) if x["kind"] == "graph" else y["anchor_ms"]
-        print(f"| {x['b']} {x['s_q']} {x['sk']} {x['h_q']} {'varlen' if x['varlen'] else ''} "
-              f"| {x['kind']} | {ta:.4f} | {tb:.4f} | {ta / tb:.3f} | {anc / tb:.3f} |")
+        ys = [T[i] for T in Ts]
+        cells = []
+        for y in ys:
+            assert (y["b"], y["s_q"], y["sk"], y["h_q"], y["varlen"], y["kind"]) == \
+                (x["b"], x["s_q"], x["sk"], x["h_q"], x["varlen"], x["kind"]), "rows differ"
+            t = y[key]
+            cells.append(f"{t:.4f} | {x[key] / t:.3f}" if t and x[key]
+                         else f"{t} | - ({y['check']} {y['error']})")
+        last = ys[-1]
+        anc = (last["flashmla_graph_us"] / 1e3) if x["kind"] == "graph" else last["anchor_ms"]
+        vs = f"{anc / last[key]:.3f}" if last[key] and anc else "-"
+        ta = f"{x[key]:.4f}" if x[key] else f"{x[key]} ({x['check']} {x['error']})"
+        print(f"{row}| {x['kind']} | {ta} | {' | '.join(cells)} | {vs} |")
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "--compare":
-        compare(sys.argv[2], sys.argv[3])
+        compare(*sys.argv[2:])
     else:
-        measure(sys.argv[1], sys.argv[3] if len(sys.argv) > 3 else "compute")
+        measure(sys.argv[1], sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--set"
+                else "compute")

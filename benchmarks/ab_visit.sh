@@ -4,6 +4,9 @@
 # and graph rows (benchmarks/ab_rows.py, one process per tree), B's GPU tests of the wgmma
 # paths, memcheck + synccheck on B; the table last.  Time-boxed steps, logs under $OUT.
 #   COMMIT=<sha> BASE=<sha> bash benchmarks/ab_visit.sh
+# EXTRA="x y": also time the sibling trees ../x, ../y (carried as .dev/x, .dev/y) after B, in
+# the same visit; the table then has a column pair per tree.  SKIP_TESTS=1 leaves out the GPU
+# tests and sanitizers (three trees' timing alone is ~6 min; run the tests in a second call).
 set -u
 OUT=${OUT:-$PWD/ab_out}; mkdir -p "$OUT"
 export MLAGEN_CACHE_DIR=/tmp/mlagen-cache MLAGEN_BUILD_JOBS=16 MLAGEN_HOPPER_CHECK_INDICES=0
@@ -23,12 +26,19 @@ from mlagen.backends.hopper import render, defaults
 s = [defaults.default_schedule(r, d) for r in (16, 32, 64) for d in ('bf16', 'fp16')]
 with ThreadPoolExecutor(8) as ex: list(ex.map(lambda x: build(render(x)), {x.variant_name(): x for x in s}.values()))
 print('built', $2)"; }
-(build $A '"A"' & build $B '"B"'; wait) > "$OUT/build.log" 2>&1; echo "build $(el)"; tail -2 "$OUT/build.log"
+EXTRA=${EXTRA:-}
+(build $A '"A"' & build $B '"B"' & for t in $EXTRA; do build $(cd ../$t && pwd) "'$t'" & done
+ wait) > "$OUT/build.log" 2>&1; echo "build $(el)"; tail -2 "$OUT/build.log"
 export PYTHONPATH=$B
 { timeout 40 python3 benchmarks/wgmma_bench.py small; timeout 40 python3 benchmarks/rows_bench.py small --warps 4,8 --quick; } > "$OUT/small.log" 2>&1
 echo "small rc=$? $(el)"; tail -4 "$OUT/small.log"
 (cd $A && PYTHONPATH=$A timeout 100 python3 $B/benchmarks/ab_rows.py "$OUT/A.json") > "$OUT/time_A.log" 2>&1; echo "time A $(el)"
 timeout 100 python3 benchmarks/ab_rows.py "$OUT/B.json" > "$OUT/time_B.log" 2>&1; echo "time B $(el)"
+for t in $EXTRA; do
+  (cd ../$t && PYTHONPATH=$PWD timeout 100 python3 $B/benchmarks/ab_rows.py "$OUT/$t.json") \
+    > "$OUT/time_$t.log" 2>&1; echo "time $t $(el)"
+done
+if [[ ${SKIP_TESTS:-0} != 1 ]]; then
 timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -x -p no:cacheprovider tests/test_hopper_wgmma_gpu.py \
   tests/test_hopper_gpu.py -k "test_cases or wgmma or rows or cuda_graph or bad_input or bad_page" \
   > "$OUT/pytest_gpu.log" 2>&1
@@ -37,4 +47,6 @@ for tool in memcheck synccheck; do
   timeout 40 "$CS" --tool $tool --error-exitcode 9 python3 benchmarks/wgmma_bench.py small > "$OUT/$tool.log" 2>&1
   echo "$tool rc=$? $(el): $(grep -E 'ERROR SUMMARY' "$OUT/$tool.log" | head -1)"
 done
-python3 benchmarks/ab_rows.py --compare "$OUT/A.json" "$OUT/B.json" | tee "$OUT/ab.md"
+fi
+python3 benchmarks/ab_rows.py --compare "$OUT/A.json" "$OUT/B.json" \
+  $(for t in $EXTRA; do echo "$OUT/$t.json"; done) | tee "$OUT/ab.md"

@@ -11,8 +11,8 @@ sum of the o_proj partial products (out[h] @ W_O[:, h's columns] summed over the
 
 from __future__ import annotations
 
+import faulthandler
 import os
-import socket
 from typing import Any, Callable, Optional
 
 import torch
@@ -21,6 +21,8 @@ import torch.distributed as dist
 from .errors import InputError
 
 __all__ = ["world", "head_range", "all_reduce_sum", "init_from_env", "backend_for", "spawn"]
+
+_HOST = "127.0.0.1"
 
 
 def world(group: Optional["dist.ProcessGroup"] = None) -> tuple[int, int]:
@@ -62,21 +64,21 @@ def init_from_env(device: str = "cpu") -> tuple[int, int]:
     return world()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _entry(rank: int, fn: Callable, world_size: int, port: int, device: str,
            args: tuple) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+    # A native abort in a rank (gloo, the emulator) prints every thread's Python stack.
+    faulthandler.enable(all_threads=True)
+    os.environ.update(MASTER_ADDR=_HOST, MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
-    init_from_env(device)
-    try:
-        fn(rank, world_size, *args)
-    finally:
-        dist.destroy_process_group()
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    # The parent hosts the store, so it outlives every rank (no rank serves the others).
+    store = dist.TCPStore(_HOST, port, is_master=False)
+    dist.init_process_group(backend_for(device), store=store, rank=rank, world_size=world_size)
+    fn(rank, world_size, *args)
+    # No rank closes its connections while a peer's last collective is still in flight.
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def spawn(fn: Callable, nprocs: int, args: tuple = (), device: str = "cpu") -> None:
@@ -89,5 +91,6 @@ def spawn(fn: Callable, nprocs: int, args: tuple = (), device: str = "cpu") -> N
         raise InputError(f"tp = {nprocs} must be >= 1")
     if device == "cuda" and torch.cuda.device_count() < nprocs:
         raise InputError(f"tp = {nprocs} needs {nprocs} GPUs; {torch.cuda.device_count()} found")
-    mp.start_processes(_entry, args=(fn, nprocs, _free_port(), device, args), nprocs=nprocs,
+    store = dist.TCPStore(_HOST, 0, world_size=nprocs, is_master=True, wait_for_workers=False)
+    mp.start_processes(_entry, args=(fn, nprocs, store.port, device, args), nprocs=nprocs,
                        join=True, start_method="spawn")

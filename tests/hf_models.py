@@ -38,15 +38,21 @@ def tiny_model(interleave: bool = True, rope: dict | None = None, layers: int = 
 
     torch.manual_seed(seed)
     model = DeepseekV3ForCausalLM(tiny_config(interleave, rope, layers)).eval()
+    return _decisive(model, seed, "q_b_proj").to(dtype)
+
+
+def _decisive(model, seed: int, q_up: str):
+    """tiny_model's weights: the LM head a scaled permutation of the embeddings, the query
+    up-projection (q_up) and kv_b_proj 4x their init."""
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         emb = torch.randn(VOCAB, HIDDEN, generator=g)
         model.model.embed_tokens.weight.copy_(emb)
         model.lm_head.weight.copy_(emb[torch.randperm(VOCAB, generator=g)] * 0.1)
         for layer in model.model.layers:
-            layer.self_attn.q_b_proj.weight.mul_(4)
+            getattr(layer.self_attn, q_up).weight.mul_(4)
             layer.self_attn.kv_b_proj.weight.mul_(4)
-    return model.to(dtype)
+    return model
 
 
 def prompts(batch: int = 3, longest: int = 12, seed: int = 0):
@@ -98,13 +104,4 @@ def tiny_v2_model(seed: int = 0, dtype=torch.bfloat16):
         max_position_embeddings=163840, rope_parameters=dict(DSV3_ROPE),
         attn_implementation="eager", pad_token_id=0, bos_token_id=1, eos_token_id=2,
         tie_word_embeddings=False)
-    model = DeepseekV2ForCausalLM(cfg).eval()
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        emb = torch.randn(VOCAB, HIDDEN, generator=g)
-        model.model.embed_tokens.weight.copy_(emb)
-        model.lm_head.weight.copy_(emb[torch.randperm(VOCAB, generator=g)] * 0.1)
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(4)
-            layer.self_attn.kv_b_proj.weight.mul_(4)
-    return model.to(dtype)
+    return _decisive(DeepseekV2ForCausalLM(cfg).eval(), seed, "q_proj").to(dtype)

@@ -65,3 +65,35 @@ def test_report_geomean_and_markdown():
 def test_busy_time_counts_overlaps_once():
     assert bench.busy_us([(0, 10), (2, 5), (8, 12), (20, 25)]) == 17
     assert bench.busy_us([]) == 0
+
+
+def test_host_rounds_time_the_calls_not_the_syncs():
+    """host_us_in_rounds: a fake clock where each call costs 5 us and each sync 1000 us (the
+    GPU draining): the figure is the calls' 5 us, whatever the syncs cost; one slow round
+    (a host hiccup) does not move the median."""
+    now = [0.0]
+    calls, syncs = [0], [0]
+
+    def fn():
+        calls[0] += 1
+        now[0] += 5e-6 if calls[0] != 7 else 500e-6   # one slow call in round 1
+
+    def sync():
+        syncs[0] += 1
+        now[0] += 1e-3
+
+    us = bench.host_us_in_rounds(fn, sync, calls=100, per_round=10, clock=lambda: now[0])
+    assert calls[0] == 100 and syncs[0] == 11          # a sync before each round and at the end
+    assert us == pytest.approx(5.0)
+
+
+def test_host_rounds_markdown_line():
+    rows = bench.plan_rows()[:1]
+    rows[0].check, rows[0].eager_ms, rows[0].ratio = "ok", 0.2, 1.0
+    rep = bench.Report(device="H200", torch="x", commit="abc", mlagen="0", command="c",
+                       rows=rows, host={"decode_us": 26.0, "metadata_and_decode_us": 39.0,
+                                        "decode_rounds_us": 14.5,
+                                        "metadata_and_decode_rounds_us": 27.5})
+    bench.summarize(rep)
+    md = bench.markdown(rep)
+    assert "decode 14.5 us, metadata + decode 27.5 us" in md

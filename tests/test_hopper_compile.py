@@ -119,22 +119,27 @@ WGMMA = dict(target="hopper", mainloop="wgmma", rows_per_tile=64, block_kv=64, b
              warps=8)
 
 
-def test_wgmma_smem_formula_matches_the_kernel(tmp_path):
-    """resources.hopper_smem for mainloop = "wgmma" == WgmmaConfig::kSmem."""
+def _header_constant(tmp_path, header: str, expr: str) -> int:
+    """The integer C++ expression `expr` as a program built with `header` prints it."""
     import subprocess
 
-    from mlagen.backends.hopper.resources import hopper_smem
     from mlagen.paths import TEMPLATES_DIR
 
-    src = tmp_path / "smem.cu"
-    src.write_text('#include <cstdio>\n#include "mla_wgmma.cuh"\nint main() {\n'
-                   '  std::printf("%d\\n", mlagen::hopper::WgmmaConfig::kSmem);\n  return 0;\n}\n')
-    exe = tmp_path / "smem"
+    src = tmp_path / "constant.cu"
+    src.write_text(f'#include <cstdio>\n#include "{header}"\nint main() {{\n'
+                   f'  std::printf("%d\\n", static_cast<int>({expr}));\n  return 0;\n}}\n')
+    exe = tmp_path / "constant"
     subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
                     "-I", str(TEMPLATES_DIR / "hopper" / "include"), str(src), "-o", str(exe)],
                    check=True, capture_output=True)
-    kernel = int(subprocess.run([str(exe)], check=True, capture_output=True,
-                                text=True).stdout)
+    return int(subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout)
+
+
+def test_wgmma_smem_formula_matches_the_kernel(tmp_path):
+    """resources.hopper_smem for mainloop = "wgmma" == WgmmaConfig::kSmem."""
+    from mlagen.backends.hopper.resources import hopper_smem
+
+    kernel = _header_constant(tmp_path, "mla_wgmma.cuh", "mlagen::hopper::WgmmaConfig::kSmem")
     assert hopper_smem(Schedule.build(**WGMMA))["total"] == kernel
 
 
@@ -193,22 +198,10 @@ ROWS = dict(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=4)
 def test_wgmma_rows_smem_formula_matches_the_kernel(rows, warps, tmp_path):
     """resources.hopper_smem for the few-rows wgmma kernel == WgmmaRowsConfig<N, WG>::kSmem
     (one or two consumer warpgroups)."""
-    import subprocess
-
     from mlagen.backends.hopper.resources import hopper_smem
-    from mlagen.paths import TEMPLATES_DIR
 
-    src = tmp_path / "smem.cu"
-    src.write_text('#include <cstdio>\n#include "mla_wgmma_rows.cuh"\nint main() {\n'
-                   f'  std::printf("%d\\n", mlagen::hopper::WgmmaRowsConfig<{rows}, {warps // 4}>'
-                   '::kSmem);\n'
-                   '  return 0;\n}\n')
-    exe = tmp_path / "smem"
-    subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
-                    "-I", str(TEMPLATES_DIR / "hopper" / "include"), str(src), "-o", str(exe)],
-                   check=True, capture_output=True)
-    kernel = int(subprocess.run([str(exe)], check=True, capture_output=True,
-                                text=True).stdout)
+    kernel = _header_constant(tmp_path, "mla_wgmma_rows.cuh",
+                              f"mlagen::hopper::WgmmaRowsConfig<{rows}, {warps // 4}>::kSmem")
     assert hopper_smem(Schedule.build(**dict(ROWS, warps=warps),
                                       rows_per_tile=rows))["total"] == kernel
 

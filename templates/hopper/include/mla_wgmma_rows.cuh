@@ -106,8 +106,7 @@ struct WgmmaRowsKernel {
   };
 
   static __device__ __forceinline__ Smem carve(unsigned char* raw) {
-    unsigned char* base = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<uintptr_t>(raw) + 1023) & ~static_cast<uintptr_t>(1023));
+    unsigned char* base = sm90::smem_align1024(raw);
     Smem sm;
     sm.q = base + C::kQOff;
     sm.k = base + C::kKOff;
