@@ -51,9 +51,16 @@ struct WgmmaConfig {
   static constexpr int kAlphaOff = kPOff + 64 * 64 * 2;
   static constexpr int kLOff = kAlphaOff + 64 * 4;
   static constexpr int kBarOff = kLOff + 64 * 4;
-  // mbarriers: a `full` one per slice of each stage (S starts on a stage's first slices
-  // while its last ones are still in flight), an `empty` one per stage
-  static constexpr int kBars = kStages * kSlices + kStages;
+  // mbarriers: a `full` and an `empty` one per slice of each stage.  Slices are freed,
+  // refilled and consumed by S in the order slice_at(0..8): the rope slice (read by S
+  // alone), then the right V half (S and WG2's P V), then the left half (S and WG1's P V,
+  // which now runs under the next block's softmax and so is the last to end)
+  static constexpr int kBars = 2 * kStages * kSlices;
+  static __host__ __device__ constexpr int slice_at(int q) {
+    return q == 0 ? 8 : (q <= 4 ? q + 3 : q - 5);
+  }
+  // arrivals that free a slice: one per warp of each warpgroup reading it
+  static __host__ __device__ constexpr int slice_readers(int j) { return j >= 4 && j < 8 ? 8 : 4; }
   static constexpr int kSmem = kBarOff + kBars * 8 + 1024;   // + alignment slack
   // setmaxnreg: the producer warpgroup gives its registers to the consumers, most to WG1
   // (O half, scores, softmax copy, P fragments); ptxas honours it because
@@ -129,7 +136,7 @@ struct WgmmaKernel {
     float* alpha;
     float* l;
     uint64_t* full;    // [2 stages][9 slices]
-    uint64_t* empty;   // [2 stages]
+    uint64_t* empty;   // [2 stages][9 slices]
   };
 
   static __device__ __forceinline__ Smem carve(unsigned char* raw) {
@@ -160,14 +167,17 @@ struct WgmmaKernel {
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
       for (int i = 0; i < n; ++i, ++it) {
         const int s = it & 1;
-        sm90::mbar_wait(&sm.empty[s], ((it >> 1) & 1) ^ 1);
         const int t0 = pc.start + i * C::kBlock;
         const int page = page_entry(p, pc.req, t0);
         const int off = t0 % p.page_size;
         unsigned char* dst = sm.k + s * C::kTileBytes;
         uint64_t* full = sm.full + s * C::kSlices;
+        uint64_t* empty = sm.empty + s * C::kSlices;
+        // each slice as soon as its last reader of two blocks ago has let it go
 #pragma unroll
-        for (int j = 0; j < C::kSlices; ++j) {
+        for (int q = 0; q < C::kSlices; ++q) {
+          const int j = C::slice_at(q);
+          sm90::mbar_wait(&empty[j], ((it >> 1) & 1) ^ 1);
           sm90::mbar_arrive_expect_tx(&full[j], C::kSliceBytes);
           sm90::tma_load_3d(dst + j * C::kSliceBytes, &wp.tmap_k, &full[j], j * 64, off, page);
         }
@@ -224,14 +234,32 @@ struct WgmmaKernel {
   static __device__ __forceinline__ void issue_scores(const Smem& sm, const unsigned char* kt,
                                                       uint64_t* full, uint32_t parity,
                                                       float (&s)[32]) {
-    sm90::wgmma_fence();
-    sm90::mbar_wait(&full[0], parity);
-    sm90::wgmma_m64n64k16_ss_first<T>(s, kmajor_desc(sm.q, 0), kmajor_desc(kt, 0));
 #pragma unroll
-    for (int kk = 1; kk < kD / 16; ++kk) {
-      if (kk % 4 == 0) sm90::mbar_wait(&full[kk / 4], parity);
-      sm90::wgmma_m64n64k16_ss<T>(s, kmajor_desc(sm.q, kk), kmajor_desc(kt, kk));
+    for (int q = 0; q < C::kSlices; ++q) {   // the slices in the order they are refilled
+      const int j = C::slice_at(q);
+      sm90::mbar_wait(&full[j], parity);
+      sm90::wgmma_fence();   // (after a wait ptxas wants a fresh warpgroup.arrive: C7519)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (q == 0 && k == 0)
+          sm90::wgmma_m64n64k16_ss_first<T>(s, kmajor_desc(sm.q, 4 * j), kmajor_desc(kt, 4 * j));
+        else
+          sm90::wgmma_m64n64k16_ss<T>(s, kmajor_desc(sm.q, 4 * j + k), kmajor_desc(kt, 4 * j + k));
+      }
     }
+    sm90::wgmma_commit();
+  }
+
+  // O[:, 0:256] += P V with P from shared memory (WG1's half of the values).  P is not
+  // taken from registers: this P V stays in flight through the next block's softmax, and
+  // registers a wgmma reads asynchronously are not protected from reuse meanwhile.
+  static __device__ __forceinline__ void issue_pv_left(const Smem& sm, float (&o)[128],
+                                                       const unsigned char* kt) {
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      sm90::wgmma_m64n256k16_ss<T>(
+          o, sm90::desc_sw128(sm90::smem_addr(sm.p) + kk * 32, 16, 1024), v_desc(kt, 0, kk));
     sm90::wgmma_commit();
   }
 
@@ -283,18 +311,28 @@ struct WgmmaKernel {
       float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f};
       sm90::reg_fence(o);   // O's zeros are defined before any wgmma is in flight
       // the loop is entered and continued only with S in flight, so the scores the loop
-      // carries are always the wgmma's (no copies while a wgmma owns the registers)
-      if (n > 0) start_block(sm, it, pc.start, pc.end, t, s);
+      // carries are always the wgmma's (no copies while a wgmma owns the registers).
+      // S of block i + 1 is issued before P V of block i, so that P V runs on the tensor
+      // cores while this warpgroup's softmax of block i + 1 waits for nothing but S.
+      // (ptxas serializes every wgmma (C7514) if on some path to a read of S or O a wgmma
+      // on them may be in flight: the first block's S is waited for before the loop, and
+      // on every path back to its head S was committed before P V.)
+      if (n > 0) {
+        start_block(sm, it, pc.start, pc.end, t, s);
+        sm90::wgmma_wait<0>();
+      }
       for (int i = 0; n > 0; ++i) {
         const int bit = it + i, st = bit & 1;
         const int t0 = pc.start + i * C::kBlock;
-        if (i > 0) {   // P V of the previous block is done: its stage may be refilled
-          sm90::wgmma_wait<1>();
-          if (lane == 0) sm90::mbar_arrive(&sm.empty[st ^ 1]);
-        }
-        sm90::wgmma_wait<0>();
+        // in flight: S of this block and, behind it, P V of the previous one
+        sm90::wgmma_wait<1>();
         sm90::reg_fence(s);
-        sm90::reg_fence(o);
+        // S done: this warpgroup lets go of the block's rope slice and right V half
+        if (lane == 0) {
+          sm90::mbar_arrive(&sm.empty[st * C::kSlices + 8]);
+#pragma unroll
+          for (int j = 4; j < 8; ++j) sm90::mbar_arrive(&sm.empty[st * C::kSlices + j]);
+        }
 
         // online softmax (log2 domain) on this thread's 2 rows x 16 keys
         // (into another array: ptxas serializes every wgmma of the kernel (C7515) when
@@ -331,25 +369,26 @@ struct WgmmaKernel {
             xs[4 * j + e] = pe;
             sum[h] += pe;
           }
+        // the previous block's P V (queued behind this block's S, so about done by now): its
+        // left V half goes back to the producer here, mid-softmax; P and O wait for it below
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence(o);
+        if (i > 0 && lane == 0) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) sm90::mbar_arrive(&sm.empty[(st ^ 1) * C::kSlices + j]);
+        }
         // P as the A fragments of 4 k steps (16 keys each)
-        uint32_t pa[4][4];
+        uint32_t pn[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          pa[kk][0] = sm90::pack2<T>(xs[8 * kk + 0], xs[8 * kk + 1]);
-          pa[kk][1] = sm90::pack2<T>(xs[8 * kk + 2], xs[8 * kk + 3]);
-          pa[kk][2] = sm90::pack2<T>(xs[8 * kk + 4], xs[8 * kk + 5]);
-          pa[kk][3] = sm90::pack2<T>(xs[8 * kk + 6], xs[8 * kk + 7]);
+          pn[kk][0] = sm90::pack2<T>(xs[8 * kk + 0], xs[8 * kk + 1]);
+          pn[kk][1] = sm90::pack2<T>(xs[8 * kk + 2], xs[8 * kk + 3]);
+          pn[kk][2] = sm90::pack2<T>(xs[8 * kk + 4], xs[8 * kk + 5]);
+          pn[kk][3] = sm90::pack2<T>(xs[8 * kk + 6], xs[8 * kk + 7]);
         }
         lsum[0] = lsum[0] * alpha[0] + sum[0];
         lsum[1] = lsum[1] * alpha[1] + sum[1];
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          o[4 * j + 0] *= alpha[0];
-          o[4 * j + 1] *= alpha[0];
-          o[4 * j + 2] *= alpha[1];
-          o[4 * j + 3] *= alpha[1];
-        }
-        // P and alpha for WG2 (after it is done with the previous block's P)
+        // P and alpha for both warpgroups (after WG2 is done with the previous block's P)
         if (i > 0) sm90::bar_sync(C::kBarPEmpty, 256);
         const uint32_t pbase = sm90::smem_addr(sm.p), abase = sm90::smem_addr(sm.alpha);
 #pragma unroll
@@ -358,7 +397,7 @@ struct WgmmaKernel {
           for (int h = 0; h < 2; ++h) {
             const int r = r0 + 8 * h;
             sm90::st_shared_u32(pbase + r * 128 + ((j ^ (r & 7)) << 4) + c2 * 2,
-                                pa[j >> 1][(j & 1) * 2 + h]);
+                                pn[j >> 1][(j & 1) * 2 + h]);
           }
         if (lane % 4 == 0) {
           sm90::st_shared_f32(abase + r0 * 4, alpha[0]);
@@ -366,20 +405,32 @@ struct WgmmaKernel {
         }
         sm90::fence_proxy_async();
         sm90::bar_arrive(C::kBarPFull, 256);
-
-        const unsigned char* kt = sm.k + st * C::kTileBytes;
-        sm90::wgmma_fence();
+        sm90::bar_sync(C::kBarWg1, 128);   // all of P written, for this warpgroup's P V too
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          sm90::wgmma_m64n256k16_rs<T>(o, pa[kk], v_desc(kt, 0, kk));
-        sm90::wgmma_commit();
-        if (i + 1 >= n) break;
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j + 0] *= alpha[0];
+          o[4 * j + 1] *= alpha[0];
+          o[4 * j + 2] *= alpha[1];
+          o[4 * j + 3] *= alpha[1];
+        }
+        const unsigned char* kt = sm.k + st * C::kTileBytes;
+        if (i + 1 >= n) {   // the last block: its P V alone
+          issue_pv_left(sm, o, kt);
+          break;
+        }
+        // (two copies of the P V issue: on every path back to the loop's head the groups in
+        // flight are S then P V, so that ptxas sees S done at wait<1>)
         start_block(sm, bit + 1, t0 + C::kBlock, pc.end, t, s);
+        issue_pv_left(sm, o, kt);
       }
       sm90::wgmma_wait<0>();   // unconditional: ptxas must see every path drained
       sm90::reg_fence(o);
       if (n > 0) {
-        if (lane == 0) sm90::mbar_arrive(&sm.empty[(it + n - 1) & 1]);
+        if (lane == 0) {   // the last block's left V half
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            sm90::mbar_arrive(&sm.empty[((it + n - 1) & 1) * C::kSlices + j]);
+        }
         sm90::bar_sync(C::kBarPEmpty, 256);   // WG2 is done with the last P
       }
       it += n;
@@ -497,7 +548,10 @@ struct WgmmaKernel {
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
         sm90::reg_fence(o);
-        if (lane == 0) sm90::mbar_arrive(&sm.empty[st]);
+        if (lane == 0) {   // this block's right V half, as far as this warpgroup goes
+#pragma unroll
+          for (int j = 4; j < 8; ++j) sm90::mbar_arrive(&sm.empty[st * C::kSlices + j]);
+        }
         sm90::bar_arrive(C::kBarPEmpty, 256);
       }
       sm90::bar_sync(C::kBarEpi, 256);
@@ -510,9 +564,10 @@ struct WgmmaKernel {
   static __device__ void run(const WgmmaParams& wp, unsigned char* raw) {
     const Smem sm = carve(raw);
     if (threadIdx.x == 0) {
-      for (int s = 0; s < C::kStages * C::kSlices; ++s) sm90::mbar_init(&sm.full[s], 1);
-      for (int s = 0; s < C::kStages; ++s)
-        sm90::mbar_init(&sm.empty[s], 8);   // one arrival per consumer warp
+      for (int s = 0; s < C::kStages * C::kSlices; ++s) {
+        sm90::mbar_init(&sm.full[s], 1);
+        sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices));
+      }
       sm90::fence_mbar_init();
     }
     __syncthreads();
