@@ -10,8 +10,11 @@ from mlagen.paths import SCHEDULES_DIR
 from mlagen.schedule import load
 from mlagen.verify.strategies import Bounds
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+def gpu(f):
+    return pytest.mark.cuda(pytest.mark.skipif(not torch.cuda.is_available(),
+                                               reason="needs an NVIDIA GPU")(f))
+
 
 BOUNDS = Bounds(max_batch=4, max_len=300, long_len=1500, max_extra_table=2)
 EXAMPLES = ("hopper_tp8_r16", "hopper_h16_pg16", "hopper_h200", "hopper_r64_fp16_pg1",
@@ -23,10 +26,23 @@ FAULTED = [("causal_off_by_one", "hopper_tp8_r16"), ("early_buffer_swap", "hoppe
            # the few-rows wgmma kernel (mla_wgmma_rows.cuh)
            ("causal_off_by_one", "hopper_wgmma_r16"), ("skip_partial_page", "hopper_wgmma_r32_fp16"),
            # its two-consumer-warpgroup form (warps = 8)
-           ("skip_partial_page", "hopper_wgmma_r16_w8"), ("wrong_scale", "hopper_wgmma_r16_w8"),
-           ("causal_off_by_one", "hopper_wgmma_r32_w8")]
+           ("skip_partial_page", "hopper_wgmma_r16_w8"), ("causal_off_by_one", "hopper_wgmma_r16_w8"),
+           ("wrong_scale", "hopper_wgmma_r32_w8")]
 
 
+def test_each_planted_fault_is_observable_on_its_example():
+    """(CPU) A causal off-by-one shows only where a query sees fewer keys than the sequence
+    has, i.e. s_q >= 2: an example with max_s_q = 1 could never catch it (the r32_w8 pairing
+    did exactly that until a GPU run failed it)."""
+    for fault, example in FAULTED:
+        s = load(SCHEDULES_DIR / f"{example}.toml")
+        if fault == "causal_off_by_one":
+            assert s.problem.max_s_q >= 2, (fault, example)
+        if fault == "skip_partial_page":
+            assert s.problem.page_size > 1, (fault, example)
+
+
+@gpu
 @pytest.mark.parametrize("fault,example", FAULTED)
 def test_planted_fault_is_caught(fault, example):
     from mlagen.verify import verify
@@ -36,6 +52,7 @@ def test_planted_fault_is_caught(fault, example):
     assert not r.ok, f"verify did not catch {fault} on {example}:\n{r.summary()}"
 
 
+@gpu
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_example_passes(example):
     from mlagen.verify import verify
@@ -45,6 +62,7 @@ def test_example_passes(example):
     assert r.ok, r.summary()
 
 
+@gpu
 def test_api_defaults_verify_across_row_classes():
     """The API's default variants (no schedule): 16 heads with s_q up to 4 packs 16-64 rows,
     so the drawn shapes reach every size class's default tile."""
@@ -58,6 +76,7 @@ def test_api_defaults_verify_across_row_classes():
     assert r.ok, r.summary()
 
 
+@gpu
 def test_api_defaults_verify_the_wgmma_kernels():
     """The same through pages of 64 tokens, where every size class's default is a wgmma
     kernel: the few-rows one with 16 rows (one consumer warpgroup) and 32 rows (two), and
