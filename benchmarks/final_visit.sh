@@ -3,7 +3,7 @@
 # default variants, the bench of record, the GPU tests of the default paths (both wgmma
 # kernels, the combine), verify runs on the wgmma example schedules, memcheck; a short table
 # last.  Every step writes under $OUT as it goes.  Run from the copy of main:
-#   COMMIT=<sha> bash benchmarks/final_visit.sh
+#   COMMIT=<sha> [SKIP_TESTS=1] [FAULTS=1] bash benchmarks/final_visit.sh
 set -u
 OUT=${OUT:-$PWD/final_out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD MLAGEN_CACHE_DIR=/tmp/mlagen-cache MLAGEN_BUILD_JOBS=16 MLAGEN_COMMIT=${COMMIT:-}
@@ -29,11 +29,19 @@ echo "build rc=$? $(el)"; cat "$OUT/build.log" | tail -12
 timeout ${BENCH_TIMEOUT:-110} python3 -m mlagen.cli bench --target hopper --no-progress \
   --output "$OUT/hopper_bench" > "$OUT/bench.log" 2>&1
 echo "bench rc=$? $(el)"; grep -iE "geomean|host" "$OUT/hopper_bench.md" 2>/dev/null | head -4
-# 3. GPU tests of the default paths
+# 3. GPU tests of the default paths (SKIP_TESTS=1: already run on this kernel code in an
+# earlier visit), then with FAULTS=1 the planted faults and the verify runs of test_hopper_faults
+if [[ ${SKIP_TESTS:-0} != 1 ]]; then
 timeout ${TEST_TIMEOUT:-110} python3 -m pytest -q -x -p no:cacheprovider tests/test_hopper_wgmma_gpu.py \
   tests/test_hopper_gpu.py -k "test_cases or wgmma or rows or cuda_graph or bad_input or bad_page or sm_count" \
   > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests rc=$? $(el)"; tail -2 "$OUT/pytest_gpu.log"
+fi
+if [[ ${FAULTS:-0} == 1 ]]; then
+  timeout ${FAULT_TIMEOUT:-280} python3 -m pytest -q -p no:cacheprovider tests/test_hopper_faults.py \
+    > "$OUT/pytest_faults.log" 2>&1
+  echo "fault tests rc=$? $(el)"; grep -E "passed|failed|FAILED" "$OUT/pytest_faults.log" | tail -5
+fi
 # 4. verify the wgmma examples (outputs poisoned)
 for s in hopper_wgmma hopper_wgmma_r16 hopper_wgmma_r32_w8; do
   timeout 40 python3 -m mlagen.cli verify schedules/$s.toml --examples 40 > "$OUT/verify_$s.log" 2>&1
