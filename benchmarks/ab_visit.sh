@@ -7,6 +7,7 @@
 # EXTRA="x y": also time the sibling trees ../x, ../y (carried as .dev/x, .dev/y) after B, in
 # the same visit; the table then has a column pair per tree.  SKIP_TESTS=1 leaves out the GPU
 # tests and sanitizers (three trees' timing alone is ~6 min; run the tests in a second call).
+# HOST=1: benchmarks/hopper_host_breakdown.py in A and B; BENCH=1: the bench of record on B.
 set -u
 OUT=${OUT:-$PWD/ab_out}; mkdir -p "$OUT"
 export MLAGEN_CACHE_DIR=/tmp/mlagen-cache MLAGEN_BUILD_JOBS=16 MLAGEN_HOPPER_CHECK_INDICES=0
@@ -47,6 +48,17 @@ for tool in memcheck synccheck; do
   timeout 40 "$CS" --tool $tool --error-exitcode 9 python3 benchmarks/wgmma_bench.py small > "$OUT/$tool.log" 2>&1
   echo "$tool rc=$? $(el): $(grep -E 'ERROR SUMMARY' "$OUT/$tool.log" | head -1)"
 done
+fi
+if [[ ${HOST:-0} == 1 ]]; then   # host time of one eager call, each tree in its own process
+  for t in $A $B; do (cd $t && PYTHONPATH=$t timeout 60 python3 benchmarks/hopper_host_breakdown.py) \
+    > "$OUT/host_$(basename $t).log" 2>&1; echo "host $(basename $t) $(el):" \
+    $(grep -E "^(call x30|call x300|signature|2 x|ctypes|plan.run)" "$OUT/host_$(basename $t).log" | tr '\n' ';')
+  done
+fi
+if [[ ${BENCH:-0} == 1 ]]; then   # the bench of record on B
+  MLAGEN_COMMIT=${COMMIT:-} timeout 110 python3 -m mlagen.cli bench --target hopper --no-progress \
+    --output "$OUT/hopper_bench" > "$OUT/bench.log" 2>&1
+  echo "bench rc=$? $(el)"; grep -iE "geomean|host" "$OUT/hopper_bench.md" 2>/dev/null | head -4
 fi
 python3 benchmarks/ab_rows.py --compare "$OUT/A.json" "$OUT/B.json" \
   $(for t in $EXTRA; do echo "$OUT/$t.json"; done) | tee "$OUT/ab.md"

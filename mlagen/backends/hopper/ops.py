@@ -168,6 +168,12 @@ def _capturing() -> bool:
     return torch.cuda.is_current_stream_capturing()
 
 
+try:   # the C function behind it, without the Python wrapper's checks (once per call)
+    _capturing = torch._C._cuda_isCurrentStreamCapturing     # noqa: F811
+except AttributeError:   # pragma: no cover - older torch
+    pass
+
+
 def check_indices(k_cache, block_table, cache_seqlens) -> None:
     """Strict mode: seqlens within the table's capacity and the pages they use within the
     cache, checked on the host (one sync).  Skipped while a CUDA graph is being captured.
@@ -249,10 +255,11 @@ class DecodePlan:
             with torch.cuda.device(self.idx):
                 return self.run(q, k_cache, block_table, cache_seqlens, sched, num_splits,
                                 out, lse)
+        # new_empty: q's dtype and device without parsing them again (~0.5 us a tensor)
         if out is None:
-            out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+            out = q.new_empty(self.out_shape)
         if lse is None:
-            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+            lse = q.new_empty(self.lse_shape, dtype=torch.float32)
         stream = _raw_stream(self.idx)
         ws = self.workspace(stream)
         code = self.lib.lib.mlagen_hopper_decode(
