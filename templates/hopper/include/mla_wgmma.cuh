@@ -406,16 +406,12 @@ struct WgmmaKernel {
         sm90::fence_proxy_async();
         sm90::bar_arrive(C::kBarPFull, 256);
         sm90::bar_sync(C::kBarWg1, 128);   // all of P written, for this warpgroup's P V too
-        // (a running max that did not move gives alpha = exp2(0) = 1 exactly: past the first
-        // blocks most warps skip the 128 multiplies that delay the next S)
-        if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
 #pragma unroll
-          for (int j = 0; j < 32; ++j) {
-            o[4 * j + 0] *= alpha[0];
-            o[4 * j + 1] *= alpha[0];
-            o[4 * j + 2] *= alpha[1];
-            o[4 * j + 3] *= alpha[1];
-          }
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j + 0] *= alpha[0];
+          o[4 * j + 1] *= alpha[0];
+          o[4 * j + 2] *= alpha[1];
+          o[4 * j + 3] *= alpha[1];
         }
         const unsigned char* kt = sm.k + st * C::kTileBytes;
         if (i + 1 >= n) {   // the last block: its P V alone
@@ -536,14 +532,12 @@ struct WgmmaKernel {
         const uint32_t abase = sm90::smem_addr(sm.alpha);
         const float a0 = sm90::ld_shared_f32(abase + r0 * 4);
         const float a1 = sm90::ld_shared_f32(abase + (r0 + 8) * 4);
-        if (!__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {
 #pragma unroll
-          for (int j = 0; j < 32; ++j) {
-            o[4 * j + 0] *= a0;
-            o[4 * j + 1] *= a0;
-            o[4 * j + 2] *= a1;
-            o[4 * j + 3] *= a1;
-          }
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j + 0] *= a0;
+          o[4 * j + 1] *= a0;
+          o[4 * j + 2] *= a1;
+          o[4 * j + 3] *= a1;
         }
         const unsigned char* kt = sm.k + st * C::kTileBytes;
         sm90::wgmma_fence();
