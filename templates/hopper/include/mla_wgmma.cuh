@@ -8,13 +8,16 @@
 // Three warpgroups of 128 threads:
 //   WG0 producer   one thread walks the pieces and issues, per 64-key block, 9 TMA copies
 //                  (64 keys x 64 columns, 128-byte swizzle) through the block table into one
-//                  of two K stages, completing on the stage's `full` mbarrier; it waits on the
-//                  stage's `empty` mbarrier (one arrival per consumer warp) before reuse.
-//   WG1 scores     S = Q K^T (36 wgmma m64n64k16, Q and K from shared memory), the online
-//                  softmax on S in registers, P to shared memory for WG2, and
-//                  O[:, 0:256] += P V (4 wgmma m64n256k16, P from registers).  S of the
-//                  next block is issued right behind this block's P V, so the tensor cores
-//                  are busy while the softmax of a block waits for its scores.
+//                  of two K stages, each slice completing on its own `full` mbarrier; it
+//                  waits on a slice's `empty` mbarrier (one arrival per warp that reads it)
+//                  before refilling it.
+//   WG1 scores     S = Q K^T (36 wgmma m64n64k16, Q and K from shared memory), issued slice
+//                  by slice as they land; the online softmax on S in registers; P and the
+//                  rescale factor to shared memory for both warpgroups; O[:, 0:256] += P V
+//                  (4 wgmma m64n256k16, P from shared memory).  S of block i+1 is issued
+//                  before P V of block i, so the tensor cores have work while the softmax
+//                  of block i+1 waits for nothing but its S.  The rope slice and the right
+//                  V half are let go once S is done, the left V half once P V is.
 //   WG2 values     O[:, 256:512] += P V with P read from shared memory, after rescaling its
 //                  half of O by the factor WG1 left in shared memory.
 // V is the first 512 columns of the same K stage, read as an MN-major operand.
