@@ -1,4 +1,5 @@
-"""Helpers of the Hopper tests: a small fp32 torch reference and FlashMLA's tolerances."""
+"""Helpers of the Hopper tests: a small fp32 torch reference, FlashMLA's tolerances, and the
+random interleaver of the pipeline model tests."""
 
 from __future__ import annotations
 
@@ -92,3 +93,21 @@ def check_against_reference(out, lse, q, k_cache, block_table, cache_seqlens, so
         abs_tol = max(abs_tol, vmax / 256)
     assert_close(out.float(), ref_out.to(out.dtype).float(), "out", abs_tol, 2.01 / 128, 5e-6)
     assert_close(lse, ref_lse, "lse", 1e-6, 8.01 / 65536)
+
+
+def interleave(actors: list, inflight: list, land, rng, steps: int, deadlock: str) -> None:
+    """Run the pipeline model's actors (generators, one step per `next`) and the landing of
+    the copies in flight (`land(inflight entry)`, like a TMA completing) in a random order
+    until all are done; a run that does not finish in `steps` is a deadlock."""
+    for _ in range(steps):
+        if not actors and not inflight:
+            return
+        if inflight and (not actors or rng.random() < 0.3):     # a copy lands
+            land(inflight.pop(rng.randrange(len(inflight))))
+            continue
+        a = rng.choice(actors)
+        try:
+            next(a)
+        except StopIteration:
+            actors.remove(a)
+    raise AssertionError(f"deadlock: {deadlock}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from hopper_util import interleave
 
 SLICES = 9
 
@@ -88,21 +89,13 @@ def _run(kslots: int, pieces: list[int], wgs: int, rng: random.Random,
                 while merged[pi] < 2:
                     yield
 
-    alive = [producer()] + [consumer(w) for w in range(wgs)]
-    for _ in range(2_000_000):
-        if not alive and not inflight:
-            return
-        if inflight and (not alive or rng.random() < 0.3):     # a box lands
-            sl, tag = inflight.pop(rng.randrange(len(inflight)))
-            data[sl] = tag
-            full_phase[sl] += 1
-            continue
-        a = rng.choice(alive)
-        try:
-            next(a)
-        except StopIteration:
-            alive.remove(a)
-    raise AssertionError(f"deadlock: slots {kslots}, pieces {pieces}, {wgs} consumer WGs")
+    def land(box) -> None:
+        sl, tag = box
+        data[sl] = tag
+        full_phase[sl] += 1
+
+    interleave([producer()] + [consumer(w) for w in range(wgs)], inflight, land, rng,
+               2_000_000, f"slots {kslots}, pieces {pieces}, {wgs} consumer WGs")
 
 
 @pytest.mark.parametrize("wgs", [1, 2])

@@ -15,6 +15,7 @@ import random
 import subprocess
 
 import pytest
+from hopper_util import interleave
 
 SLICES, STAGES = 9, 2
 
@@ -145,22 +146,13 @@ def _run(pieces: list[int], rng: random.Random, readers=slice_readers,
             yield from warps_arrive(s, [4, 5, 6, 7], lambda j: (pi, i, j))
             pempty[0] += 1                                       # bar_arrive(PEmpty)
 
-    alive = [producer(), wg1(), wg2()]
-    for _ in range(3_000_000):
-        if not alive and not inflight:
-            return
-        if inflight and (not alive or rng.random() < 0.3):     # a box lands
-            s, j, tag = inflight.pop(rng.randrange(len(inflight)))
-            assert reading[s][j] == 0, ("a box landed on a slice being read", s, j, tag)
-            data[s][j] = tag
-            full_phase[s][j] += 1
-            continue
-        a = rng.choice(alive)
-        try:
-            next(a)
-        except StopIteration:
-            alive.remove(a)
-    raise AssertionError(f"deadlock: pieces {pieces}")
+    def land(box) -> None:
+        s, j, tag = box
+        assert reading[s][j] == 0, ("a box landed on a slice being read", s, j, tag)
+        data[s][j] = tag
+        full_phase[s][j] += 1
+
+    interleave([producer(), wg1(), wg2()], inflight, land, rng, 3_000_000, f"pieces {pieces}")
 
 
 def test_stage_protocol_under_random_interleavings():
