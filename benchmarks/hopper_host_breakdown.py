@@ -39,8 +39,8 @@ def main():
     plan = api._DECODE_PLANS[api._signature(*a)]
     stream = ops._raw_stream(0)
     ws = plan.workspace(stream)
-    out = torch.empty(plan.out_shape, dtype=plan.dtype, device=plan.device)
-    lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.device)
+    out = c.q.new_empty(plan.out_shape)
+    lse = c.q.new_empty(plan.lse_shape, dtype=torch.float32)
     lib = plan.lib.lib
     ptrs = (c.q.data_ptr(), c.k.data_ptr(), c.bt.data_ptr(), c.seqlens.data_ptr(),
             c.md.data_ptr(), c.ns.data_ptr(), out.data_ptr(), lse.data_ptr(), ws.data_ptr())
@@ -48,10 +48,8 @@ def main():
         "call x300": lambda: c(),
         "signature": lambda: api._signature(*a),
         "signature+lookup": lambda: api._DECODE_PLANS.get(api._signature(*a)),
-        "2 x torch.empty": lambda: (torch.empty(plan.out_shape, dtype=plan.dtype,
-                                                device=plan.device),
-                                    torch.empty(plan.lse_shape, dtype=torch.float32,
-                                                device=plan.device)),
+        "2 x q.new_empty": lambda: (c.q.new_empty(plan.out_shape),
+                                    c.q.new_empty(plan.lse_shape, dtype=torch.float32)),
         "workspace()": lambda: plan.workspace(stream),
         "raw stream": lambda: ops._raw_stream(0),
         "capturing?": lambda: ops._capturing(),

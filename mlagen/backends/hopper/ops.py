@@ -203,7 +203,7 @@ class DecodePlan:
     causal, kernel): the checked sizes and the C entry's shape[] array, so that a repeated
     call only reads pointers, allocates its outputs and launches."""
 
-    __slots__ = ("lib", "idx", "device", "dtype", "out_shape", "lse_shape", "ws_numel",
+    __slots__ = ("lib", "idx", "device", "out_shape", "lse_shape", "ws_numel",
                  "shape", "scale_log2", "error")
 
     def __init__(self, q, k_cache, block_table, parts: int, softmax_scale: float,
@@ -212,7 +212,6 @@ class DecodePlan:
         b, s_q, h_q, _ = q.shape
         self.device = q.device
         self.idx = q.get_device()
-        self.dtype = q.dtype
         rows_total = s_q * h_q
         self.out_shape = (b, s_q, h_q, 512)
         self.lse_shape = (b, h_q, s_q)
