@@ -253,16 +253,17 @@ struct WgmmaKernel {
     sm90::wgmma_commit();
   }
 
-  // O[:, 0:256] += P V with P from shared memory (WG1's half of the values).  P is not
-  // taken from registers: this P V stays in flight through the next block's softmax, and
-  // registers a wgmma reads asynchronously are not protected from reuse meanwhile.
-  static __device__ __forceinline__ void issue_pv_left(const Smem& sm, float (&o)[128],
-                                                       const unsigned char* kt) {
+  // O[:, 256 half, 256 half + 256) += P V with P from shared memory (half 0: WG1's values,
+  // 1: WG2's).  WG1 does not take P from registers: its P V stays in flight through the
+  // next block's softmax, and registers a wgmma reads asynchronously are not protected
+  // from reuse meanwhile.
+  static __device__ __forceinline__ void issue_pv(const Smem& sm, float (&o)[128],
+                                                  const unsigned char* kt, int half) {
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       sm90::wgmma_m64n256k16_ss<T>(
-          o, sm90::desc_sw128(sm90::smem_addr(sm.p) + kk * 32, 16, 1024), v_desc(kt, 0, kk));
+          o, sm90::desc_sw128(sm90::smem_addr(sm.p) + kk * 32, 16, 1024), v_desc(kt, half, kk));
     sm90::wgmma_commit();
   }
 
@@ -418,13 +419,13 @@ struct WgmmaKernel {
         }
         const unsigned char* kt = sm.k + st * C::kTileBytes;
         if (i + 1 >= n) {   // the last block: its P V alone
-          issue_pv_left(sm, o, kt);
+          issue_pv(sm, o, kt, 0);
           break;
         }
         // (two copies of the P V issue: on every path back to the loop's head the groups in
         // flight are S then P V, so that ptxas sees S done at wait<1>)
         start_block(sm, bit + 1, t0 + C::kBlock, pc.end, t, s);
-        issue_pv_left(sm, o, kt);
+        issue_pv(sm, o, kt, 0);
       }
       sm90::wgmma_wait<0>();   // unconditional: ptxas must see every path drained
       sm90::reg_fence(o);
@@ -542,13 +543,7 @@ struct WgmmaKernel {
           o[4 * j + 2] *= a1;
           o[4 * j + 3] *= a1;
         }
-        const unsigned char* kt = sm.k + st * C::kTileBytes;
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          sm90::wgmma_m64n256k16_ss<T>(
-              o, sm90::desc_sw128(sm90::smem_addr(sm.p) + kk * 32, 16, 1024), v_desc(kt, 1, kk));
-        sm90::wgmma_commit();
+        issue_pv(sm, o, sm.k + st * C::kTileBytes, 1);
         sm90::wgmma_wait<0>();
         sm90::reg_fence(o);
         if (lane == 0) {   // this block's right V half, as far as this warpgroup goes
