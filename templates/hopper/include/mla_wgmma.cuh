@@ -338,41 +338,43 @@ struct WgmmaKernel {
           for (int j = 4; j < 8; ++j) sm90::mbar_arrive(&sm.empty[st * C::kSlices + j]);
         }
 
-        // online softmax (log2 domain) on this thread's 2 rows x 16 keys
+        // online softmax (log2 domain) on this thread's 2 rows x 16 keys, on raw scores
+        // (the scale is positive: max(s) scale = max(s scale)) and one FFMA + EX2 a key;
+        // only a block that reaches a row's limit (a piece's last, causal rows) is masked
         // (into another array: ptxas serializes every wgmma of the kernel (C7515) when
         // non-wgmma instructions write the scores' accumulator registers)
         float xs[32];
+        if (t0 + C::kBlock <= min(lim[0], lim[1])) {
+#pragma unroll
+          for (int e = 0; e < 32; ++e) xs[e] = s[e];
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              xs[4 * j + e] = t0 + 8 * j + c2 + (e & 1) < lim[e >> 1] ? s[4 * j + e] : -INFINITY;
+        }
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = t0 + 8 * j + c2 + (e & 1);
-            const int h = e >> 1;
-            const float x = key < lim[h] ? s[4 * j + e] * scale : -INFINITY;
-            xs[4 * j + e] = x;
-            mx[h] = fmaxf(mx[h], x);
-          }
-        float alpha[2];
+        for (int e = 0; e < 32; ++e) mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], xs[e]);
+        float alpha[2], ms[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-          const float mn = fmaxf(m[h], mx[h]);
+          const float mn = fmaxf(m[h], mx[h] * scale);
           alpha[h] = mn == -INFINITY ? 1.f : exp2f(m[h] - mn);
           m[h] = mn;
+          ms[h] = mn == -INFINITY ? 0.f : mn;   // a row with every key masked: exp2(-inf) = 0
         }
         float sum[2] = {0.f, 0.f};
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1;
-            const float x = xs[4 * j + e];
-            const float pe = x == -INFINITY ? 0.f : exp2f(x - m[h]);
-            xs[4 * j + e] = pe;
-            sum[h] += pe;
-          }
+        for (int e = 0; e < 32; ++e) {
+          const int h = (e >> 1) & 1;
+          const float pe = exp2f(fmaf(xs[e], scale, -ms[h]));
+          xs[e] = pe;
+          sum[h] += pe;
+        }
         // the previous block's P V (queued behind this block's S, so about done by now): its
         // left V half goes back to the producer here, mid-softmax; P and O wait for it below
         sm90::wgmma_wait<0>();
