@@ -48,6 +48,9 @@ struct WgmmaConfig {
   static constexpr int kSliceBytes = 64 * 64 * 2;         // 8 KiB: one TMA box
   static constexpr int kTileBytes = kSlices * kSliceBytes;  // 72 KiB
   static constexpr int kStages = 2;
+  // log2 of how far a row's P may exceed 1 before its running max moves (FlashAttention-4's
+  // conditional rescale): bf16 P and fp32 O and l have room for 2^8
+  static constexpr float kSlack = 8.f;
   static constexpr int kQOff = 0;
   static constexpr int kKOff = kQOff + kTileBytes;
   static constexpr int kPOff = kKOff + kStages * kTileBytes;
@@ -267,6 +270,22 @@ struct WgmmaKernel {
     sm90::wgmma_commit();
   }
 
+  // O *= alpha, a factor per row (this thread's rows r0, r0 + 8), skipped by a warp
+  // whose 16 rows all keep their max (warp-uniform: WG1's and WG2's warp w hold the
+  // same rows, so both skip together)
+  static __device__ __forceinline__ void rescale(float (&o)[128], float a0, float a1) {
+    if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j + 0] *= a0;
+        o[4 * j + 1] *= a0;
+        o[4 * j + 2] *= a1;
+        o[4 * j + 3] *= a1;
+      }
+    }
+    sm90::reg_fence(o);   // ahead of the P V's wgmma_fence (else ptxas injects one: C7519)
+  }
+
   // Block it's scores: if the piece ends inside the block, all its slices first and the
   // tail zeroed; else each slice as it lands.
   static __device__ __forceinline__ void start_block(const Smem& sm, int it, int t0, int end,
@@ -362,8 +381,13 @@ struct WgmmaKernel {
         for (int h = 0; h < 2; ++h) {
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-          const float mn = fmaxf(m[h], mx[h] * scale);
-          alpha[h] = mn == -INFINITY ? 1.f : exp2f(m[h] - mn);
+          // the running max moves only when a block's exceeds it by more than kSlack: P
+          // stays under 2^kSlack, and O's rescale (both warpgroups: 256 FMULs a thread
+          // pair) is skipped for nearly every block once the first has set the max
+          const float mc = mx[h] * scale;
+          const bool move = mc > m[h] + C::kSlack;   // m = -inf: any finite mc moves
+          const float mn = move ? mc : m[h];
+          alpha[h] = move ? exp2f(m[h] - mn) : 1.f;
           m[h] = mn;
           ms[h] = mn == -INFINITY ? 0.f : mn;   // a row with every key masked: exp2(-inf) = 0
         }
@@ -412,13 +436,7 @@ struct WgmmaKernel {
         sm90::fence_proxy_async();
         sm90::bar_arrive(C::kBarPFull, 256);
         sm90::bar_sync(C::kBarWg1, 128);   // all of P written, for this warpgroup's P V too
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          o[4 * j + 0] *= alpha[0];
-          o[4 * j + 1] *= alpha[0];
-          o[4 * j + 2] *= alpha[1];
-          o[4 * j + 3] *= alpha[1];
-        }
+        rescale(o, alpha[0], alpha[1]);
         const unsigned char* kt = sm.k + st * C::kTileBytes;
         if (i + 1 >= n) {   // the last block: its P V alone
           issue_pv(sm, o, kt, 0);
@@ -538,13 +556,7 @@ struct WgmmaKernel {
         const uint32_t abase = sm90::smem_addr(sm.alpha);
         const float a0 = sm90::ld_shared_f32(abase + r0 * 4);
         const float a1 = sm90::ld_shared_f32(abase + (r0 + 8) * 4);
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          o[4 * j + 0] *= a0;
-          o[4 * j + 1] *= a0;
-          o[4 * j + 2] *= a1;
-          o[4 * j + 3] *= a1;
-        }
+        rescale(o, a0, a1);
         issue_pv(sm, o, sm.k + st * C::kTileBytes, 1);
         sm90::wgmma_wait<0>();
         sm90::reg_fence(o);
