@@ -15,6 +15,11 @@ constexpr int kDV = 512;             // value width: the first 512 columns of th
 constexpr int kChunks = kD / 8;      // 16-byte chunks per key row
 constexpr int kSchedBlock = 64;      // tokens per scheduler unit (independent of block_kv)
 constexpr int kMetaInts = 8;         // ints per part in the scheduler metadata
+// The wgmma kernels' conditional rescale (FlashAttention-4's): a row's running max (log2
+// domain) moves only when a block's exceeds it by more than this, so P stays under 2^8
+// (room enough in bf16/fp16 P and fp32 O and l) and O's rescale is skipped for nearly
+// every block once the first has set the max.
+constexpr float kRescaleSlack = 8.f;
 
 // A planted fault, for the verifier's own tests only (mlagen/schedule/records.py FAULTS; the
 // rendered sources define MLAGEN_FAULT, 0 = none).  Each names the one line it breaks.

@@ -48,9 +48,6 @@ struct WgmmaConfig {
   static constexpr int kSliceBytes = 64 * 64 * 2;         // 8 KiB: one TMA box
   static constexpr int kTileBytes = kSlices * kSliceBytes;  // 72 KiB
   static constexpr int kStages = 2;
-  // log2 of how far a row's P may exceed 1 before its running max moves (FlashAttention-4's
-  // conditional rescale): bf16 P and fp32 O and l have room for 2^8
-  static constexpr float kSlack = 8.f;
   static constexpr int kQOff = 0;
   static constexpr int kKOff = kQOff + kTileBytes;
   static constexpr int kPOff = kKOff + kStages * kTileBytes;
@@ -381,11 +378,10 @@ struct WgmmaKernel {
         for (int h = 0; h < 2; ++h) {
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-          // the running max moves only when a block's exceeds it by more than kSlack: P
-          // stays under 2^kSlack, and O's rescale (both warpgroups: 256 FMULs a thread
-          // pair) is skipped for nearly every block once the first has set the max
+          // the conditional rescale (kRescaleSlack): O's (both warpgroups: 256 FMULs a
+          // thread pair) is then skipped for nearly every block
           const float mc = mx[h] * scale;
-          const bool move = mc > m[h] + C::kSlack;   // m = -inf: any finite mc moves
+          const bool move = mc > m[h] + kRescaleSlack;   // m = -inf: any finite mc moves
           const float mn = move ? mc : m[h];
           alpha[h] = move ? exp2f(m[h] - mn) : 1.f;
           m[h] = mn;

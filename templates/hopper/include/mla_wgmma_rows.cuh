@@ -365,14 +365,17 @@ struct WgmmaRowsKernel {
         }
         sm90::bar_sync(bar, 128);
         float alpha[kCols];
+        bool moved = false;
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
           const int col = 8 * (c >> 1) + c2 + (c & 1);
           const float bm = fmaxf(fmaxf(red[col], red[N + col]),
                                  fmaxf(red[2 * N + col], red[3 * N + col]));
-          const float mn = fmaxf(m[c], bm);
-          alpha[c] = mn == -INFINITY ? 1.f : exp2f(m[c] - mn);
-          m[c] = mn;
+          // the conditional rescale (kRescaleSlack); m = -inf: any finite bm moves
+          const bool move = bm > m[c] + kRescaleSlack;
+          alpha[c] = move ? exp2f(m[c] - bm) : 1.f;
+          m[c] = move ? bm : m[c];
+          moved |= move;
           lsum[c] *= alpha[c];   // this thread's share of the column sum
         }
         // P^T [N][64 keys], K-major, 128-byte rows swizzled: key chunk (key / 8) ^ (col % 8).
@@ -389,10 +392,13 @@ struct WgmmaRowsKernel {
           sm90::st_shared_u16(pbase + col * 128 + (((key >> 3) ^ (col & 7)) << 4) + (key & 7) * 2,
                               *reinterpret_cast<uint16_t*>(&pv));
         }
+        // every warp holds all N columns, so all four take this branch alike
+        if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-        for (int mt = 0; mt < 8; ++mt)
+          for (int mt = 0; mt < 8; ++mt)
 #pragma unroll
-          for (int i2 = 0; i2 < kAcc; ++i2) o[mt][i2] *= alpha[col_slot(i2)];
+            for (int i2 = 0; i2 < kAcc; ++i2) o[mt][i2] *= alpha[col_slot(i2)];
+        }
         // the rescale stays ahead of wgmma_fence (else ptxas injects a fence per tile, C7519)
 #pragma unroll
         for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
