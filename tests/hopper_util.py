@@ -77,6 +77,29 @@ def flashmla_data(q, k_cache):
     return (q / 10).clamp(-1, 1), (k_cache / 10).clamp(-1, 1)
 
 
+def rising_scores(q, k_cache, block_table, cache_seqlens, softmax_scale, step):
+    """Scores that climb along each sequence by about `step` (log2 units) a 64-key block, so
+    a row's running max moves mid-piece: past the kernels' conditional-rescale slack (2^8)
+    at step 12 nearly every block, every other block at 6, every third at 3, and between
+    moves P runs up to the slack.  The ramp is key t's first rope column (t * delta, q's
+    column 1 there): V, the first 512 columns, keeps its small values, so the output
+    checks stay tight.  Pages past a sequence keep their NaN."""
+    import torch
+
+    delta = step / (64 * softmax_scale * math.log2(math.e))
+    q = q.clone()
+    q[..., 512] = 1.0
+    k = k_cache.clone()
+    page = k.shape[1]
+    for b, n in enumerate(cache_seqlens.tolist()):
+        if n == 0:
+            continue
+        t = torch.arange(n, device=k.device)
+        pages = block_table[b, t // page].long()
+        k[pages, t % page, 0, 512] = (t * delta).to(k.dtype)
+    return q, k
+
+
 def check_against_reference(out, lse, q, k_cache, block_table, cache_seqlens, softmax_scale,
                             causal, sharp=False):
     """Against the exact reference.  FlashMLA's data (sharp=False): FlashMLA's tolerances

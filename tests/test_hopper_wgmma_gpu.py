@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from mlagen.errors import InputError
 from mlagen.schedule.records import Schedule
 
+from hopper_util import rising_scores
 from test_hopper_gpu import SEQLENS, api, check, inputs, run
 
 pytestmark = [pytest.mark.cuda,
@@ -216,3 +217,23 @@ def test_verify_runs_the_rows_examples(example):
                bounds=Bounds(max_batch=4, max_len=300, long_len=1100, max_extra_table=2))
     assert r.ok, r.summary()
     assert r.poisoned
+
+
+KERNELS = {"r64": lambda: wgmma(), "r16_w4": lambda: rows_kernel(16), "r32_w4": lambda: rows_kernel(32),
+           "r16_w8": lambda: rows_kernel(16, warps=8), "r32_w8": lambda: rows_kernel(32, warps=8)}
+
+
+@pytest.mark.parametrize("step", [3, 6, 12])
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_rising_scores_move_the_running_max_mid_piece(kernel, step):
+    """The conditional rescale (kRescaleSlack in mla_common.cuh) on scores that climb along
+    each sequence: rows' maxima move mid-piece, past the slack (O rescaled) on some blocks
+    and inside it (no rescale, P up to 2^8) on others; causal s_q = 2, lengths across page
+    edges, the long request split.  FlashMLA-like data never moves a max past the slack
+    after a piece's first block, so without this test that path would go unchecked."""
+    h_q = 128 if kernel == "r64" else 16
+    inp = inputs(3, [65, 1000, 4097], 2, h_q, 64, seed=2)
+    inp.q, inp.k_cache = rising_scores(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
+                                       inp.softmax_scale, step)
+    inp.meta["sharp"] = True      # P concentrated on a few keys: the sharp-data bound
+    check(inp, True, KERNELS[kernel]())
