@@ -19,7 +19,8 @@
 //                  of block i+1 waits for nothing but its S.  The rope slice and the right
 //                  V half are let go once S is done, the left V half once P V is.
 //   WG2 values     O[:, 256:512] += P V with P read from shared memory, after rescaling its
-//                  half of O by the factor WG1 left in shared memory.
+//                  half of O by the factor WG1 left in shared memory (when a row's max
+//                  moved: the conditional rescale, kRescaleSlack in mla_common.cuh).
 // V is the first 512 columns of the same K stage, read as an MN-major operand.
 //
 // Named barriers between WG1 and WG2: PFULL (P and alpha written), PEMPTY (WG2 done with
