@@ -266,9 +266,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=kinds(), required=True)
     p.add_argument("--shape", action="append", metavar="B,S_Q,S_K,H_Q[,varlen]",
                    help="a shape to tune (repeatable; default: the target's benchmark rows)")
-    p.add_argument("--space", choices=("defaults", "small", "full"), default="small",
+    p.add_argument("--space", choices=("defaults", "small", "wgmma", "full"), default="small",
                    help="search space (defaults: the static per-class tiles only; small: tile "
-                        "shapes around them; full: every legal tile and split cost)")
+                        "shapes around them; wgmma: the wgmma kernels alone, split costs 2-12; full: "
+                        "every legal tile and split cost)")
     p.add_argument("--table", default=None, help="table file (default: "
                    "$MLAGEN_HOPPER_TUNE_TABLE or the cache's hopper_tune.json); resumes from "
                    "its .log.jsonl")

@@ -149,3 +149,29 @@ def test_the_search_covers_the_few_rows_consumer_warpgroups(table):
     tuned.forget_tables()
     s = defaults.default_schedule(16, "bf16", 128, "FakeGPU")
     assert (s.mapping.mainloop, s.mapping.rows_per_tile, s.mapping.warps) == ("wgmma", 16, 8)
+
+
+def test_the_wgmma_space_and_the_margin_that_keeps_the_default(table):
+    """space "wgmma": the wgmma kernels alone with a wider split policy.  A candidate within
+    MARGIN of the static default does not replace it (one median's noise would churn the
+    table); one faster by more does."""
+    cands = tune.candidates("wgmma")
+    assert {k["mainloop"] for k in cands} == {"wgmma"}
+    assert {k["split_cost"] for k in cands} == {2, 3, 5, 8, 12}
+    default = tune.static_default_id(128)
+    assert default in {tune.cand_id(k) for k in cands}
+
+    def m(gain):
+        def f(shape, k):   # split cost 12 faster than the default by `gain`
+            return 1.0 / (1 + gain) if k["split_cost"] == 12 else 1.0 + k["split_cost"] / 1e3
+        return f
+    shape = [tune.Shape(32, 1, 1024, 128, False)]
+    mine = tune.tune(shape, space="wgmma", gpu="FakeGPU", measure=m(tune.MARGIN / 2),
+                     build=False, progress=False)
+    e = mine["entries"]["b=32,rows=128"]
+    assert e["candidate"] == e["default"] == default
+    table.unlink()
+    tune.log_path(table).unlink()
+    mine = tune.tune(shape, space="wgmma", gpu="FakeGPU", measure=m(tune.MARGIN * 3),
+                     build=False, progress=False)
+    assert mine["entries"]["b=32,rows=128"]["knobs"]["split_cost"] == 12

@@ -9,7 +9,8 @@ Every candidate is a legal schedule (rules.check) of the search space; they are 
 and appended to a log beside the table, so an interrupted run resumes where it stopped.
 The table is keyed by GPU name and mlagen version; within it, by (batch, s_q * h_q): the
 two things both get_mla_metadata and flash_mla_with_kvcache know.  Shapes that share a key
-(several s_k) pick the candidate with the best geometric mean of time / the shape's best.
+(several s_k) pick the candidate with the best geometric mean of time / the shape's best;
+the static default stays unless that is more than MARGIN faster than it.
 """
 
 from __future__ import annotations
@@ -85,12 +86,15 @@ def candidates(space: str = "small") -> list[dict]:
         tiles = sorted(set(tile_knobs().values()))
         costs = (5,)
         wgmma_costs = (5,)
+    elif space == "wgmma":        # the wgmma kernels alone, their split policy wider
+        tiles, costs = [], ()
+        wgmma_costs = (2, 3, 5, 8, 12)
     elif space == "full":
         tiles = list(itertools.product((16, 32, 64), (16, 32, 64), range(1, 6), (4, 8)))
         costs = (2, 5, 10)
         wgmma_costs = (2, 3, 5, 8, 10)
     else:
-        raise MlagenError(f"search space {space!r}: defaults, small or full")
+        raise MlagenError(f"search space {space!r}: defaults, small, wgmma or full")
     from .defaults import WGMMA_KNOBS
 
     # the wgmma main loops have fixed tile knobs but for the few-rows kernel's rows and
@@ -182,10 +186,26 @@ def _read_log(path: Path, key: str) -> dict[tuple[str, str], float]:
     return done
 
 
+def static_default_id(rows_total: int) -> str:
+    """The candidate id of the static default a shape of these rows gets without a table."""
+    from .defaults import default_schedule
+
+    m = default_schedule(rows_total).mapping
+    return cand_id(dict(rows_per_tile=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers,
+                        warps=m.warps, split_cost=m.split_cost, mainloop=m.mainloop))
+
+
+# A measured candidate replaces the static default only when it is faster by more than
+# this (geometric mean over the key's shapes): one do_bench median of each moves by ~1-2 %,
+# and a table of noise picks would churn the defaults for nothing.
+MARGIN = 0.02
+
+
 def choose(shapes: Sequence[Shape], cands: Sequence[dict],
-           times: dict[tuple[str, str], float]) -> dict[str, dict]:
+           times: dict[tuple[str, str], float], margin: float = MARGIN) -> dict[str, dict]:
     """Per (b, rows) key: the candidate with the best geometric mean of time / best time
-    over the key's shapes (only candidates measured on all of them)."""
+    over the key's shapes (only candidates measured on all of them), unless the static
+    default is within `margin` of it."""
     by_key: dict[str, list[Shape]] = {}
     for s in shapes:
         by_key.setdefault(shape_key(s.b, s.rows), []).append(s)
@@ -208,8 +228,12 @@ def choose(shapes: Sequence[Shape], cands: Sequence[dict],
         if not scored:
             continue
         score, cid, k, vals = min(scored, key=lambda t: (t[0], t[1]))
+        default = static_default_id(group[0].rows)
+        kept = [t for t in scored if t[1] == default and t[0] <= score * (1 + margin)]
+        if kept:
+            score, cid, k, vals = kept[0]
         entries[key] = {"knobs": {n: k[n] for n in KNOBS}, "candidate": cid,
-                        "score": round(score, 4),
+                        "score": round(score, 4), "default": default,
                         "shapes": {s.label(): round(v, 5) for s, v in zip(group, vals)}}
     return entries
 
