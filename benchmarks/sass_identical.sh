@@ -13,14 +13,17 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/base" "$work/out/base" "$work/out/tree"
 git -C "$root" archive "$rev" generated templates/hopper | tar xf - -C "$work/base" || exit 2
 
+# the JIT's own flags (mlagen.backends.hopper.FLAGS), so that this check cannot drift from them
+flags=$(PYTHONPATH=$root python3 -c "from mlagen.backends.hopper import FLAGS
+print(' '.join(f for f in FLAGS if f != '-lineinfo'))") || exit 2
+
 build() {  # tree outdir
   local n=0
   for src in "$1"/generated/hopper_*/split.cu; do
     local v; v=$(basename "$(dirname "$src")")
     for f in 0 1 2 3; do
       sed "s/^#define MLAGEN_FAULT 0$/#define MLAGEN_FAULT $f/" "$src" > "$2/$v.$f.cu"
-      nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 --use_fast_math \
-        -I "$1/templates/hopper/include" -cubin -o "$2/$v.$f.cubin" "$2/$v.$f.cu" \
+      nvcc $flags -I "$1/templates/hopper/include" -cubin -o "$2/$v.$f.cubin" "$2/$v.$f.cu" \
         2> "$2/$v.$f.log" &
       n=$((n + 1))
       if (( n % $(nproc) == 0 )); then wait; fi
