@@ -1,0 +1,38 @@
+"""Build, in parallel, every library tests/test_hopper_faults.py loads (each example with and
+without its planted fault, as the API canonicalizes them), so that the visit's fault tests
+find them in the cache instead of building ~25 libraries one after the other (GPU machine;
+nvcc only, no GPU needed).
+
+    python benchmarks/prebuild_faults.py [JOBS]
+"""
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from mlagen.backends.hopper import defaults, render  # noqa: E402
+from mlagen.jit import build  # noqa: E402
+from mlagen.paths import SCHEDULES_DIR  # noqa: E402
+from mlagen.schedule import load  # noqa: E402
+from test_hopper_faults import EXAMPLES, FAULTED  # noqa: E402
+
+
+def main() -> None:
+    jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+    scheds = [load(SCHEDULES_DIR / f"{e}.toml").with_fault(f) for f, e in FAULTED]
+    scheds += [load(SCHEDULES_DIR / f"{e}.toml") for e in EXAMPLES]
+    canon = {c.variant_name(): c for c in (defaults.canonical(s) for s in scheds)}
+    t = time.time()
+    with ThreadPoolExecutor(jobs) as ex:
+        for a in ex.map(lambda s: build(render(s)), canon.values()):
+            print(a.path.parent.name, round(a.seconds, 1))
+    print(f"{len(canon)} libraries in {time.time() - t:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
