@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from mlagen.backends.hopper import defaults, render  # noqa: E402
-from mlagen.jit import build  # noqa: E402
+from mlagen.backends.hopper import defaults  # noqa: E402
+from mlagen.backends.hopper.tune import build_schedules  # noqa: E402
 from mlagen.paths import SCHEDULES_DIR  # noqa: E402
 from mlagen.schedule import load  # noqa: E402
 from test_hopper_faults import EXAMPLES, FAULTED  # noqa: E402
@@ -28,10 +27,11 @@ def main() -> None:
     scheds += [load(SCHEDULES_DIR / f"{e}.toml") for e in EXAMPLES]
     canon = {c.variant_name(): c for c in (defaults.canonical(s) for s in scheds)}
     t = time.time()
-    with ThreadPoolExecutor(jobs) as ex:
-        for a in ex.map(lambda s: build(render(s)), canon.values()):
-            print(a.path.parent.name, round(a.seconds, 1))
-    print(f"{len(canon)} libraries in {time.time() - t:.1f} s")
+    errs = build_schedules(list(canon.values()), jobs)
+    for name, e in zip(canon, errs):
+        print(name, e or "ok")
+    print(f"{len(canon)} libraries in {time.time() - t:.1f} s, {sum(map(bool, errs))} failed")
+    sys.exit(1 if any(errs) else 0)
 
 
 if __name__ == "__main__":

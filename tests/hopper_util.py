@@ -81,9 +81,9 @@ def rising_scores(q, k_cache, block_table, cache_seqlens, softmax_scale, step):
     """Scores that climb along each sequence by about `step` (log2 units) a 64-key block, so
     a row's running max moves mid-piece: past the kernels' conditional-rescale slack (2^8)
     at step 12 nearly every block, every other block at 6, every third at 3, and between
-    moves P runs up to the slack.  The ramp is key t's first rope column (t * delta, q's
-    column 1 there): V, the first 512 columns, keeps its small values, so the output
-    checks stay tight.  Pages past a sequence keep their NaN."""
+    moves P runs up to the slack.  The ramp is in the first rope column (column 512: key t
+    holds t * delta there, every query 1): V, the first 512 columns, keeps its small values,
+    so the output checks stay tight.  Pages past a sequence keep their NaN."""
     import torch
 
     delta = step / (64 * softmax_scale * math.log2(math.e))

@@ -130,22 +130,28 @@ def schedule_of(knobs: dict, dtype: str = "bf16"):
     return canonical(Schedule.build(target="hopper", dtype=dtype, **knobs))
 
 
-def build_all(cands: Sequence[dict], jobs: int = 8) -> dict[str, str]:
-    """Build every candidate (in parallel); returns {cand_id: error} for those that failed."""
+def build_schedules(schedules: Sequence, jobs: int = 8) -> list[Optional[str]]:
+    """Build canonical schedules' libraries in parallel (cached); per schedule None, or the
+    first line of why it did not build (not raised: the caller skips it)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ...jit import build
     from . import render
 
-    def one(k):
+    def one(s):
         try:
-            build(render(schedule_of(k)))
+            build(render(s))
             return None
-        except Exception as e:       # a candidate that does not build is skipped, not fatal
+        except Exception as e:
             return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
     with ThreadPoolExecutor(jobs) as ex:
-        errs = list(ex.map(one, cands))
+        return list(ex.map(one, schedules))
+
+
+def build_all(cands: Sequence[dict], jobs: int = 8) -> dict[str, str]:
+    """Build every candidate (in parallel); returns {cand_id: error} for those that failed."""
+    errs = build_schedules([schedule_of(k) for k in cands], jobs)
     return {cand_id(k): e for k, e in zip(cands, errs) if e}
 
 
@@ -191,8 +197,7 @@ def static_default_id(rows_total: int) -> str:
     from .defaults import default_schedule
 
     m = default_schedule(rows_total).mapping
-    return cand_id(dict(rows_per_tile=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers,
-                        warps=m.warps, split_cost=m.split_cost, mainloop=m.mainloop))
+    return cand_id({n: getattr(m, n) for n in KNOBS})
 
 
 # A measured candidate replaces the static default only when it is faster by more than
