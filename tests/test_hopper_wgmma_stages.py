@@ -29,9 +29,11 @@ def slice_readers(j: int) -> int:
 
 
 def _run(pieces: list[int], rng: random.Random, readers=slice_readers,
-         early_left=False) -> None:
+         early_left=False, early_pair=False) -> None:
     """early_left: a planted bug, WG1 letting go of the left V half when S is done (before
-    its P V has read it)."""
+    its P V has read it).  Each P V is two commit groups of two slices (issue_pv): a pair
+    is let go once its group is done; early_pair: a planted bug, both pairs let go when the
+    first group is done."""
     full_phase = [[0] * SLICES for _ in range(STAGES)]
     empty_phase = [[0] * SLICES for _ in range(STAGES)]
     empty_cnt = [[0] * SLICES for _ in range(STAGES)]
@@ -104,11 +106,15 @@ def _run(pieces: list[int], rng: random.Random, readers=slice_readers,
                 yield from warps_arrive(s, [8, 4, 5, 6, 7] + ([0, 1, 2, 3] if early_left else []),
                                         lambda j: (pi, i, j))
                 yield                                            # softmax
-                if i > 0:                                        # wait<0>: P V(i-1) done
-                    for j in range(4):
-                        end_read(sp, j, (pi, i - 1, j))
-                    if not early_left:
-                        yield from warps_arrive(sp, [0, 1, 2, 3], lambda j: (pi, i - 1, j))
+                if i > 0:                        # wait<1>, wait<0>: P V(i-1)'s two groups
+                    for pair in ([0, 1], [2, 3]):
+                        for j in pair:
+                            end_read(sp, j, (pi, i - 1, j))
+                        if not early_left:
+                            free = [0, 1, 2, 3] if early_pair else pair
+                            if not (early_pair and pair == [2, 3]):
+                                yield from warps_arrive(sp, free, lambda j: (pi, i - 1, j))
+                        yield
                     while pempty[0] < len(done_blocks) + i:      # bar_sync(PEmpty)
                         yield
                 pfull[0] += 1                                    # P(i), bar_arrive(PFull)
@@ -140,10 +146,13 @@ def _run(pieces: list[int], rng: random.Random, readers=slice_readers,
                 yield
             for j in range(4, 8):
                 start_read(s, j, (pi, i, j))
-            yield                                                # P V right, wait<0>
-            for j in range(4, 8):
-                end_read(s, j, (pi, i, j))
-            yield from warps_arrive(s, [4, 5, 6, 7], lambda j: (pi, i, j))
+            for pair in ([4, 5], [6, 7]):                        # P V right: wait<1>, <0>
+                yield
+                for j in pair:
+                    end_read(s, j, (pi, i, j))
+                free = [4, 5, 6, 7] if early_pair else pair
+                if not (early_pair and pair == [6, 7]):
+                    yield from warps_arrive(s, free, lambda j: (pi, i, j))
             pempty[0] += 1                                       # bar_arrive(PEmpty)
 
     def land(box) -> None:
@@ -166,7 +175,7 @@ def test_the_model_catches_an_early_release():
     """Teeth: the left V half let go when S is done (its P V still to read it), or the
     right half freed by WG1 alone (4 arrivals, not 8): a box lands on a slice being read,
     or a read finds another block's data."""
-    for bad in (dict(early_left=True), dict(readers=lambda j: 4)):
+    for bad in (dict(early_left=True), dict(readers=lambda j: 4), dict(early_pair=True)):
         with pytest.raises(AssertionError):
             for seed in range(40):
                 _run([6, 5, 7], random.Random(seed), **bad)

@@ -227,6 +227,33 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t da
   }
 }
 #undef MLAGEN_WG_SS256
+
+// D[OFF, OFF + 64) (64 x 128, fp32: half of a 64 x 256 accumulator, whose first 64
+// registers hold its columns 0-127) += A (64 x 16, K-major, smem) * B (16 x 128, MN-major,
+// smem): P V over one half of a warpgroup's value columns, so that its first half's K
+// slices can be let go while the second half still runs.
+#define MLAGEN_D64                                                                            \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                   \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "          \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "           \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define MLAGEN_WG_SS128(TY)                                                                   \
+  asm volatile(                                                                               \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " MLAGEN_D64 ", "            \
+      "%64, %65, 1, 1, 1, 0, 1;\n"                                                            \
+      : MLAGEN_R32(OFF), MLAGEN_R32(OFF + 32)                                                 \
+      : "l"(da), "l"(db))
+template <typename T, int OFF>
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[128], uint64_t da, uint64_t db) {
+  static_assert(OFF == 0 || OFF == 64, "one half of a 64 x 256 accumulator");
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    MLAGEN_WG_SS128("bf16");
+  } else {
+    MLAGEN_WG_SS128("f16");
+  }
+}
+#undef MLAGEN_WG_SS128
+#undef MLAGEN_D64
 #undef MLAGEN_D128
 #undef MLAGEN_R32
 #undef MLAGEN_R8

@@ -14,10 +14,12 @@
 //   WG1 scores     S = Q K^T (36 wgmma m64n64k16, Q and K from shared memory), issued slice
 //                  by slice as they land; the online softmax on S in registers; P and the
 //                  rescale factor to shared memory for both warpgroups; O[:, 0:256] += P V
-//                  (4 wgmma m64n256k16, P from shared memory).  S of block i+1 is issued
-//                  before P V of block i, so the tensor cores have work while the softmax
-//                  of block i+1 waits for nothing but its S.  The rope slice and the right
-//                  V half are let go once S is done, the left V half once P V is.
+//                  (2 x 4 wgmma m64n128k16, P from shared memory).  S of block i+1 is
+//                  issued before P V of block i, so the tensor cores have work while the
+//                  softmax of block i+1 waits for nothing but its S.  The rope slice and
+//                  the right V half are let go once S is done, the left V half once P V
+//                  is: P V is two commit groups of 128 columns, and each pair of slices
+//                  goes back as soon as its group is done (WG2's likewise).
 //   WG2 values     O[:, 256:512] += P V with P read from shared memory, after rescaling its
 //                  half of O by the factor WG1 left in shared memory (when a row's max
 //                  moved: the conditional rescale, kRescaleSlack in mla_common.cuh).
@@ -195,11 +197,12 @@ struct WgmmaKernel {
     return sm90::desc_sw128(sm90::smem_addr(tile) + (kk >> 2) * C::kSliceBytes + (kk & 3) * 32,
                             16, 1024);
   }
-  // MN-major V (B of P V): columns [256 h, 256 h + 256) = slices 4h..4h+3, keys
+  // MN-major V (B of P V): columns [256 h + 64 q, 256 h + 256) = slices 4h+q..4h+3, keys
   // [16 kk, 16 kk + 16) = 2 atoms of 8 rows.
-  static __device__ __forceinline__ uint64_t v_desc(const unsigned char* tile, int h, int kk) {
-    return sm90::desc_sw128(sm90::smem_addr(tile) + h * 4 * C::kSliceBytes + kk * 2048,
-                            C::kSliceBytes, 1024);
+  static __device__ __forceinline__ uint64_t v_desc(const unsigned char* tile, int h, int kk,
+                                                    int q = 0) {
+    return sm90::desc_sw128(
+        sm90::smem_addr(tile) + (h * 4 + q) * C::kSliceBytes + kk * 2048, C::kSliceBytes, 1024);
   }
 
   // ---------------------------------------------------------------- WG1
@@ -258,14 +261,27 @@ struct WgmmaKernel {
   // 1: WG2's).  WG1 does not take P from registers: its P V stays in flight through the
   // next block's softmax, and registers a wgmma reads asynchronously are not protected
   // from reuse meanwhile.
+  // Two commit groups of 128 columns each (its slices 4 half, 4 half + 1, then the other
+  // two): the first pair of slices goes back to the producer while the second is read.
   static __device__ __forceinline__ void issue_pv(const Smem& sm, float (&o)[128],
                                                   const unsigned char* kt, int half) {
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      sm90::wgmma_m64n256k16_ss<T>(
+      sm90::wgmma_m64n128k16_ss<T, 0>(
           o, sm90::desc_sw128(sm90::smem_addr(sm.p) + kk * 32, 16, 1024), v_desc(kt, half, kk));
     sm90::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      sm90::wgmma_m64n128k16_ss<T, 64>(
+          o, sm90::desc_sw128(sm90::smem_addr(sm.p) + kk * 32, 16, 1024),
+          v_desc(kt, half, kk, 2));
+    sm90::wgmma_commit();
+  }
+  // O's first 64 registers (columns 0-127 of the half), after the first group's wait
+  static __device__ __forceinline__ void fence_first_half(float (&o)[128]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) sm90::reg_fence(o[i]);
   }
 
   // O *= alpha, a factor per row (this thread's rows r0, r0 + 8), skipped by a warp
@@ -345,8 +361,8 @@ struct WgmmaKernel {
       for (int i = 0; n > 0; ++i) {
         const int bit = it + i, st = bit & 1;
         const int t0 = pc.start + i * C::kBlock;
-        // in flight: S of this block and, behind it, P V of the previous one
-        sm90::wgmma_wait<1>();
+        // in flight: S of this block and, behind it, the two halves of P V of the previous
+        sm90::wgmma_wait<2>();
         sm90::reg_fence(s);
         // S done: this warpgroup lets go of the block's rope slice and right V half
         if (lane == 0) {
@@ -398,11 +414,17 @@ struct WgmmaKernel {
         }
         // the previous block's P V (queued behind this block's S, so about done by now): its
         // left V half goes back to the producer here, mid-softmax; P and O wait for it below
+        sm90::wgmma_wait<1>();
+        fence_first_half(o);
+        if (i > 0 && lane == 0) {
+          sm90::mbar_arrive(&sm.empty[(st ^ 1) * C::kSlices + 0]);
+          sm90::mbar_arrive(&sm.empty[(st ^ 1) * C::kSlices + 1]);
+        }
         sm90::wgmma_wait<0>();
         sm90::reg_fence(o);
         if (i > 0 && lane == 0) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) sm90::mbar_arrive(&sm.empty[(st ^ 1) * C::kSlices + j]);
+          sm90::mbar_arrive(&sm.empty[(st ^ 1) * C::kSlices + 2]);
+          sm90::mbar_arrive(&sm.empty[(st ^ 1) * C::kSlices + 3]);
         }
         // P as the A fragments of 4 k steps (16 keys each)
         uint32_t pn[4][4];
@@ -555,11 +577,19 @@ struct WgmmaKernel {
         const float a1 = sm90::ld_shared_f32(abase + (r0 + 8) * 4);
         rescale(o, a0, a1);
         issue_pv(sm, o, sm.k + st * C::kTileBytes, 1);
+        // this block's right V half, as far as this warpgroup goes: slices 4 and 5 as soon
+        // as their P V group is done, 6 and 7 after the other
+        sm90::wgmma_wait<1>();
+        fence_first_half(o);
+        if (lane == 0) {
+          sm90::mbar_arrive(&sm.empty[st * C::kSlices + 4]);
+          sm90::mbar_arrive(&sm.empty[st * C::kSlices + 5]);
+        }
         sm90::wgmma_wait<0>();
         sm90::reg_fence(o);
-        if (lane == 0) {   // this block's right V half, as far as this warpgroup goes
-#pragma unroll
-          for (int j = 4; j < 8; ++j) sm90::mbar_arrive(&sm.empty[st * C::kSlices + j]);
+        if (lane == 0) {
+          sm90::mbar_arrive(&sm.empty[st * C::kSlices + 6]);
+          sm90::mbar_arrive(&sm.empty[st * C::kSlices + 7]);
         }
         sm90::bar_arrive(C::kBarPEmpty, 256);
       }
