@@ -3,7 +3,7 @@
 # default variants, the bench of record, the GPU tests of the default paths (both wgmma
 # kernels, the combine), verify runs on the wgmma example schedules, memcheck; a short table
 # last.  Every step writes under $OUT as it goes.  Run from the copy of main:
-#   COMMIT=<sha> [SKIP_TESTS=1] [FAULTS=1] bash benchmarks/final_visit.sh
+#   COMMIT=<sha> [SKIP_TESTS=1] [FAULTS=1] [TUNE=1] bash benchmarks/final_visit.sh
 set -u
 OUT=${OUT:-$PWD/final_out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD MLAGEN_CACHE_DIR=/tmp/mlagen-cache MLAGEN_BUILD_JOBS=16 MLAGEN_COMMIT=${COMMIT:-}
@@ -25,6 +25,14 @@ with ThreadPoolExecutor(12) as ex:
 print("built in", round(time.time() - t, 1), "s")
 PY
 echo "build rc=$? $(el)"; cat "$OUT/build.log" | tail -12
+# 1b. TUNE=1: `mlagen tune --space wgmma` first; the bench then reads its table (the one to
+# ship as mlagen/backends/hopper/tuned.json), which comes back as $OUT/tuned.json
+if [[ ${TUNE:-0} == 1 ]]; then
+  export MLAGEN_HOPPER_TUNE_TABLE=$OUT/tuned.json
+  timeout ${TUNE_TIMEOUT:-300} python3 -m mlagen.cli tune --target hopper --space wgmma \
+    --no-progress > "$OUT/tune.log" 2>&1
+  echo "tune rc=$? $(el)"; grep -E "^│ b=" "$OUT/tune.log" | cut -c1-120
+fi
 # 2. the bench of record (API defaults)
 timeout ${BENCH_TIMEOUT:-110} python3 -m mlagen.cli bench --target hopper --no-progress \
   --output "$OUT/hopper_bench" > "$OUT/bench.log" 2>&1

@@ -54,7 +54,9 @@ def test_tune_writes_the_table_and_resumes(table):
     mine = tune.tune(SHAPES, gpu="FakeGPU", measure=fake_measure(calls), build=False,
                      progress=False)
     n = len(tune.candidates("small"))
-    assert len(calls) == 3 * n
+    # every pair once, then b=8's pick (32-row tiles, not the default) and the default in turn
+    assert len(calls) == 3 * n + 2 * tune.CONFIRM_ROUNDS
+    assert mine["entries"]["b=8,rows=16"]["confirm"]["speedup"] > 1
     data = json.loads(table.read_text())
     assert tune.table_key("FakeGPU") in data["tables"]
     assert mine["entries"]["b=128,rows=16"]["knobs"]["rows_per_tile"] == 16
@@ -175,3 +177,33 @@ def test_the_wgmma_space_and_the_margin_that_keeps_the_default(table):
     mine = tune.tune(shape, space="wgmma", gpu="FakeGPU", measure=m(tune.MARGIN * 3),
                      build=False, progress=False)
     assert mine["entries"]["b=32,rows=128"]["knobs"]["split_cost"] == 12
+
+
+def test_a_pick_that_does_not_hold_when_timed_again_gives_way_to_the_default(table):
+    """The search times each (shape, candidate) once.  A pick that beat the default there
+    is timed again in turn with it (confirm): a one-off fast sample (noise) gives the entry
+    back to the default; a real gain keeps the pick.  Both record the confirmation."""
+    default = tune.static_default_id(128)
+    shape = [tune.Shape(32, 1, 1024, 128, False)]
+
+    def m(lasting):
+        seen = {}
+
+        def f(s, k):   # split cost 12 is 10 % faster: always, or only the first time
+            n = seen[tune.cand_id(k)] = seen.get(tune.cand_id(k), 0) + 1
+            fast = k["split_cost"] == 12 and (lasting or n == 1)
+            return 0.9 if fast else 1.0 + k["split_cost"] / 1e3
+        return f
+    mine = tune.tune(shape, space="wgmma", gpu="FakeGPU", measure=m(False), build=False,
+                     progress=False)
+    e = mine["entries"]["b=32,rows=128"]
+    assert e["candidate"] == e["default"] == default
+    assert e["confirm"]["rounds"] == tune.CONFIRM_ROUNDS and e["confirm"]["speedup"] < 1
+    assert tuned.tuned_knobs("FakeGPU", 32, 128)["split_cost"] == 5
+    table.unlink()
+    tune.log_path(table).unlink()
+    tuned.forget_tables()
+    mine = tune.tune(shape, space="wgmma", gpu="FakeGPU", measure=m(True), build=False,
+                     progress=False)
+    e = mine["entries"]["b=32,rows=128"]
+    assert e["knobs"]["split_cost"] == 12 and e["confirm"]["speedup"] > 1.1
