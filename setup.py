@@ -21,5 +21,6 @@ data = [p for top in DATA for p in data_packages(top)]
 setup(
     packages=find_packages(include=["mlagen", "mlagen.*"]) + data,
     package_dir={f"mlagen._data.{top}": top for top in DATA},
-    package_data={p: ["*"] for p in data},
+    package_data={**{p: ["*"] for p in data},
+                  "mlagen.backends.hopper": ["tuned.json"]},   # the shipped tuned defaults
 )

@@ -207,3 +207,29 @@ def test_a_pick_that_does_not_hold_when_timed_again_gives_way_to_the_default(tab
                      progress=False)
     e = mine["entries"]["b=32,rows=128"]
     assert e["knobs"]["split_cost"] == 12 and e["confirm"]["speedup"] > 1.1
+
+
+def test_the_shipped_table_is_read_for_its_gpu_and_holds_legal_confirmed_picks(tmp_path,
+                                                                              monkeypatch):
+    """mlagen/backends/hopper/tuned.json (`mlagen tune --space wgmma` on the H200): keyed by
+    this version, every pick a legal candidate of the search space, every pick that is not
+    the static default confirmed by more than MARGIN, and the API's defaults read it."""
+    monkeypatch.setenv("MLAGEN_HOPPER_TUNE_TABLE", str(tmp_path / "none.json"))
+    tuned.forget_tables()
+    data = json.loads(tuned.SHIPPED_TABLE.read_text())
+    (key, mine), = data["tables"].items()
+    gpu = mine["gpu"]
+    assert key == tuned.table_key(gpu)
+    ids = {tune.cand_id(k) for k in tune.candidates(mine["space"])}
+    moved = 0
+    for skey, e in mine["entries"].items():
+        assert e["candidate"] in ids and tune.cand_id(e["knobs"]) == e["candidate"]
+        if e["candidate"] != e["default"]:
+            moved += 1
+            assert e["confirm"]["speedup"] > 1 + tune.MARGIN
+        b, rows = (int(x.split("=")[1]) for x in skey.split(","))
+        assert tuned.tuned_knobs(gpu, b, rows) == e["knobs"]
+        s = defaults.default_schedule(rows, "bf16", b, gpu)
+        assert s.mapping.split_cost == e["knobs"]["split_cost"]
+    assert moved >= 1
+    tuned.forget_tables()

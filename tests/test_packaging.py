@@ -41,6 +41,10 @@ def test_wheel_ships_every_data_file(wheel):
     assert not missing, missing
 
 
+def test_wheel_ships_the_tuned_defaults(wheel):
+    assert "mlagen/backends/hopper/tuned.json" in wheel.namelist()
+
+
 def test_wheel_metadata_has_the_spdx_license(wheel):
     meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
     assert "License-Expression: Apache-2.0" in wheel.read(meta).decode()
