@@ -48,13 +48,13 @@ def cpp_plan(tmp_path_factory):
                     str(d / "h.so")], check=True)
     lib = ctypes.CDLL(str(d / "h.so"))
 
-    def plan(seqlens, parts, fixed_splits=0):
+    def plan(seqlens, parts, fixed_splits=0, cost=scheduler.FIXED_COST):
         b = len(seqlens)
         n_parts = b * fixed_splits if fixed_splits else parts
         s = (ctypes.c_int * b)(*seqlens)
         md = (ctypes.c_int * (n_parts * 8))()
         ns = (ctypes.c_int * (b + 1))()
-        lib.plan(s, b, parts, scheduler.FIXED_COST, fixed_splits, md, ns)
+        lib.plan(s, b, parts, cost, fixed_splits, md, ns)
         return [list(md[i * 8:(i + 1) * 8]) for i in range(n_parts)], list(ns)
 
     return plan
@@ -62,12 +62,14 @@ def cpp_plan(tmp_path_factory):
 
 seqlens_st = st.lists(st.one_of(st.integers(0, 200), st.integers(0, 40000)), min_size=1,
                       max_size=40)
+# split_cost, the schedule knob (rules: 0..64); tuned.json ships 2 and 8 beside the default 5
+cost_st = st.one_of(st.sampled_from([0, 2, 3, 5, 8, 12]), st.integers(0, 64))
 
 
 @settings(max_examples=200, deadline=None)
-@given(seqlens=seqlens_st, parts=st.integers(1, 140))
-def test_cpp_matches_python_model(cpp_plan, seqlens, parts):
-    assert cpp_plan(seqlens, parts) == scheduler.plan(seqlens, parts)
+@given(seqlens=seqlens_st, parts=st.integers(1, 140), cost=cost_st)
+def test_cpp_matches_python_model(cpp_plan, seqlens, parts, cost):
+    assert cpp_plan(seqlens, parts, cost=cost) == scheduler.plan(seqlens, parts, cost)
 
 
 @settings(max_examples=50, deadline=None)
@@ -97,9 +99,9 @@ def _check_split(seqlens, meta, num_splits, parts_limit=None):
 
 
 @settings(max_examples=200, deadline=None)
-@given(seqlens=seqlens_st, parts=st.integers(1, 140))
-def test_split_covers_every_token_once(seqlens, parts):
-    meta, ns = scheduler.plan(seqlens, parts)
+@given(seqlens=seqlens_st, parts=st.integers(1, 140), cost=cost_st)
+def test_split_covers_every_token_once(seqlens, parts, cost):
+    meta, ns = scheduler.plan(seqlens, parts, cost)
     _check_split(seqlens, meta, ns)
 
 

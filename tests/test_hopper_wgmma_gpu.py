@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.cuda,
 WGMMA = dict(target="hopper", mainloop="wgmma", rows_per_tile=64, block_kv=64, buffers=2,
              warps=8)
 EDGES = (0, 1, 2, 63, 64, 65, 127, 128, 129, 1000, 4097)
+COSTS = (0, 2, 5, 5, 8, 64)          # split_cost: the default twice, tuned.json's 2 and 8, the ends
 
 
 def wgmma(dtype="bf16", **kw):
@@ -49,12 +50,22 @@ def test_cases(batch, seqlens, s_q, h_q, page, dtype, causal, sharp):
        s_q=st.sampled_from([1, 2, 3, 8]), h_q=st.sampled_from([1, 3, 16, 64, 100, 128]),
        page=st.sampled_from([64, 128, 256]), dtype=st.sampled_from(["bf16", "fp16"]),
        causal=st.booleans(), split=st.sampled_from(["auto", "auto", 1, 3]),
-       seed=st.integers(0, 99), sharp=st.booleans())
-def test_hypothesis(batch, data, s_q, h_q, page, dtype, causal, split, seed, sharp):
+       cost=st.sampled_from(COSTS), seed=st.integers(0, 99), sharp=st.booleans())
+def test_hypothesis(batch, data, s_q, h_q, page, dtype, causal, split, cost, seed, sharp):
     seqlens = data.draw(st.lists(st.sampled_from(EDGES + SEQLENS), min_size=batch,
                                  max_size=batch))
     check(inputs(batch, seqlens, s_q, h_q, page, dtype, seed, sharp=sharp), causal,
-          wgmma(dtype, split_kv=split))
+          wgmma(dtype, split_kv=split, split_cost=cost))
+
+
+@pytest.mark.parametrize("batch,seqlen,cost", [(32, 1024, 2), (1, 32768, 8), (3, 4097, 0),
+                                               (5, 2000, 64)])
+def test_split_costs_of_the_tuned_table(batch, seqlen, cost):
+    """The split costs tuned.json ships (2 at b=32, 8 at b=1; h_q = 128) and the knob's
+    ends, on the tuned shapes: other splits, same answer."""
+    seqlens = [seqlen - 7 * i for i in range(batch)]
+    check(inputs(batch, seqlens, 1, 128, 64, "bf16", sharp=True), True,
+          wgmma("bf16", split_cost=cost))
 
 
 def test_bad_pages_give_nan_and_the_device_flag():
@@ -151,13 +162,13 @@ def test_rows_two_consumers_block_counts(rows, seqlens, causal):
        s_q=st.sampled_from([1, 2, 3, 4]), h_q=st.sampled_from([1, 3, 8, 16]),
        page=st.sampled_from([64, 128, 256]), dtype=st.sampled_from(["bf16", "fp16"]),
        causal=st.booleans(), split=st.sampled_from(["auto", "auto", 1, 3]),
-       seed=st.integers(0, 99), sharp=st.booleans())
-def test_rows_hypothesis(batch, data, rows, warps, s_q, h_q, page, dtype, causal, split, seed,
-                         sharp):
+       cost=st.sampled_from(COSTS), seed=st.integers(0, 99), sharp=st.booleans())
+def test_rows_hypothesis(batch, data, rows, warps, s_q, h_q, page, dtype, causal, split, cost,
+                         seed, sharp):
     seqlens = data.draw(st.lists(st.sampled_from(EDGES + SEQLENS), min_size=batch,
                                  max_size=batch))
     check(inputs(batch, seqlens, s_q, h_q, page, dtype, seed, sharp=sharp), causal,
-          rows_kernel(rows, dtype, warps, split_kv=split))
+          rows_kernel(rows, dtype, warps, split_kv=split, split_cost=cost))
 
 
 @pytest.mark.parametrize("warps", [4, 8], ids=["w4", "w8"])
