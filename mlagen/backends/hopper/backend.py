@@ -55,7 +55,7 @@ class HopperBackend(Backend):
     def tuning_space(self):
         return {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "warps": (4, 8),
                 "rows_per_tile": (16, 32, 64), "split_kv": ("auto", 1, 2, 3, 4, 8),
-                "split_cost": (0, 5, 20)}
+                "split_cost": (1, 5, 20)}
 
     def verify_base(self):
         return dict(heads=128, tp=8, max_s_q=2, block_kv=32, buffers=2, rows_per_tile=64,

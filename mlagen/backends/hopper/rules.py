@@ -55,8 +55,10 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "schedule", "warps", f"warps = {m.warps} must be 4 or 8"
     if m.block_kv not in (16, 32, 64):
         yield "schedule", "block_kv", f"block_kv = {m.block_kv} must be 16, 32 or 64 on hopper"
-    if not 0 <= m.split_cost <= 64:
-        yield "schedule", "split_cost", (f"split_cost = {m.split_cost} must be 0..64 (64-token "
+    # at least 1: at 0 an empty request costs nothing and, at the end of a batch, can fall
+    # past the last part, so no CTA writes its output
+    if not 1 <= m.split_cost <= 64:
+        yield "schedule", "split_cost", (f"split_cost = {m.split_cost} must be 1..64 (64-token "
                                          "blocks' worth of cost per split)")
     if not 1 <= m.buffers <= MAX_STAGES:
         yield "schedule", "buffers", (f"buffers = {m.buffers} must be 1..{MAX_STAGES} "
