@@ -233,3 +233,25 @@ def test_the_shipped_table_is_read_for_its_gpu_and_holds_legal_confirmed_picks(t
         assert s.mapping.split_cost == e["knobs"]["split_cost"]
     assert moved >= 1
     tuned.forget_tables()
+
+
+def test_a_tuned_entry_the_rules_refuse_is_named_not_ignored(table):
+    """A hand-edited table entry that breaks a rule (split_cost = 0) is refused with the
+    table's path, the entry's key and the rule, not silently replaced by the defaults."""
+    from mlagen.errors import ScheduleError
+
+    knobs = dict(rows_per_tile=64, block_kv=64, buffers=2, warps=8, split_cost=0,
+                 mainloop="wgmma")
+    table.write_text(json.dumps({"format": 1, "tables": {tuned.table_key("FakeGPU"): {
+        "entries": {"b=32,rows=128": {"knobs": knobs}}}}}))
+    tuned.forget_tables()
+    with pytest.raises(ScheduleError) as info:
+        defaults.default_schedule(128, "bf16", 32, "FakeGPU")
+    msg = str(info.value)
+    assert msg.startswith(f"{table}: tuned entry 'b=32,rows=128' for FakeGPU: ")
+    assert "split_cost = 0 must be 1..64" in msg and "\n" not in msg
+    knobs["split_cost"] = 2                       # the same entry, legal: used
+    table.write_text(json.dumps({"format": 1, "tables": {tuned.table_key("FakeGPU"): {
+        "entries": {"b=32,rows=128": {"knobs": knobs}}}}}))
+    tuned.forget_tables()
+    assert defaults.default_schedule(128, "bf16", 32, "FakeGPU").mapping.split_cost == 2

@@ -147,11 +147,12 @@ def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
     s_q * h_q (tuned.tuned_knobs: main loop, tile knobs and split cost), else the wgmma
     main loop where MAINLOOP says so and the page size allows it, else the size class's
     TILE_KNOBS."""
-    from .tuned import tuned_knobs
+    from .tuned import tuned_entry
 
     # all three read, so that a malformed override is refused whichever one this shape uses
     tiles, wgmma, loops = tile_knobs(), wgmma_knobs(), mainloops()
-    knobs = tuned_knobs(gpu, batch, rows_total) if batch and gpu else None
+    found = tuned_entry(gpu, batch, rows_total) if batch and gpu else None
+    knobs = found[0] if found else None
     if knobs and not (knobs.get("mainloop") == "wgmma" and page_size % 64):
         from mlagen.errors import ScheduleError
         from mlagen.schedule.rules import check
@@ -161,8 +162,12 @@ def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
                                **knobs)
             check(s)
             return canonical(s)
-        except (ScheduleError, TypeError, ValueError):
-            pass          # a table from another version's knobs: the static defaults
+        except (ScheduleError, TypeError, ValueError) as e:
+            # the table is keyed by version, so this is a hand-edited or damaged entry:
+            # refused with its file and key rather than silently replaced by the defaults
+            why = e.message if isinstance(e, ScheduleError) else str(e)
+            raise ScheduleError(f"tuned entry {found[2]!r} for {gpu}: {why}",
+                                str(found[1])) from None
 
     cls = size_class(rows_total)
     if loops[cls] == "wgmma" and page_size % 64 == 0:

@@ -41,6 +41,13 @@ def tuned_knobs(gpu: str, b: int, rows_total: int) -> Optional[dict]:
     """The tuned knobs for (b, rows) on this GPU and mlagen version, from the user's table
     then the shipped one: the exact batch, else the nearest measured batch within a factor
     of two; None when nothing was measured near it."""
+    found = tuned_entry(gpu, b, rows_total)
+    return found[0] if found else None
+
+
+def tuned_entry(gpu: str, b: int, rows_total: int) -> Optional[tuple[dict, Path, str]]:
+    """(knobs, the table's path, the entry's key) behind tuned_knobs, so that an entry
+    the rules refuse can be named."""
     key = table_key(gpu)
     for path in (user_table(), SHIPPED_TABLE):
         cache_key = f"{path}"
@@ -52,14 +59,15 @@ def tuned_knobs(gpu: str, b: int, rows_total: int) -> Optional[dict]:
         entries = _TABLES[cache_key].get("tables", {}).get(key, {}).get("entries", {})
         exact = entries.get(shape_key(b, rows_total))
         if exact:
-            return dict(exact["knobs"])
+            return dict(exact["knobs"]), path, shape_key(b, rows_total)
         near = []
         for k, e in entries.items():
             kb, kr = (int(x.split("=")[1]) for x in k.split(","))
             if kr == rows_total and abs(math.log2(kb / b)) <= 1:
-                near.append((abs(math.log2(kb / b)), kb, e))
+                near.append((abs(math.log2(kb / b)), kb, k, e))
         if near:
-            return dict(min(near, key=lambda t: (t[0], t[1]))[2]["knobs"])
+            _, _, k, e = min(near, key=lambda t: (t[0], t[1]))
+            return dict(e["knobs"]), path, k
     return None
 
 
