@@ -159,8 +159,7 @@ class Caller:
 
         self.api = api
         # data: another Caller's workload tuple, so that schedules compared on one shape
-        # read the very same K pages (fresh allocations moved one kernel's time by up to
-        # ~9 % in one tuning visit)
+        # read the very same K pages and the workload is made once (tune's candidates)
         self.data = data or workload(b, s_q, sk, h_q, varlen)
         self.q, self.k, self.bt, self.seqlens, self.lens = self.data
         self.schedule = schedule
