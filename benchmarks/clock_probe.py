@@ -24,7 +24,7 @@ def main():
     rows = s_q * h_q
     base = tune.static_default_id(rows)
     cands = {tune.cand_id(k): k for k in tune.candidates("wgmma")}
-    other = base.replace("_c5_", "_c2_")
+    other = tune.cand_id(dict(cands[base], split_cost=2))
     a = bench.Caller(b, s_q, sk, h_q, False, tune.schedule_of(cands[base]))
     o = bench.Caller(b, s_q, sk, h_q, False, tune.schedule_of(cands[other]), data=a.data)
     a(), o()

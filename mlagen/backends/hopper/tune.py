@@ -351,10 +351,11 @@ def tune(shapes: Iterable[Shape], space: str = "small", table_path: Optional[Pat
     times = {(sh, c): (math.inf if v is None else v) for (sh, c, r), v in logged.items()
              if r == 0}
     data = _load(table_path)
-    mine = data["tables"].setdefault(key, {"gpu": gpu, "mlagen": __version__, "entries": {}})
-    mine["space"] = space
     entries = choose(shapes, cands, times)
     confirm(shapes, cands, entries, timed)
+    _DATA.clear()              # the last shape's workload (GPU memory) once timing is over
+    mine = data["tables"].setdefault(key, {"gpu": gpu, "mlagen": __version__, "entries": {}})
+    mine["space"] = space
     mine["entries"].update(entries)
     mine["failed_builds"] = failed
     tmp = table_path.with_suffix(".tmp")
