@@ -8,6 +8,7 @@
 # the same visit; the table then has a column pair per tree.  SKIP_TESTS=1 leaves out the GPU
 # tests and sanitizers (three trees' timing alone is ~6 min; run the tests in a second call).
 # HOST=1: benchmarks/hopper_host_breakdown.py in A and B; BENCH=1: the bench of record on B.
+# PROBE=1: the split kernel's fixed cost per CTA (hopper_split_probe.py --overhead) in A and B.
 set -u
 OUT=${OUT:-$PWD/ab_out}; mkdir -p "$OUT"
 export MLAGEN_CACHE_DIR=/tmp/mlagen-cache MLAGEN_BUILD_JOBS=16 MLAGEN_HOPPER_CHECK_INDICES=0
@@ -41,7 +42,7 @@ for t in $EXTRA; do
 done
 if [[ ${SKIP_TESTS:-0} != 1 ]]; then
 timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -x -p no:cacheprovider tests/test_hopper_wgmma_gpu.py \
-  tests/test_hopper_gpu.py -k "test_cases or wgmma or rows or cuda_graph or bad_input or bad_page" \
+  tests/test_hopper_gpu.py -k "test_cases or wgmma or rows or cuda_graph or bad_input or bad_page or out_pair" \
   > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests rc=$? $(el)"; tail -2 "$OUT/pytest_gpu.log"
 for tool in memcheck synccheck; do
@@ -53,6 +54,12 @@ if [[ ${HOST:-0} == 1 ]]; then   # host time of one eager call, each tree in its
   for t in $A $B; do (cd $t && PYTHONPATH=$t timeout 60 python3 benchmarks/hopper_host_breakdown.py) \
     > "$OUT/host_$(basename $t).log" 2>&1; echo "host $(basename $t) $(el):" \
     $(grep -E "^(call x30|call x300|signature|2 x|ctypes|plan.run)" "$OUT/host_$(basename $t).log" | tr '\n' ';')
+  done
+fi
+if [[ ${PROBE:-0} == 1 ]]; then   # split kernel us against blocks per CTA, each tree
+  for t in $A $B; do (cd $t && PYTHONPATH=$t timeout 90 python3 $B/benchmarks/hopper_split_probe.py \
+    --overhead --out "$OUT/probe_$(basename $t).json") > "$OUT/probe_$(basename $t).log" 2>&1
+    echo "probe $(basename $t) $(el)"; grep -E '^\| (partials|direct)' "$OUT/probe_$(basename $t).log"
   done
 fi
 if [[ ${BENCH:-0} == 1 ]]; then   # the bench of record on B

@@ -313,3 +313,8 @@ def test_out_pair_is_written_in_place_and_checked():
     with pytest.raises(InputError):
         mlagen.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
                                       512, md, ns, causal=True, out=(out[:, :1], lse))
+    shifted = torch.empty(out.numel() + 4, dtype=out.dtype, device="cuda")[4:].view(out.shape)
+    with pytest.raises(InputError, match="16-byte"):
+        mlagen.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
+                                      512, md, ns, causal=True, out=(shifted, lse))
+

@@ -193,6 +193,20 @@ def test_bad_inputs_raise_input_error(over, match):
         _api().flash_mla_with_kvcache(**_args(**over))
 
 
+def test_out_pair_must_start_on_a_16_byte_boundary():
+    """The epilogue copies out's rows with 16-byte bulk copies: a contiguous out= that
+    starts 8 bytes off is refused before launch (CPU: the check runs before any device)."""
+    api = _api()
+    q = torch.zeros(2, 1, 16, 576, dtype=torch.bfloat16)
+    lse = torch.zeros(2, 16, 1)
+    out = torch.zeros(2, 1, 16, 512, dtype=torch.bfloat16)
+    api._check_out(q, (out, lse))
+    shifted = torch.zeros(out.numel() + 4, dtype=out.dtype)[4:].view(out.shape)
+    assert shifted.is_contiguous() and shifted.data_ptr() % 16 == 8
+    with pytest.raises(InputError, match="16-byte boundary"):
+        api._check_out(q, (shifted, lse))
+
+
 def test_bad_softmax_scale():
     with pytest.raises(InputError, match="softmax_scale"):
         _api().flash_mla_with_kvcache(**_args(), softmax_scale=-1.0)

@@ -353,3 +353,5 @@ def _check_out(q: torch.Tensor, out) -> None:
                 and t.device == q.device and t.is_contiguous()):
             raise InputError(f"out= {name} must be a contiguous {dtype} tensor of shape "
                              f"{list(shape)} on {q.device}")
+    if out[0].data_ptr() % 16:   # the kernels write out's rows with 16-byte bulk copies
+        raise InputError("out= out must start on a 16-byte boundary")

@@ -32,8 +32,9 @@
 // [0, num_blocks) is out of the tensor map's bounds, so TMA fills zeros, the piece's
 // output is NaN and the device error flag (MlaParams::error) is set; so is a negative length.
 //
-// Shared memory: Q 72 KiB | 2 K stages x 72 KiB | P 8 KiB | alpha, l (64 floats each) |
-// mbarriers; 1024-byte aligned tiles (the swizzle atom).
+// Shared memory: Q 72 KiB (the epilogue's staging once a piece's S is done) | 2 K stages x
+// 72 KiB | P 8 KiB | alpha, l (64 floats each) | mbarriers; 1024-byte aligned tiles (the
+// swizzle atom).
 #pragma once
 #include <cudaTypedefs.h>   // CUtensorMap, PFN_cuTensorMapEncodeTiled (header only)
 
@@ -68,6 +69,12 @@ struct WgmmaConfig {
   // arrivals that free a slice: one per warp of each warpgroup reading it
   static __host__ __device__ constexpr int slice_readers(int j) { return j >= 4 && j < 8 ? 8 : 4; }
   static constexpr int kSmem = kBarOff + kBars * 8 + 1024;   // + alignment slack
+  // the epilogue's staging (store_o): 9 KiB of the Q tile per consumer warp, 16 rows of
+  // 256 16-bit or 128 fp32 columns, each padded so that 8 rows start on distinct banks
+  static constexpr int kStageBytes = kTileBytes / 8;
+  static constexpr int kStageRow16 = 256 * 2 + 16;
+  static constexpr int kStageRow32 = 128 * 4 + 32;
+  static_assert(16 * kStageRow16 <= kStageBytes && 16 * kStageRow32 <= kStageBytes, "stage");
   // setmaxnreg: the producer warpgroup gives its registers to the consumers, most to WG1
   // (O half, scores, softmax copy, P fragments); ptxas honours it because
   // __launch_bounds__ fixes the entry count at 65536 / 384 = 168
@@ -508,19 +515,24 @@ struct WgmmaKernel {
         }
       }
       sm90::bar_sync(C::kBarEpi, 256);
-      store_o(p, pc, o, lsum, row0, r0, c2, 0);
-      sm90::bar_sync(C::kBarEpi, 256);   // sm.l may be rewritten by the next piece
+      store_o(p, pc, sm, o, lsum, row0, warp, lane, 0);
+      sm90::bar_sync(C::kBarEpi, 256);   // sm.l and the Q tile may be rewritten now
     }
   }
 
-  // O / l for this thread's 2 rows, columns [256 half, 256 half + 256).  Compact on
-  // purpose: every CTA runs the epilogue once with a cold instruction cache, so its code
-  // size is its time (ncu, one token per CTA: no_instructions stalls on ~40 % of the
-  // samples when each store computed its own 64-bit address).  One row pointer, stores at
-  // immediate offsets, O scaled in place once for both output paths.
+  // O / l for this thread's 2 rows, columns [256 half, 256 half + 256), written through
+  // shared memory: each warp stages its 16 rows in its own 9 KiB of the Q tile (free once
+  // the piece's last S is done) and lanes 0-15 copy one row each to global memory with a
+  // bulk copy.  (Direct 4-byte stores from the fragments were a quarter of the one-token
+  // kernel's stall samples, lg throttle: 8 half-filled sectors per instruction.)  bf16/fp16
+  // rows go in one round by stmatrix; fp32 partial rows in two rounds of 128 columns.  The
+  // padding of a staged row (16 or 32 bytes) keeps the fragment stores free of bank
+  // conflicts.  Every lane waits until its copies have read the tile before returning: the
+  // next piece's Q load overwrites it.
   static __device__ __forceinline__ void store_o(const MlaParams& p, const Piece& pc,
-                                                 float (&o)[128], const float (&l)[2],
-                                                 int row0, int r0, int c2, int half) {
+                                                 const Smem& sm, float (&o)[128],
+                                                 const float (&l)[2], int row0, int warp,
+                                                 int lane, int half) {
     const int rows_total = p.s_q * p.h_q;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -532,25 +544,51 @@ struct WgmmaKernel {
         o[4 * j + 2 * h + 1] *= inv;
       }
     }
+    const uint32_t buf = sm90::smem_addr(sm.q) + (half * 4 + warp) * C::kStageBytes;
+    const int gr = row0 + warp * 16 + lane;   // the row lane < 16 copies out
+    const bool copy = lane < 16 && gr < rows_total;
+    const int64_t grow =
+        (pc.direct ? static_cast<int64_t>(pc.req) : static_cast<int64_t>(pc.slot)) *
+            rows_total + gr;
+    if (pc.direct) {
+      // matrices (row half, 8-column block): (0, j), (1, j), (0, j + 1), (1, j + 1)
+      const uint32_t a =
+          buf + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kStageRow16 + (lane >> 4) * 16;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int gr = row0 + r0 + 8 * h;
-      if (gr >= rows_total) continue;
-      const int64_t row =
-          (pc.direct ? static_cast<int64_t>(pc.req) : static_cast<int64_t>(pc.slot)) *
-              rows_total + gr;
-      const int64_t off = row * kDV + half * 256 + c2;
-      if (pc.direct) {
-        using P2 = typename Pair<T>::type;
-        P2* dst = reinterpret_cast<P2*>(static_cast<T*>(p.out) + off);
+      for (int j = 0; j < 32; j += 2)
+        sm90::stmatrix_x4(a + j * 16, sm90::pack2<T>(o[4 * j], o[4 * j + 1]),
+                          sm90::pack2<T>(o[4 * j + 2], o[4 * j + 3]),
+                          sm90::pack2<T>(o[4 * j + 4], o[4 * j + 5]),
+                          sm90::pack2<T>(o[4 * j + 6], o[4 * j + 7]));
+      sm90::fence_proxy_async();
+      __syncwarp();
+      if (copy)
+        sm90::bulk_store(static_cast<T*>(p.out) + grow * kDV + half * 256,
+                         buf + lane * C::kStageRow16, 256 * sizeof(T));
+      sm90::bulk_commit();
+    } else {
+      const uint32_t a = buf + (lane >> 2) * C::kStageRow32 + (lane & 3) * 8;
 #pragma unroll
-        for (int j = 0; j < 32; ++j) dst[4 * j] = Pair<T>::make(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
-      } else {
-        float2* dst = reinterpret_cast<float2*>(p.o_acc + off);
+      for (int round = 0; round < 2; ++round) {
+        if (round) {   // the first round's copies have read the stage
+          sm90::bulk_wait_read();
+          __syncwarp();
+        }
 #pragma unroll
-        for (int j = 0; j < 32; ++j) dst[4 * j] = make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+        for (int jj = 0; jj < 16; ++jj) {
+          const int j = 16 * round + jj;
+          sm90::st_shared_v2_f32(a + jj * 32, o[4 * j], o[4 * j + 1]);
+          sm90::st_shared_v2_f32(a + 8 * C::kStageRow32 + jj * 32, o[4 * j + 2], o[4 * j + 3]);
+        }
+        sm90::fence_proxy_async();
+        __syncwarp();
+        if (copy)
+          sm90::bulk_store(p.o_acc + grow * kDV + half * 256 + round * 128,
+                           buf + lane * C::kStageRow32, 128 * 4);
+        sm90::bulk_commit();
       }
     }
+    sm90::bulk_wait_read();
   }
 
   // ---------------------------------------------------------------- WG2
@@ -558,7 +596,6 @@ struct WgmmaKernel {
     const int t = threadIdx.x - 128, warp = t / 32, lane = t % 32;
     const int row0 = blockIdx.y * C::kRows;
     const int r0 = warp * 16 + lane / 4;
-    const int c2 = 2 * (lane % 4);
     int it = 0, req = 0;
     Piece pc;
     while (next_piece(p, req, pc)) {
@@ -595,7 +632,7 @@ struct WgmmaKernel {
       }
       sm90::bar_sync(C::kBarEpi, 256);
       const float l[2] = {sm.l[r0], sm.l[r0 + 8]};
-      store_o(p, pc, o, l, row0, r0, c2, 1);
+      store_o(p, pc, sm, o, l, row0, warp, lane, 1);
       sm90::bar_sync(C::kBarEpi, 256);
     }
   }
