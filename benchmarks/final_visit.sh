@@ -41,7 +41,7 @@ echo "bench rc=$? $(el)"; grep -iE "geomean|host" "$OUT/hopper_bench.md" 2>/dev/
 # earlier visit), then with FAULTS=1 the planted faults and the verify runs of test_hopper_faults
 if [[ ${SKIP_TESTS:-0} != 1 ]]; then
 timeout ${TEST_TIMEOUT:-110} python3 -m pytest -q -x -p no:cacheprovider tests/test_hopper_wgmma_gpu.py \
-  tests/test_hopper_gpu.py -k "test_cases or wgmma or rows or cuda_graph or bad_input or bad_page or sm_count" \
+  tests/test_hopper_gpu.py -k "test_cases or wgmma or rows or cuda_graph or bad_input or bad_page or sm_count or metadata or out_pair" \
   > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests rc=$? $(el)"; tail -2 "$OUT/pytest_gpu.log"
 fi

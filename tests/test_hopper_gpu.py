@@ -68,6 +68,8 @@ CASES = [
     (1, [1, ], 8, 16, 64, "bf16", True),     # fewer keys than queries: rows that see nothing
     (64, [2048] * 64, 1, 16, 64, "bf16", True),
     (1, [20000], 1, 16, 64, "bf16", True),    # ~150 splits: the combine's weight chunks
+    (132, [640] * 132, 1, 16, 64, "bf16", True),          # whole requests, one a part
+    (132, [300] * 131 + [1], 1, 128, 64, "bf16", True),   # whole requests, two a part
 ]
 
 
@@ -136,14 +138,20 @@ def test_noncontiguous_q():
     check(inp)
 
 
-def test_metadata_matches_python_model():
+@pytest.mark.parametrize("seqlens,rows,whole", [
+    ([0, 1, 64, 65, 5000, 300, 12000, 7], 128, False),   # the balanced plan
+    ([4096] * 128, 16, True),                             # whole requests (the chunk plan)
+    ([4096] * 127 + [4160], 128, True),                   # two a part, one a block longer
+    ([8192] * 128, 128, False),                           # chunks cost 3 blocks too much
+])
+def test_metadata_matches_python_model(seqlens, rows, whole):
     from mlagen.backends.hopper import scheduler
-    seqlens = [0, 1, 64, 65, 5000, 300, 12000, 7]
     t = torch.tensor(seqlens, dtype=torch.int32, device="cuda")
-    md, ns = api().get_mla_metadata(t, 128, 1)
+    md, ns = api().get_mla_metadata(t, rows, 1)
     meta, splits = scheduler.plan(seqlens, md.shape[0])
     assert md.cpu().tolist() == meta
     assert ns.cpu().tolist() == splits
+    assert (splits == list(range(len(seqlens) + 1))) == whole
 
 
 def test_cuda_graph_replay():

@@ -113,11 +113,13 @@ def test_fixed_split_covers_every_token_once(seqlens, n):
 
 
 def test_split_is_balanced():
-    """Equal requests over 132 parts: each part carries the payload, give or take one
-    request's overhead (counted here in the part of the request's first block, though its
-    units may lie in the part before)."""
-    seqlens = [8192] * 128
+    """Equal requests over 132 parts, too long for whole ones (a part of one request would
+    cost 261 units against a payload of 254 + 5): each part carries the payload, give or
+    take one request's overhead (counted here in the part of the request's first block,
+    though its units may lie in the part before)."""
+    seqlens = [16384] * 128
     meta, ns = scheduler.plan(seqlens, 132)
+    assert ns[-1] > 128                                 # not the chunk plan
     loads = [0] * 132
     for p in scheduler.pieces(seqlens, meta, ns):
         loads[p.part] += scheduler.blocks(p.end - p.start)
@@ -128,6 +130,56 @@ def test_split_is_balanced():
     assert max(loads) <= payload + scheduler.FIXED_COST
     assert min(loads[:-1]) >= payload - scheduler.FIXED_COST and loads[-1] > 0
     assert sum(loads) == total
+
+
+@pytest.mark.parametrize("b,sk,parts,per", [(128, 8192, 132, 1), (128, 4096, 66, 2),
+                                            (128, 4096, 132, 1), (8, 640, 2, 4)])
+def test_equal_requests_run_whole(b, sk, parts, per):
+    """Near-equal requests: whole ones, `per` consecutive a part, none split, when the
+    fullest part costs at most payload + one split (b = 128 of 8192 tokens over 132 parts:
+    133 units against 129 + 5; the balanced plan split 127 of them)."""
+    meta, ns = scheduler.plan([sk] * b, parts)
+    assert ns == list(range(b + 1))
+    for p, md in enumerate(meta):
+        r0, r1 = min(p * per, b), min((p + 1) * per, b) - 1
+        assert md == [r0, 0, r1, scheduler.blocks(sk) * 64 if r1 >= r0 else 0, 0, 0, 0, 0]
+    _check_split([sk] * b, meta, ns)
+
+
+@pytest.mark.parametrize("cost", [1, 5, 9])
+def test_whole_requests_up_to_one_split_over_the_payload(cost):
+    """The rule's edge: two requests of 10 and x blocks over 2 parts; whole requests while
+    x + cost <= ceil((10 + x + 2 cost) / 2) + cost, i.e. x <= 10 + 2 cost + 1."""
+    edge = 10 + 2 * cost + 1
+    for x, whole in ((edge, True), (edge + 1, False)):
+        meta, ns = scheduler.plan([640, 64 * x], 2, cost)
+        assert (ns == [0, 1, 2]) == whole, (x, ns)
+
+
+def test_a_broken_chunk_plan_is_caught():
+    """The coverage check is not vacuous on the chunk plan: the plan with each part's last
+    request dropped (an off-by-one in its chunk end) fails it."""
+    seqlens = [4096] * 128
+    meta, ns = scheduler.plan(seqlens, 66)
+    assert ns == list(range(129))
+    broken = [[m[0], m[1], m[2] - 1, m[3], *m[4:]] for m in meta]
+    with pytest.raises(AssertionError):
+        _check_split(seqlens, broken, ns)
+
+
+near_equal_st = st.builds(lambda base, b, jitter: [max(0, base + j) for j in jitter[:b]],
+                          st.integers(0, 20000), st.integers(1, 300),
+                          st.lists(st.integers(-200, 200), min_size=300, max_size=300))
+
+
+@settings(max_examples=150, deadline=None)
+@given(seqlens=near_equal_st, parts=st.integers(1, 140), cost=cost_st)
+def test_near_equal_batches_plan_like_the_model(cpp_plan, seqlens, parts, cost):
+    """Near-equal lengths draw both plans (whole requests and balanced splits): the C++
+    plan matches the model and covers every token once."""
+    meta, ns = scheduler.plan(seqlens, parts, cost)
+    assert cpp_plan(seqlens, parts, cost=cost) == (meta, ns)
+    _check_split(seqlens, meta, ns)
 
 
 def test_known_plan():

@@ -40,13 +40,22 @@ def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST
          ) -> tuple[list[list[int]], list[int]]:
     """(metadata rows [parts][8], num_splits [b+1]): the arithmetic of plan_splits.  Request
     r occupies cost units [cum[r], cum[r+1]) (its overhead, then its blocks); part p owns
-    [p * payload, (p + 1) * payload)."""
+    [p * payload, (p + 1) * payload).  Or the chunk plan: whole requests, ceil(b / parts) a
+    part, when none of those chunks costs more than payload + fixed_cost."""
     nblk = [blocks(s) for s in seqlens]
     b = len(nblk)
     cum = [0]
     for n in nblk:
         cum.append(cum[-1] + n + fixed_cost)
     payload = max(1, -(-cum[-1] // parts))
+    # whole requests, k a part, when no such chunk costs more than payload + one split
+    k = -(-b // parts)
+    starts = [min(p * k, b) for p in range(parts + 1)]
+    if all(cum[starts[p + 1]] - cum[starts[p]] <= payload + fixed_cost for p in range(parts)):
+        meta = [[starts[p], 0, starts[p + 1] - 1,
+                 nblk[starts[p + 1] - 1] * SCHED_BLOCK if starts[p + 1] > starts[p] else 0,
+                 0, 0, 0, 0] for p in range(parts)]
+        return meta, list(range(b + 1))
     fl = [_first_last(cum, nblk, r, payload, fixed_cost) for r in range(b)]
     num_splits = [0]
     for f, l in fl:

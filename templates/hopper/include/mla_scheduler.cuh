@@ -25,6 +25,14 @@
 // piece is num_splits[req] + (req == first request ? [4] : 0); a request with one split
 // writes its output directly and the combine kernel skips it.
 //
+// Whole requests instead (the chunk plan): part p takes the k = ceil(batch / parts)
+// requests [p k, p k + k), none split, each written directly, when the fullest such part
+// costs at most one split (F) more than the payload.  For near-equal requests the balanced
+// plan splits nearly every request (b = 128 of 8192 tokens over 132 parts: 127) to gain
+// less than that: two pieces a part, each loading Q, each writing an fp32 partial that the
+// combine reads back (whole requests measured 1.02-1.18x faster on the bench's fixed-length
+// rows where this rule picks them: benchmarks/results/hopper_plan_h200.md).
+//
 // The per-part and per-request functions are plain C++ so the same code runs on the host
 // (tests compile this header with g++ and compare with mlagen/backends/hopper/scheduler.py).
 #pragma once
@@ -100,6 +108,31 @@ MLAGEN_HD inline void plan_part(const long long* cum, const int* nblk, int batch
   md[4] = p - f0;
 }
 
+// The chunk plan: first request of part p's chunk (batch once past the last).
+MLAGEN_HD inline int sched_chunk_start(int batch, int k, int p) {
+  const long long r = static_cast<long long>(p) * k;
+  return r < batch ? static_cast<int>(r) : batch;
+}
+
+// Whether part p's chunk costs more than the balanced plan's payload plus one split (cum:
+// the prefix sums of nblk + F), which rules the chunk plan out.
+MLAGEN_HD inline bool sched_chunk_too_big(const long long* cum, int batch, int k, int p,
+                                          long long payload, int fixed_cost) {
+  const long long load =
+      cum[sched_chunk_start(batch, k, p + 1)] - cum[sched_chunk_start(batch, k, p)];
+  return load > payload + fixed_cost;
+}
+
+// The 8 metadata ints of part p in the chunk plan (num_splits[r] = r).
+MLAGEN_HD inline void plan_chunk_part(const int* nblk, int batch, int k, int p, int* md) {
+  const int r0 = sched_chunk_start(batch, k, p), r1 = sched_chunk_start(batch, k, p + 1) - 1;
+  md[0] = r0;
+  md[1] = 0;
+  md[2] = r1;
+  md[3] = r1 >= r0 ? nblk[r1] * 64 : 0;
+  md[4] = md[5] = md[6] = md[7] = 0;
+}
+
 // The whole plan, sequentially (the host's version; the GPU kernel computes the same prefix
 // sums in parallel and calls plan_part once per thread).  cum: batch + 1 scratch entries.
 MLAGEN_HD inline void plan_splits(const int* nblk, int batch, int parts, int fixed_cost,
@@ -107,7 +140,16 @@ MLAGEN_HD inline void plan_splits(const int* nblk, int batch, int parts, int fix
   cum[0] = 0;
   for (int i = 0; i < batch; ++i) cum[i + 1] = cum[i] + nblk[i] + fixed_cost;
   const long long payload = sched_payload(cum[batch], parts);
+  const int k = (batch + parts - 1) / parts;
+  bool too_big = false;
+  for (int p = 0; p < parts; ++p)
+    too_big = too_big || sched_chunk_too_big(cum, batch, k, p, payload, fixed_cost);
   num_splits[0] = 0;
+  if (!too_big) {
+    for (int r = 0; r < batch; ++r) num_splits[r + 1] = r + 1;
+    for (int p = 0; p < parts; ++p) plan_chunk_part(nblk, batch, k, p, sched + p * 8);
+    return;
+  }
   for (int r = 0; r < batch; ++r)
     num_splits[r + 1] = num_splits[r] + sched_splits(cum, nblk, r, payload, fixed_cost);
   for (int p = 0; p < parts; ++p) plan_part(cum, nblk, batch, p, payload, fixed_cost, sched + p * 8);

@@ -1,7 +1,8 @@
 // The scheduler as one small GPU kernel (one CTA): the threads count each request's blocks
 // and its cost, two block-wide prefix sums give every request's start (cum) and first
 // split slot (num_splits), then each thread writes the metadata of its parts with
-// plan_part's binary searches.  No thread walks the batch or the parts alone.
+// plan_part's binary searches (or plan_chunk_part's, when whole requests win: one vote).
+// No thread walks the batch or the parts alone.
 #pragma once
 #include "mla_common.cuh"
 #include "mla_scheduler.cuh"
@@ -75,6 +76,19 @@ mla_scheduler_kernel(const int* seqlens, int batch, int parts, int fixed_cost,
   if (tid == 0) cum[batch] = total;
   __syncthreads();
   const long long payload = sched_payload(total, parts);
+
+  // whole requests when no chunk of k of them costs more than payload + F (plan_splits)
+  const int k = (batch + parts - 1) / parts;
+  bool too_big = false;
+  for (int p = tid; p < parts; p += kSchedThreads)
+    too_big = too_big || sched_chunk_too_big(cum, batch, k, p, payload, fixed_cost);
+  if (!__syncthreads_or(too_big)) {
+    if (tid == 0) num_splits[0] = 0;
+    for (int r = tid; r < batch; r += kSchedThreads) num_splits[r + 1] = r + 1;
+    for (int p = tid; p < parts; p += kSchedThreads)
+      plan_chunk_part(nblk, batch, k, p, sched + p * kMetaInts);
+    return;
+  }
 
   long long splits = 0;
   for (int i = i0; i < i1; ++i) splits += sched_splits(cum, nblk, i, payload, fixed_cost);
