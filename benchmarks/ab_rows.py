@@ -1,7 +1,10 @@
 """A/B timing of the bench of record's rows for the tree on PYTHONPATH (GPU only).
 
-    python benchmarks/ab_rows.py OUT.json [--set compute|class32|all]   measure, save
+    python benchmarks/ab_rows.py OUT.json [--set compute|class32|graph|all]   measure, save
     python benchmarks/ab_rows.py --compare A.json B.json [C.json ...]   the table, A/B, A/C per row
+
+An argument of --compare may list several files joined by commas (one tree timed in several
+rounds, the trees alternating): each row's time is then the median over them.
 
 Each row through bench.measure_row (output checked against the reference first, then
 eager do_bench median; graph rows in graph mode): the anchor's exact workloads.  Run one
@@ -25,6 +28,8 @@ def measure(out: str, which: str) -> None:
     if which == "compute":
         rows = [r for r in rows if r.kind == "graph" or
                 (r.b, r.s_q, r.sk, r.h_q, r.varlen) in COMPUTE]
+    elif which == "graph":
+        rows = [r for r in rows if r.kind == "graph"]
     elif which == "class32":   # the anchor rows with 17-32 packed query rows
         rows = [r for r in rows if r.kind == "anchor" and 16 < r.s_q * r.h_q <= 32]
     res = []
@@ -37,11 +42,22 @@ def measure(out: str, which: str) -> None:
     json.dump(res, open(out, "w"), indent=1)
 
 
+def load(arg: str) -> list[dict]:
+    """The rows of one file, or of several (comma-joined) with each time the median."""
+    runs = [json.load(open(f)) for f in arg.split(",")]
+    rows = runs[0]
+    for i, r in enumerate(rows):
+        for key in ("graph_ms", "eager_ms"):
+            ts = sorted(run[i][key] for run in runs if run[i][key])
+            r[key] = ts[len(ts) // 2] if ts else r[key]
+    return rows
+
+
 def compare(a: str, *others: str) -> None:
     """One line per row: A's time, then each other tree's time and A/that (>1: that tree is
     faster), and the last tree's ratio to the anchor."""
-    A = json.load(open(a))
-    Ts = [json.load(open(o)) for o in others]
+    A = load(a)
+    Ts = [load(o) for o in others]
     names = " | ".join(f"T{i + 1} ms | A/T{i + 1}" for i in range(len(Ts)))
     print(f"| row | kind | A ms | {names} | last vs anchor |")
     print("|---|---|---|" + "---|---|" * len(Ts) + "---|")
