@@ -139,7 +139,8 @@ def test_noncontiguous_q():
 
 
 @pytest.mark.parametrize("seqlens,rows,whole", [
-    ([0, 1, 64, 65, 5000, 300, 12000, 7], 128, False),   # the balanced plan
+    ([0, 1, 64, 65, 5000, 300, 12000, 7], 128, False),   # equal pieces of 5 blocks
+    ([1] * 60 + [64000] * 2, 128, False),                 # the balanced plan
     ([4096] * 128, 16, True),                             # whole requests (the chunk plan)
     ([4096] * 127 + [4160], 128, True),                   # two a part, one a block longer
     ([8192] * 128, 128, False),                           # chunks cost 3 blocks too much

@@ -183,18 +183,40 @@ def test_near_equal_batches_plan_like_the_model(cpp_plan, seqlens, parts, cost):
 
 
 def test_known_plan():
-    """A hand-checked case: 2 requests of 100 and 5000 tokens over 132 parts."""
+    """A hand-checked balanced plan: 3 requests of 10, 40 and 10 blocks over 4 parts.  Equal
+    pieces would need 20 blocks (10 | 20 + 20 | 10) against a payload of 19, whole requests
+    45 units against 19 + 5, so the balanced plan: costs 15, 45, 15 -> payload 19; request 1's
+    blocks sit at units 20-59, so parts 1, 2, 3 take its blocks 0-17, 18-36, 37-39."""
+    meta, ns = scheduler.plan([640, 2560, 640], 4)
+    assert meta == [[0, 0, 0, 640, 0, 0, 0, 0], [1, 0, 1, 18 * 64, 0, 0, 0, 0],
+                    [1, 18 * 64, 1, 37 * 64, 1, 0, 0, 0], [1, 37 * 64, 2, 640, 2, 0, 0, 0]]
+    assert ns == [0, 1, 4, 5]
+
+
+def test_known_equal_plan():
+    """A hand-checked equal plan: 2 requests of 2 and 79 blocks over 132 parts fit in pieces
+    of 1 block (81 parts) and the payload is ceil(91 / 132) = 1: request 0 on parts 0-1,
+    request 1 on parts 2-80, the rest empty."""
     meta, ns = scheduler.plan([100, 5000], 132)
-    # costs 5 + 2 and 5 + 79 = 91 units -> payload ceil(91/132) = 1 unit per part; request
-    # 0's overhead is parts 0-4, its blocks parts 5 and 6; request 1's blocks parts 12-90
-    assert meta[0] == [0, 0, -1, 0, 0, 0, 0, 0]        # empty (overhead of request 0)
-    assert meta[5] == [0, 0, 0, 64, 0, 0, 0, 0]        # block 0 of request 0
-    assert meta[6] == [0, 64, 0, 128, 1, 0, 0, 0]      # block 1, its 2nd split
-    assert meta[7] == [1, 0, 0, 0, 0, 0, 0, 0]         # empty (overhead of request 1)
-    assert meta[12] == [1, 0, 1, 64, 0, 0, 0, 0]
-    assert meta[90] == [1, 78 * 64, 1, 79 * 64, 78, 0, 0, 0]
-    assert meta[91] == [2, 0, 1, 0, 0, 0, 0, 0]        # past the end: empty
+    assert meta[0] == [0, 0, 0, 64, 0, 0, 0, 0]
+    assert meta[1] == [0, 64, 0, 128, 1, 0, 0, 0]      # its 2nd piece, 36 tokens of it
+    assert meta[2] == [1, 0, 1, 64, 0, 0, 0, 0]
+    assert meta[80] == [1, 78 * 64, 1, 79 * 64, 78, 0, 0, 0]
+    assert meta[81:] == [[2, 0, 1, 0, 0, 0, 0, 0]] * 51
     assert ns == [0, 2, 81]
+
+
+@pytest.mark.parametrize("b,sk,parts,piece", [(32, 1024, 66, 8), (4, 4096, 66, 4),
+                                              (1, 32768, 66, 8), (16, 2048, 66, 8)])
+def test_small_batches_take_equal_pieces(b, sk, parts, piece):
+    """The bench's small-batch graph rows: every request in equal pieces, one a part (b = 4
+    of 4096 tokens: 16 pieces of 4 blocks each on 64 parts, where the balanced plan left
+    parts holding only a request's overhead)."""
+    meta, ns = scheduler.plan([sk] * b, parts)
+    per = scheduler.blocks(sk) // piece
+    assert ns == [r * per for r in range(b + 1)]
+    assert all(m[3] - m[1] == piece * 64 for m in meta[:b * per])
+    _check_split([sk] * b, meta, ns)
 
 
 def test_larger_payload_packs_whole_requests():

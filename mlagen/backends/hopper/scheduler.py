@@ -40,14 +40,20 @@ def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST
          ) -> tuple[list[list[int]], list[int]]:
     """(metadata rows [parts][8], num_splits [b+1]): the arithmetic of plan_splits.  Request
     r occupies cost units [cum[r], cum[r+1]) (its overhead, then its blocks); part p owns
-    [p * payload, (p + 1) * payload).  Or the chunk plan: whole requests, ceil(b / parts) a
-    part, when none of those chunks costs more than payload + fixed_cost."""
+    [p * payload, (p + 1) * payload).  Or, with b <= parts, the equal plan: every request in
+    pieces of at most L blocks, one piece a part, L the smallest that fits, when L <= payload;
+    or the chunk plan: whole requests, ceil(b / parts) a part, when none of those chunks costs
+    more than payload + fixed_cost."""
     nblk = [blocks(s) for s in seqlens]
     b = len(nblk)
     cum = [0]
     for n in nblk:
         cum.append(cum[-1] + n + fixed_cost)
     payload = max(1, -(-cum[-1] // parts))
+    # equal pieces, one a part, when a piece is no larger than the payload
+    piece = equal_piece(nblk, parts)
+    if piece is not None and piece <= payload:
+        return plan_equal(nblk, parts, piece)
     # whole requests, k a part, when no such chunk costs more than payload + one split
     k = -(-b // parts)
     starts = [min(p * k, b) for p in range(parts + 1)]
@@ -72,6 +78,38 @@ def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST
         end = (nblk[r1] if fl[r1][1] == p else (p + 1) * payload - cum[r1] - fixed_cost) \
             * SCHED_BLOCK
         meta.append([r0, start, r1, end, p - fl[r0][0], 0, 0, 0])
+    return meta, num_splits
+
+
+def equal_piece(nblk: Sequence[int], parts: int) -> int | None:
+    """The smallest piece size L (blocks) with sum over requests of max(1, ceil(n / L)) <=
+    parts (every request at least one piece), or None when the batch has more requests than
+    parts."""
+    if len(nblk) > parts:
+        return None
+    lo, hi = 1, max([1, *nblk])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sum(max(1, -(-n // mid)) for n in nblk) <= parts:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def plan_equal(nblk: Sequence[int], parts: int, piece: int
+               ) -> tuple[list[list[int]], list[int]]:
+    """Request r in max(1, ceil(n_r / piece)) pieces of `piece` blocks (the last shorter),
+    piece i of request r on part num_splits[r] + i; the parts past the last piece empty."""
+    b = len(nblk)
+    num_splits = [0]
+    for n in nblk:
+        num_splits.append(num_splits[-1] + max(1, -(-n // piece)))
+    meta = [[b, 0, b - 1, 0, 0, 0, 0, 0] for _ in range(parts)]
+    for r, n in enumerate(nblk):
+        for i in range(num_splits[r + 1] - num_splits[r]):
+            meta[num_splits[r] + i] = [r, i * piece * SCHED_BLOCK, r,
+                                       min((i + 1) * piece, n) * SCHED_BLOCK, i, 0, 0, 0]
     return meta, num_splits
 
 

@@ -25,6 +25,14 @@
 // piece is num_splits[req] + (req == first request ? [4] : 0); a request with one split
 // writes its output directly and the combine kernel skips it.
 //
+// Equal pieces instead (the equal plan, batch <= parts): every request in pieces of at most
+// L blocks (at least one piece, the last shorter), one piece a part, L the smallest for
+// which they fit, when L is no larger than the payload.  The balanced plan gives a part one
+// piece or two (the end of a request and the start of the next), and each piece costs a Q
+// load and an epilogue more than the model's F counts once per request: a b = 32 batch of
+// 1024 tokens over 66 parts ran its split kernel 2.2 us slower than 2 equal pieces each
+// (benchmarks/results/split_probe_h200_959010e.json, "fixed").
+//
 // Whole requests instead (the chunk plan): part p takes the k = ceil(batch / parts)
 // requests [p k, p k + k), none split, each written directly, when the fullest such part
 // costs at most one split (F) more than the payload.  For near-equal requests the balanced
@@ -133,6 +141,36 @@ MLAGEN_HD inline void plan_chunk_part(const int* nblk, int batch, int k, int p, 
   md[4] = md[5] = md[6] = md[7] = 0;
 }
 
+// The equal plan: pieces of request r at `piece` blocks each (at least one).
+MLAGEN_HD inline int sched_pieces(int nblk, int piece) {
+  const int s = (nblk + piece - 1) / piece;
+  return s > 1 ? s : 1;
+}
+
+// The metadata of request r's pieces, on parts first, first + 1, ...
+MLAGEN_HD inline void plan_equal_request(const int* nblk, int r, long long first, int piece,
+                                         int* sched) {
+  const int s = sched_pieces(nblk[r], piece);
+  for (int i = 0; i < s; ++i) {
+    int* md = sched + (first + i) * 8;
+    const int end = (i + 1) * piece < nblk[r] ? (i + 1) * piece : nblk[r];
+    md[0] = r;
+    md[1] = i * piece * 64;
+    md[2] = r;
+    md[3] = end * 64;
+    md[4] = i;
+    md[5] = md[6] = md[7] = 0;
+  }
+}
+
+// A part with nothing to do.
+MLAGEN_HD inline void plan_empty_part(int batch, int* md) {
+  md[0] = batch;
+  md[1] = 0;
+  md[2] = batch - 1;
+  md[3] = md[4] = md[5] = md[6] = md[7] = 0;
+}
+
 // The whole plan, sequentially (the host's version; the GPU kernel computes the same prefix
 // sums in parallel and calls plan_part once per thread).  cum: batch + 1 scratch entries.
 MLAGEN_HD inline void plan_splits(const int* nblk, int batch, int parts, int fixed_cost,
@@ -140,11 +178,27 @@ MLAGEN_HD inline void plan_splits(const int* nblk, int batch, int parts, int fix
   cum[0] = 0;
   for (int i = 0; i < batch; ++i) cum[i + 1] = cum[i] + nblk[i] + fixed_cost;
   const long long payload = sched_payload(cum[batch], parts);
+  num_splits[0] = 0;
+  if (batch <= parts) {   // the equal plan: the smallest piece that fits, by bisection
+    int lo = 1, hi = 1;
+    for (int r = 0; r < batch; ++r) hi = nblk[r] > hi ? nblk[r] : hi;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      long long n = 0;
+      for (int r = 0; r < batch; ++r) n += sched_pieces(nblk[r], mid);
+      if (n <= parts) hi = mid; else lo = mid + 1;
+    }
+    if (lo <= payload) {
+      for (int r = 0; r < batch; ++r) num_splits[r + 1] = num_splits[r] + sched_pieces(nblk[r], lo);
+      for (int p = num_splits[batch]; p < parts; ++p) plan_empty_part(batch, sched + p * 8);
+      for (int r = 0; r < batch; ++r) plan_equal_request(nblk, r, num_splits[r], lo, sched);
+      return;
+    }
+  }
   const int k = (batch + parts - 1) / parts;
   bool too_big = false;
   for (int p = 0; p < parts; ++p)
     too_big = too_big || sched_chunk_too_big(cum, batch, k, p, payload, fixed_cost);
-  num_splits[0] = 0;
   if (!too_big) {
     for (int r = 0; r < batch; ++r) num_splits[r + 1] = r + 1;
     for (int p = 0; p < parts; ++p) plan_chunk_part(nblk, batch, k, p, sched + p * 8);

@@ -77,6 +77,40 @@ mla_scheduler_kernel(const int* seqlens, int batch, int parts, int fixed_cost,
   __syncthreads();
   const long long payload = sched_payload(total, parts);
 
+  // equal pieces when the smallest piece that fits (bisection: a block-wide sum a step, the
+  // same steps in every thread) is no larger than the payload (plan_splits)
+  if (batch <= parts) {
+    __shared__ int top;
+    if (tid == 0) top = 1;
+    __syncthreads();
+    int mine = 1;
+    for (int i = i0; i < i1; ++i) mine = max(mine, nblk[i]);
+    atomicMax(&top, mine);
+    __syncthreads();
+    int lo = 1, hi = top;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      long long n = 0, all;
+      for (int i = i0; i < i1; ++i) n += sched_pieces(nblk[i], mid);
+      sched_block_scan(n, warp_sums, &all);
+      if (all <= parts) hi = mid; else lo = mid + 1;
+    }
+    if (lo <= payload) {
+      long long n = 0, all;
+      for (int i = i0; i < i1; ++i) n += sched_pieces(nblk[i], lo);
+      long long first = sched_block_scan(n, warp_sums, &all);
+      if (tid == 0) num_splits[0] = 0;
+      for (int i = i0; i < i1; ++i) {
+        plan_equal_request(nblk, i, first, lo, sched);
+        first += sched_pieces(nblk[i], lo);
+        num_splits[i + 1] = static_cast<int>(first);
+      }
+      for (long long p = all + tid; p < parts; p += kSchedThreads)
+        plan_empty_part(batch, sched + p * kMetaInts);
+      return;
+    }
+  }
+
   // whole requests when no chunk of k of them costs more than payload + F (plan_splits)
   const int k = (batch + parts - 1) / parts;
   bool too_big = false;
