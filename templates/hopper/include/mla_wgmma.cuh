@@ -568,6 +568,8 @@ struct WgmmaKernel {
       sm90::bulk_commit();
     } else {
       const uint32_t a = buf + (lane >> 2) * C::kStageRow32 + (lane & 3) * 8;
+      // the combine reads these partials right after: kept in L2 over the streamed K
+      const uint64_t policy = sm90::l2_policy_evict_last();
 #pragma unroll
       for (int round = 0; round < 2; ++round) {
         if (round) {   // the first round's copies have read the stage
@@ -583,8 +585,8 @@ struct WgmmaKernel {
         sm90::fence_proxy_async();
         __syncwarp();
         if (copy)
-          sm90::bulk_store(p.o_acc + grow * kDV + half * 256 + round * 128,
-                           buf + lane * C::kStageRow32, 128 * 4);
+          sm90::bulk_store_hint(p.o_acc + grow * kDV + half * 256 + round * 128,
+                                buf + lane * C::kStageRow32, 128 * 4, policy);
         sm90::bulk_commit();
       }
     }
