@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import sys
 
 # (b, s_q, sk, h_q, varlen) of the bench of record's anchor rows timed by --set compute
@@ -48,8 +49,8 @@ def load(arg: str) -> list[dict]:
     rows = runs[0]
     for i, r in enumerate(rows):
         for key in ("graph_ms", "eager_ms"):
-            ts = sorted(run[i][key] for run in runs if run[i][key])
-            r[key] = ts[len(ts) // 2] if ts else r[key]
+            ts = [run[i][key] for run in runs if run[i][key]]
+            r[key] = statistics.median(ts) if ts else r[key]
     return rows
 
 
