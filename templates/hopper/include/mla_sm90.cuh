@@ -136,10 +136,26 @@ __device__ __forceinline__ void reg_fence(float (&r)[N]) {
 // elements along K): lbo unused (16), sbo = 1024 (next 8 rows).  MN-major operands (V read
 // as the B of P V, 64 columns of N per 128-byte row): lbo = the stride between 64-column
 // atoms along N, sbo = 1024 (next 8 rows along K).
+// Kept as its two 32-bit halves: lo = start address >> 4 | (lbo >> 4) << 16, hi = sbo >> 4 |
+// the swizzle mode.  Stepping through a tile adds to lo alone: one integer add per wgmma
+// operand, where building each descriptor from its byte address (mask, shift, or) took the
+// uniform datapath ~5 instructions an operand, a quarter of the 64-row kernel's stall
+// samples while it issued S (ncu_compute_8950b8d_sass).  A shared-window address is below
+// 2^18, so the 14-bit address field neither needs the mask nor overflows into the next.
+struct SmemDesc {
+  uint32_t lo, hi;
+};
+__device__ __forceinline__ SmemDesc make_desc_sw128(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return {(saddr >> 4) | ((lbo >> 4) << 16), (sbo >> 4) | (1u << 30)};
+}
+// The descriptor of the operand `bytes` (a multiple of 16) past d's start.
+__device__ __forceinline__ uint64_t desc_at(SmemDesc d, uint32_t bytes) {
+  uint64_t r;
+  asm("mov.b64 %0, {%1, %2};\n" : "=l"(r) : "r"(d.lo + (bytes >> 4)), "r"(d.hi));
+  return r;
+}
 __device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((saddr & 0x3FFFF) >> 4) |
-         (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
-         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+  return desc_at(make_desc_sw128(saddr, lbo, sbo), 0);
 }
 
 #define MLAGEN_R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \

@@ -198,18 +198,23 @@ struct WgmmaKernel {
     }
   }
 
-  // Descriptors.  Tiles are 9 slices of [64 rows][128 bytes], 128-byte swizzle.
-  // K-major (Q, K for S = Q K^T): k step kk (16 columns) = slice kk / 4, +32 bytes per step.
-  static __device__ __forceinline__ uint64_t kmajor_desc(const unsigned char* tile, int kk) {
-    return sm90::desc_sw128(sm90::smem_addr(tile) + (kk >> 2) * C::kSliceBytes + (kk & 3) * 32,
-                            16, 1024);
+  // Descriptors.  Tiles are 9 slices of [64 rows][128 bytes], 128-byte swizzle; each
+  // operand's descriptor is its tile's plus a constant (sm90::desc_at).
+  // K-major (Q, K for S = Q K^T; P): k step kk (16 columns) = slice kk / 4, +32 bytes a step.
+  static __device__ __forceinline__ sm90::SmemDesc kmajor_tile(const unsigned char* tile) {
+    return sm90::make_desc_sw128(sm90::smem_addr(tile), 16, 1024);
+  }
+  static __device__ __forceinline__ uint64_t kmajor_desc(sm90::SmemDesc tile, int kk) {
+    return sm90::desc_at(tile, (kk >> 2) * C::kSliceBytes + (kk & 3) * 32);
   }
   // MN-major V (B of P V): columns [256 h + 64 q, 256 h + 256) = slices 4h+q..4h+3, keys
   // [16 kk, 16 kk + 16) = 2 atoms of 8 rows.
-  static __device__ __forceinline__ uint64_t v_desc(const unsigned char* tile, int h, int kk,
+  static __device__ __forceinline__ sm90::SmemDesc v_tile(const unsigned char* tile) {
+    return sm90::make_desc_sw128(sm90::smem_addr(tile), C::kSliceBytes, 1024);
+  }
+  static __device__ __forceinline__ uint64_t v_desc(sm90::SmemDesc tile, int h, int kk,
                                                     int q = 0) {
-    return sm90::desc_sw128(
-        sm90::smem_addr(tile) + (h * 4 + q) * C::kSliceBytes + kk * 2048, C::kSliceBytes, 1024);
+    return sm90::desc_at(tile, (h * 4 + q) * C::kSliceBytes + kk * 2048);
   }
 
   // ---------------------------------------------------------------- WG1
@@ -248,6 +253,7 @@ struct WgmmaKernel {
   static __device__ __forceinline__ void issue_scores(const Smem& sm, const unsigned char* kt,
                                                       uint64_t* full, uint32_t parity,
                                                       float (&s)[32]) {
+    const sm90::SmemDesc dq = kmajor_tile(sm.q), dk = kmajor_tile(kt);
 #pragma unroll
     for (int q = 0; q < C::kSlices; ++q) {   // the slices in the order they are refilled
       const int j = C::slice_at(q);
@@ -256,9 +262,9 @@ struct WgmmaKernel {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         if (q == 0 && k == 0)
-          sm90::wgmma_m64n64k16_ss_first<T>(s, kmajor_desc(sm.q, 4 * j), kmajor_desc(kt, 4 * j));
+          sm90::wgmma_m64n64k16_ss_first<T>(s, kmajor_desc(dq, 4 * j), kmajor_desc(dk, 4 * j));
         else
-          sm90::wgmma_m64n64k16_ss<T>(s, kmajor_desc(sm.q, 4 * j + k), kmajor_desc(kt, 4 * j + k));
+          sm90::wgmma_m64n64k16_ss<T>(s, kmajor_desc(dq, 4 * j + k), kmajor_desc(dk, 4 * j + k));
       }
     }
     sm90::wgmma_commit();
@@ -272,17 +278,15 @@ struct WgmmaKernel {
   // two): the first pair of slices goes back to the producer while the second is read.
   static __device__ __forceinline__ void issue_pv(const Smem& sm, float (&o)[128],
                                                   const unsigned char* kt, int half) {
+    const sm90::SmemDesc dp = kmajor_tile(sm.p), dv = v_tile(kt);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      sm90::wgmma_m64n128k16_ss<T, 0>(
-          o, sm90::desc_sw128(sm90::smem_addr(sm.p) + kk * 32, 16, 1024), v_desc(kt, half, kk));
+      sm90::wgmma_m64n128k16_ss<T, 0>(o, kmajor_desc(dp, kk), v_desc(dv, half, kk));
     sm90::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      sm90::wgmma_m64n128k16_ss<T, 64>(
-          o, sm90::desc_sw128(sm90::smem_addr(sm.p) + kk * 32, 16, 1024),
-          v_desc(kt, half, kk, 2));
+      sm90::wgmma_m64n128k16_ss<T, 64>(o, kmajor_desc(dp, kk), v_desc(dv, half, kk, 2));
     sm90::wgmma_commit();
   }
   // O's first 64 registers (columns 0-127 of the half), after the first group's wait
