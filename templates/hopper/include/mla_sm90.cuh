@@ -145,14 +145,20 @@ __device__ __forceinline__ void reg_fence(float (&r)[N]) {
 struct SmemDesc {
   uint32_t lo, hi;
 };
-__device__ __forceinline__ SmemDesc make_desc_sw128(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+__host__ __device__ __forceinline__ SmemDesc make_desc_sw128(uint32_t saddr, uint32_t lbo,
+                                                             uint32_t sbo) {
   return {(saddr >> 4) | ((lbo >> 4) << 16), (sbo >> 4) | (1u << 30)};
 }
-// The descriptor of the operand `bytes` (a multiple of 16) past d's start.
-__device__ __forceinline__ uint64_t desc_at(SmemDesc d, uint32_t bytes) {
+// The descriptor of the operand `bytes` (a multiple of 16) past d's start.  (Host code: for
+// tests/test_hopper_desc.py, which checks the bit layout.)
+__host__ __device__ __forceinline__ uint64_t desc_at(SmemDesc d, uint32_t bytes) {
+#ifdef __CUDA_ARCH__
   uint64_t r;
   asm("mov.b64 %0, {%1, %2};\n" : "=l"(r) : "r"(d.lo + (bytes >> 4)), "r"(d.hi));
   return r;
+#else
+  return (static_cast<uint64_t>(d.hi) << 32) | (d.lo + (bytes >> 4));
+#endif
 }
 __device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
   return desc_at(make_desc_sw128(saddr, lbo, sbo), 0);
