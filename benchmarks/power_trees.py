@@ -12,8 +12,15 @@ import sys
 
 
 def main() -> None:
-    tree = sys.argv[1]
-    b, s_q, sk, h_q = (int(x) for x in (sys.argv[2:6] or (128, 1, 8192, 128)))
+    args = sys.argv[1:]
+    try:
+        if len(args) not in (1, 5):
+            raise ValueError
+        tree = args[0]
+        b, s_q, sk, h_q = (int(x) for x in (args[1:5] or (128, 1, 8192, 128)))
+    except ValueError:
+        print("usage: power_trees.py TREE_DIR [b s_q sk h_q]", file=sys.stderr)
+        sys.exit(2)
     sys.path.insert(0, tree)
     sys.path.insert(0, tree + "/benchmarks")
     from power_probe import steady
