@@ -1,9 +1,9 @@
 // The split-KV attention kernel with a warp-specialized wgmma main loop (mainloop = "wgmma").
 //
-// Same contract as mla_split.cuh (grid (parts, row tiles), the scheduler's metadata, direct
-// output for a request's only split, fp32 partials for mla_combine otherwise); 64 query rows
-// per tile, 64 keys per block, page sizes that are multiples of 64 (a block is one TMA box
-// of one page).
+// Same contract as mla_split.cuh (one CTA per part and row tile, here row tiles fastest, the
+// scheduler's metadata, direct output for a request's only split, fp32 partials for
+// mla_combine otherwise); 64 query rows per tile, 64 keys per block, page sizes that are
+// multiples of 64 (a block is one TMA box of one page).
 //
 // Three warpgroups of 128 threads:
 //   WG0 producer   one thread walks the pieces and issues, per 64-key block, 9 TMA copies
@@ -98,8 +98,15 @@ struct Piece {
   bool direct;
 };
 
+// Grid: (row tiles, parts), the row tile fastest, so that the CTAs of one part, which read
+// the same K blocks at the same time, are launched side by side (FlashMLA's order; ncu there
+// shows L2 looking up each K sector once for both readers, here twice with parts fastest).
+__device__ __forceinline__ int cta_part() { return blockIdx.y; }
+__device__ __forceinline__ int cta_row_tile() { return blockIdx.x; }
+inline dim3 split_grid(int parts, int row_tiles) { return dim3(row_tiles, parts); }
+
 __device__ __forceinline__ bool next_piece(const MlaParams& p, int& req, Piece& pc) {
-  const int* md = p.sched + blockIdx.x * kMetaInts;
+  const int* md = p.sched + cta_part() * kMetaInts;
   const int first = md[0], last = md[2];
   if (req < first) req = first;
   if (req > last || req >= p.batch) return false;
@@ -329,7 +336,7 @@ struct WgmmaKernel {
   static __device__ void scores_wg(const MlaParams& p, const Smem& sm) {
     const int t = threadIdx.x, warp = t / 32, lane = t % 32;
     const int rows_total = p.s_q * p.h_q;
-    const int row0 = blockIdx.y * C::kRows;
+    const int row0 = cta_row_tile() * C::kRows;
     const int r0 = warp * 16 + lane / 4;   // this thread's rows: r0, r0 + 8
     const int c2 = 2 * (lane % 4);
     int it = 0, req = 0;
@@ -600,7 +607,7 @@ struct WgmmaKernel {
   // ---------------------------------------------------------------- WG2
   static __device__ void values_wg(const MlaParams& p, const Smem& sm) {
     const int t = threadIdx.x - 128, warp = t / 32, lane = t % 32;
-    const int row0 = blockIdx.y * C::kRows;
+    const int row0 = cta_row_tile() * C::kRows;
     const int r0 = warp * 16 + lane / 4;
     int it = 0, req = 0;
     Piece pc;
@@ -756,7 +763,8 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   e = prepare_split_wgmma<T, FAULT>();
   if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
-  dim3 grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
+  const dim3 grid =
+      split_grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
   mla_split_wgmma_kernel<T, FAULT><<<grid, WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream>>>(wp);
   return cudaGetLastError();
 }

@@ -2,7 +2,7 @@
 // main loop with the rows in wgmma's N dimension ("swap AB"), mainloop = "wgmma" with
 // rows_per_tile 16 or 32, so that h_q = 16 does not pay for 64 rows.
 //
-// Same contract as mla_wgmma.cuh (grid (parts, row tiles of N), the scheduler's pieces,
+// Same contract as mla_wgmma.cuh (row tiles of N, the scheduler's pieces,
 // direct output for a request's only split, fp32 partials for mla_combine otherwise, the
 // same TMA tensor map of 64-key x 64-column boxes, 128-byte swizzle; page sizes that are
 // multiples of 64).
@@ -265,7 +265,7 @@ struct WgmmaRowsKernel {
     const int t = WG == 1 ? threadIdx.x : threadIdx.x % 128, warp = t / 32, lane = t % 32;
     const int bar = C::kBarWg + wg;
     const int rows_total = p.s_q * p.h_q;
-    const int row0 = blockIdx.y * N;
+    const int row0 = cta_row_tile() * N;
     const int k0 = 16 * warp + lane / 4;   // this thread's keys of a block: k0, k0 + 8
     const int c2 = 2 * (lane % 4);
     const uint32_t kbase = sm90::smem_addr(sm.k);
@@ -604,7 +604,7 @@ cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream
   e = prepare_split_wgmma_rows<T, N, WG, FAULT>();
   if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
-  dim3 grid(p.num_parts, (rows_total + N - 1) / N);
+  const dim3 grid = split_grid(p.num_parts, (rows_total + N - 1) / N);
   mla_split_wgmma_rows_kernel<T, N, WG, FAULT>
       <<<grid, WgmmaRowsConfig<N, WG>::kThreads, WgmmaRowsConfig<N, WG>::kSmem, stream>>>(wp);
   return cudaGetLastError();
