@@ -23,9 +23,18 @@ from fm import FlashMLACaller  # noqa: E402
 from mlagen.backends.hopper import bench  # noqa: E402
 
 
+USAGE = "usage: compare.py [--quick] | --one fm|ours B S_Q SK H_Q [--calls N]"
+
+
 def one(args: list[str]) -> None:
-    which, b, s_q, sk, h_q = args[0], *map(int, args[1:5])
-    calls = int(args[args.index("--calls") + 1]) if "--calls" in args else 4
+    try:
+        if len(args) < 5 or args[0] not in ("fm", "ours"):
+            raise ValueError
+        which, b, s_q, sk, h_q = args[0], *map(int, args[1:5])
+        calls = int(args[args.index("--calls") + 1]) if "--calls" in args else 4
+    except (ValueError, IndexError):
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)
     c = bench.Caller(b, s_q, sk, h_q, False)
     f = FlashMLACaller(c) if which == "fm" else c
     for _ in range(calls):
@@ -45,6 +54,9 @@ def main() -> None:
     if sys.argv[1:2] == ["--one"]:
         one(sys.argv[2:])
         return
+    if any(a != "--quick" for a in sys.argv[1:]):
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)
     quick = "--quick" in sys.argv
     from power_probe import steady
 
@@ -90,4 +102,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        if not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device: compare.py runs on the GPU machine")
+        main()
+    except RuntimeError as e:
+        print(f"compare.py: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -17,7 +17,12 @@ _lib = None
 def lib():
     global _lib
     if _lib is None:
-        _lib = ctypes.CDLL(os.environ.get("FM_LIB", "libflashmla.so"))
+        path = os.environ.get("FM_LIB", "libflashmla.so")
+        try:
+            _lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise RuntimeError(f"FM_LIB={path}: cannot load FlashMLA's library "
+                               f"(build it with benchmarks/flashmla/build.sh): {e}") from None
         vp, i, ll, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float
         _lib.fm_metadata.argtypes = [vp, vp, vp, i, i, vp]
         _lib.fm_fwd.argtypes = [vp] * 6 + [vp, ll, vp, vp, vp] + [i] * 8 + [f, vp]
