@@ -34,8 +34,9 @@ if [[ ${TUNE:-0} == 1 ]]; then
   echo "tune rc=$? $(el)"; grep -E "^│ b=" "$OUT/tune.log" | cut -c1-120
 fi
 # 2. the bench of record (API defaults)
-timeout ${BENCH_TIMEOUT:-110} python3 -m mlagen.cli bench --target hopper --no-progress \
-  --output "$OUT/hopper_bench" > "$OUT/bench.log" 2>&1
+# FM_LIB=<libflashmla.so> (benchmarks/flashmla/build.sh): FlashMLA timed beside each row too
+timeout ${BENCH_TIMEOUT:-$([[ -n ${FM_LIB:-} ]] && echo 180 || echo 110)} python3 -m mlagen.cli bench --target hopper --no-progress \
+  ${FM_LIB:+--flashmla "$(readlink -f "$FM_LIB")"} --output "$OUT/hopper_bench" > "$OUT/bench.log" 2>&1
 echo "bench rc=$? $(el)"; grep -iE "geomean|host" "$OUT/hopper_bench.md" 2>/dev/null | head -4
 # 3. GPU tests of the default paths (SKIP_TESTS=1: already run on this kernel code in an
 # earlier visit), then with FAULTS=1 the planted faults and the verify runs of test_hopper_faults

@@ -226,3 +226,19 @@ def test_closed_pipe_is_quiet(tmp_path):
     p.wait(timeout=120)
     assert "Broken pipe" not in err and "BrokenPipeError" not in err and "Traceback" not in err
     assert p.returncode in (0, 141)
+
+
+# ------------------------------------------------------------- --flashmla -------------
+def test_bench_flashmla_library_is_checked_before_the_device(tmp_path, clean, capsys):
+    """A missing or foreign library is refused in one line on any machine, GPU or not."""
+    missing = str(tmp_path / "libflashmla.so")
+    line = refused(capsys, ["bench", "--target", "hopper", "--flashmla", missing],
+                   f"--flashmla {missing}: no such file")
+    assert "GPU" not in line
+    notlib = tmp_path / "notlib.so"
+    notlib.write_text("not an ELF file")
+    refused(capsys, ["bench", "--target", "hopper", "--flashmla", str(notlib)],
+            "not a FlashMLA library built by benchmarks/flashmla/build.sh")
+    refused(capsys, ["bench", "--target", "sc11", "--flashmla", str(notlib)],
+            "target sc11 has no FlashMLA reference to time")
+    assert clean() == []

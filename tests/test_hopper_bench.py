@@ -97,3 +97,57 @@ def test_host_rounds_markdown_line():
     bench.summarize(rep)
     md = bench.markdown(rep)
     assert "decode 14.5 us, metadata + decode 27.5 us" in md
+
+
+def test_report_with_flashmla_timed_in_the_run():
+    """--flashmla: the "now" columns and their geomean; FlashMLA's own failure is shown in
+    place of its time and keeps the geomean out (it needs every anchor row)."""
+    rows = bench.plan_rows()[:2] + [bench.plan_rows()[-1]]
+    for r, ms in zip(rows, (0.2, 0.1, 0.05)):
+        r.check, r.eager_ms, r.graph_ms = "ok", ms, ms * 0.9
+        r.flashmla_now_check = "ok"
+        if r.anchor_ms:
+            r.ratio = r.anchor_ms / ms
+            r.flashmla_now_ms = ms * 1.1
+            r.ratio_now = r.flashmla_now_ms / ms
+        else:
+            r.flashmla_now_graph_us = r.graph_ms * 1e3 * 0.8
+            r.ratio_now_graph = 0.8
+    rep = bench.Report(device="H200", torch="x", commit="abc", mlagen="0", command="c",
+                       rows=rows, flashmla_lib="/x/libflashmla.so")
+    bench.summarize(rep)
+    assert rep.geomean_now == pytest.approx(1.1) and rep.won_now == 2
+    md = bench.markdown(rep)
+    assert "**FlashMLA timed in this run** (`/x/libflashmla.so`" in md and "1.100" in md
+    tables = [ln for ln in md.splitlines() if ln.startswith("|")]
+    head, graph_head = tables[0], next(t for t in tables if "FlashMLA now us" in t)
+    for ln in tables:          # every row has its header's cells
+        n = ln.count("|")
+        assert n in (head.count("|"), graph_head.count("|")), ln
+    rows[1].flashmla_now_check, rows[1].ratio_now = "RuntimeError: FlashMLA decode: 700", None
+    bench.summarize(rep)
+    assert rep.geomean_now is None
+    assert "RuntimeError: FlashMLA decode: 700 | - |" in bench.markdown(rep)
+    plain = bench.Report(device="H200", torch="x", commit="abc", mlagen="0", command="c",
+                         rows=rows)
+    assert "now" not in bench.markdown(plain)
+
+
+def test_flashmla_shim_signatures_match_the_python_copy():
+    """flashmla_live.ARGTYPES is a Python copy of benchmarks/flashmla/shim.cu's C signatures."""
+    import ctypes
+    import re
+    from pathlib import Path
+
+    from mlagen.backends.hopper import flashmla_live
+
+    src = (Path(__file__).resolve().parents[1] / "benchmarks" / "flashmla" / "shim.cu").read_text()
+    cmap = {"int": ctypes.c_int, "long long": ctypes.c_longlong, "float": ctypes.c_float}
+    for name, types in flashmla_live.ARGTYPES.items():
+        m = re.search(r'extern "C" int ' + name + r"\(([^)]*)\)", src)
+        assert m, name
+        params = [p.strip() for p in m.group(1).split(",")]
+        got = [ctypes.c_void_p if "*" in p else cmap[p.rsplit(" ", 1)[0]] for p in params]
+        assert got == types, (name, params)
+    assert flashmla_live.parts_for(132, 128) == 66 and flashmla_live.parts_for(132, 16) == 132
+    assert flashmla_live.parts_for(132, 256) == 33 and flashmla_live.parts_for(132, 65) == 66

@@ -21,6 +21,7 @@ import torch  # noqa: E402
 
 from fm import FlashMLACaller  # noqa: E402
 from mlagen.backends.hopper import bench  # noqa: E402
+from mlagen.errors import MlagenError  # noqa: E402
 
 
 USAGE = "usage: compare.py [--quick] | --one fm|ours B S_Q SK H_Q [--calls N]"
@@ -106,6 +107,6 @@ if __name__ == "__main__":
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA device: compare.py runs on the GPU machine")
         main()
-    except RuntimeError as e:
+    except (RuntimeError, MlagenError) as e:
         print(f"compare.py: {e}", file=sys.stderr)
         sys.exit(2)

@@ -16,7 +16,9 @@ and the host time of one eager call (b=1, s_k=1024, h_q=16: 300 back-to-back cal
 sync).  The calls go through the public API with its per-shape defaults (or --schedule), so
 whatever main loop the defaults pick is what is measured.  Rows: the 51 of
 hopper-best-anchor.json (ratio = the better anchor's time / ours) and the 8 of
-hopper-graph-anchor.json (ratio = FlashMLA's graph time / ours).
+hopper-graph-anchor.json (ratio = FlashMLA's graph time / ours).  With --flashmla LIB
+(flashmla_live.py) FlashMLA itself is timed on each row's tensors right after ours, the
+same ways: the "now" columns, free of the anchor files' drift against the day's device.
 """
 
 from __future__ import annotations
@@ -114,6 +116,12 @@ class Row:
     ratio: Optional[float] = None            # anchor_ms / eager_ms
     ratio_flashmla: Optional[float] = None   # flashmla_ms / eager_ms
     ratio_graph: Optional[float] = None      # flashmla_graph_us / graph us
+    # FlashMLA timed in this run on the same tensors (--flashmla)
+    flashmla_now_check: str = ""
+    flashmla_now_ms: Optional[float] = None
+    flashmla_now_graph_us: Optional[float] = None
+    ratio_now: Optional[float] = None        # flashmla_now_ms / eager_ms
+    ratio_now_graph: Optional[float] = None  # flashmla_now_graph_us / graph us
     error: str = ""
 
     def label(self) -> str:
@@ -134,6 +142,9 @@ class Report:
     geomean_flashmla: Optional[float] = None
     won: int = 0
     counted: int = 0
+    geomean_now: Optional[float] = None      # FlashMLA timed in this run / ours
+    won_now: int = 0
+    flashmla_lib: str = ""
     elapsed_s: float = 0.0
 
 
@@ -317,7 +328,29 @@ def host_time(schedule=None) -> dict:
     return out
 
 
-def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels")) -> Row:
+def measure_now(row: Row, c: Caller, live, modes) -> None:
+    """FlashMLA (the library `live`) on the Caller's tensors, timed the modes ours was."""
+    from .flashmla_live import FlashMLACall
+
+    try:
+        f = FlashMLACall(live, c)
+        row.flashmla_now_check = check_output(f)[0]
+        if row.flashmla_now_check != "ok":
+            return
+        if "eager" in modes:
+            row.flashmla_now_ms = time_eager(f)
+            if row.eager_ms:
+                row.ratio_now = row.flashmla_now_ms / row.eager_ms
+        if "graph" in modes:
+            row.flashmla_now_graph_us = time_graph(f) * 1e3
+            if row.graph_ms:
+                row.ratio_now_graph = row.flashmla_now_graph_us / (row.graph_ms * 1e3)
+    except Exception as e:                 # FlashMLA's failure is not our row's
+        row.flashmla_now_check = f"{type(e).__name__}: {e}"
+
+
+def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels"),
+                live=None) -> Row:
     import torch
 
     try:
@@ -344,6 +377,8 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels")) ->
                 row.kernel_ms = time_kernels(c)
             except Exception as e:         # the profiler is optional to the record
                 row.error = f"profiler: {type(e).__name__}: {e}"
+        if live is not None:
+            measure_now(row, c, live, [m for m in modes if m != "kernels"])
     except Exception as e:
         row.error = f"{type(e).__name__}: {e}"
     finally:
@@ -373,10 +408,24 @@ def summarize(rep: Report) -> None:
     if fl and len(fl) == len(anchored):
         rep.geomean_flashmla = math.exp(sum(math.log(x) for x in fl) / len(fl))
     rep.won = sum(1 for x in ratios if x >= 1.0)
+    now = [r.ratio_now for r in anchored if r.ratio_now]
+    rep.geomean_now = (math.exp(sum(math.log(x) for x in now) / len(now))
+                       if now and len(now) == len(anchored) else None)
+    rep.won_now = sum(1 for x in now if x >= 1.0)
 
 
 def _f(x, fmt):
     return "-" if x is None else format(x, fmt)
+
+
+def _now_cells(r: Row, unit: str) -> str:
+    """The two "now" cells of a row; FlashMLA's own failure (or wrong answer) in place of
+    its time."""
+    if r.flashmla_now_check not in ("", "ok"):
+        return f" {r.flashmla_now_check[:60]} | - |"
+    if unit == "ms":
+        return f" {_f(r.flashmla_now_ms, '.4f')} | {_f(r.ratio_now, '.3f')} |"
+    return f" {_f(r.flashmla_now_graph_us, '.1f')} | {_f(r.ratio_now_graph, '.2f')} |"
 
 
 def markdown(rep: Report) -> str:
@@ -400,8 +449,15 @@ def markdown(rep: Report) -> str:
                      f"of {HOST_ROUND} calls with a sync between rounds (the host alone): "
                      f"decode {rep.host.get('decode_rounds_us')} us, metadata + decode "
                      f"{rep.host.get('metadata_and_decode_rounds_us')} us.")
+    now = bool(rep.flashmla_lib)
+    if now:
+        lines.append(f"**FlashMLA timed in this run** (`{rep.flashmla_lib}`, same tensors, right "
+                     f"after ours): geomean of its time / ours {_f(rep.geomean_now, '.3f')}; "
+                     f"rows won {rep.won_now}/{rep.counted}.")
+    extra = " FlashMLA now ms | vs FlashMLA now |" if now else ""
     lines += ["", "| b | s_q | sk | h_q | varlen | check | eager ms | graph ms | kernels ms | "
-              "TFLOPS | GB/s | anchor ms | ratio | vs FlashMLA |", "|" + "---|" * 14]
+              "TFLOPS | GB/s | anchor ms | ratio | vs FlashMLA |" + extra,
+              "|" + "---|" * (16 if now else 14)]
     for r in rep.rows:
         if r.kind != "anchor":
             continue
@@ -409,10 +465,11 @@ def markdown(rep: Report) -> str:
                      f"{r.check or r.error} | {_f(r.eager_ms, '.4f')} | {_f(r.graph_ms, '.4f')} | "
                      f"{_f(r.kernel_ms, '.4f')} | {_f(r.tflops, '.1f')} | {_f(r.gbps, '.0f')} | "
                      f"{r.anchor_ms:.4f} ({r.anchor_by}) | {_f(r.ratio, '.3f')} | "
-                     f"{_f(r.ratio_flashmla, '.3f')} |")
+                     f"{_f(r.ratio_flashmla, '.3f')} |" + (_now_cells(r, "ms") if now else ""))
+    extra = " FlashMLA now us | ratio now |" if now else ""
     lines += ["", "CUDA-graph rows (20 calls per graph, us per call) against FlashMLA's graph "
               "figure:", "", "| b | s_q | sk | h_q | varlen | check | graph us | FlashMLA us | "
-              "ratio | eager us | kernels us |", "|" + "---|" * 11]
+              "ratio | eager us | kernels us |" + extra, "|" + "---|" * (13 if now else 11)]
     for r in rep.rows:
         if r.kind != "graph":
             continue
@@ -420,7 +477,8 @@ def markdown(rep: Report) -> str:
                      f"{r.check or r.error} | {_f(r.graph_ms and r.graph_ms * 1e3, '.1f')} | "
                      f"{r.flashmla_graph_us} | {_f(r.ratio_graph, '.2f')} | "
                      f"{_f(r.eager_ms and r.eager_ms * 1e3, '.1f')} | "
-                     f"{_f(r.kernel_ms and r.kernel_ms * 1e3, '.1f')} |")
+                     f"{_f(r.kernel_ms and r.kernel_ms * 1e3, '.1f')} |"
+                     + (_now_cells(r, "us") if now else ""))
     variants = sorted({r.variant for r in rep.rows if r.variant})
     lines += ["", "Variants the defaults picked: " + ", ".join(f"`{v}`" for v in variants), ""]
     return "\n".join(lines)
@@ -445,14 +503,21 @@ def rich_table(rep: Report):
 
 
 def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = None,
-              progress: bool = True, command: str = "mlagen bench --target hopper") -> Report:
+              progress: bool = True, command: str = "mlagen bench --target hopper",
+              flashmla: Optional[str] = None) -> Report:
     import torch
 
     from ...version import __version__
 
+    live = None
+    if flashmla:
+        from .flashmla_live import load as load_flashmla
+
+        live = load_flashmla(flashmla)      # a bad path is refused before anything runs
     t0 = time.perf_counter()
     rep = Report(device=torch.cuda.get_device_name(), torch=torch.__version__,
-                 commit=_commit(), mlagen=__version__, command=command)
+                 commit=_commit(), mlagen=__version__, command=command,
+                 flashmla_lib=flashmla or "")
     rows = plan_rows(quick)
     # host time first, in a fresh process: measured after all the rows (59 profiler runs,
     # a full caching allocator) the same loop took 48 us per call, in a fresh process 19
@@ -466,11 +531,11 @@ def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = N
             task = bar.add_task("bench", total=len(rows))
             for r in rows:
                 bar.update(task, description=r.label())
-                rep.rows.append(measure_row(r, schedule))
+                rep.rows.append(measure_row(r, schedule, live=live))
                 bar.advance(task)
     else:
         for r in rows:
-            rep.rows.append(measure_row(r, schedule))
+            rep.rows.append(measure_row(r, schedule, live=live))
             print(f"{r.label()}: {r.check or r.error} eager {_f(r.eager_ms, '.4f')} graph "
                   f"{_f(r.graph_ms, '.4f')} kernels {_f(r.kernel_ms, '.4f')} ratio "
                   f"{_f(r.ratio, '.3f')} graph ratio {_f(r.ratio_graph, '.2f')}", flush=True)
@@ -491,6 +556,11 @@ def bench_main(args) -> int:
     from .defaults import check_overrides
 
     check_overrides()            # a malformed MLAGEN_HOPPER_* table is refused first
+    flashmla = getattr(args, "flashmla", None)
+    if flashmla:
+        from .flashmla_live import load as load_flashmla
+
+        load_flashmla(flashmla)      # refused with one line before the device is touched
     why = backend("hopper").device_check()
     if why:   # "target hopper needs ...": said as the bench command's own words
         raise MlagenError("bench --" + why.split(";")[0] + "; the other targets' "
@@ -506,7 +576,8 @@ def bench_main(args) -> int:
         prefix = prefix.with_suffix("")
     rep = run_bench(schedule, quick=args.quick, out_prefix=prefix,
                     progress=not getattr(args, "no_progress", False),
-                    command="mlagen bench --target hopper" + (" --quick" if args.quick else ""))
+                    command="mlagen bench --target hopper" + (" --quick" if args.quick else "")
+                    + (f" --flashmla {flashmla}" if flashmla else ""), flashmla=flashmla)
     from rich.console import Console
 
     con = Console()
@@ -514,6 +585,9 @@ def bench_main(args) -> int:
     con.print(f"geomean {_f(rep.geomean, '.3f')} of the best anchor "
               f"({_f(rep.geomean_flashmla, '.3f')} of FlashMLA), rows won {rep.won}/"
               f"{rep.counted}; host {rep.host.get('decode_us')} us per decode call")
+    if flashmla:
+        con.print(f"FlashMLA timed in this run: geomean of its time / ours "
+                  f"{_f(rep.geomean_now, '.3f')}, rows won {rep.won_now}/{rep.counted}")
     con.print(f"written: {prefix.with_suffix('.json')}, {prefix.with_suffix('.md')}")
     bad = [r for r in rep.rows if r.check != "ok"]
     return 1 if bad else 0

@@ -413,6 +413,10 @@ def bench_main(args) -> int:
 
     from ...console import progress_rows, status, table
 
+    if getattr(args, "flashmla", None):
+        from ...errors import MlagenError
+
+        raise MlagenError("--flashmla: target sc11 has no FlashMLA reference to time")
     tty = sys.stdout.isatty()
     charts = getattr(args, "charts", None)
     with status(f"mlagen: bench sc11: the seed's point (batch {SEED['batch']}, seqlen "
