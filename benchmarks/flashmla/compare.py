@@ -3,7 +3,7 @@ turn within one process: the anchor's 51 rows eager, the 8 graph rows in CUDA gr
 one row at the power cap (clock, watts, energy per call).  GPU only.
 
     FM_LIB=.../libflashmla.so PYTHONPATH=$PWD python benchmarks/flashmla/compare.py [--quick]
-    ... compare.py --one fm|ours b s_q sk h_q [--calls N]      (for ncu: N calls, no timing)
+    ... compare.py --one fm|ours b s_q sk h_q [--varlen] [--calls N]   (for ncu: N calls)
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from mlagen.backends.hopper import bench  # noqa: E402
 from mlagen.errors import MlagenError  # noqa: E402
 
 
-USAGE = "usage: compare.py [--quick] | --one fm|ours B S_Q SK H_Q [--calls N]"
+USAGE = "usage: compare.py [--quick] | --one fm|ours B S_Q SK H_Q [--varlen] [--calls N]"
 
 
 def one(args: list[str]) -> None:
@@ -36,7 +36,7 @@ def one(args: list[str]) -> None:
     except (ValueError, IndexError):
         print(USAGE, file=sys.stderr)
         sys.exit(2)
-    c = bench.Caller(b, s_q, sk, h_q, False)
+    c = bench.Caller(b, s_q, sk, h_q, "--varlen" in args)
     f = FlashMLACaller(c) if which == "fm" else c
     for _ in range(calls):
         f()
