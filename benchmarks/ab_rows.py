@@ -1,6 +1,6 @@
 """A/B timing of the bench of record's rows for the tree on PYTHONPATH (GPU only).
 
-    python benchmarks/ab_rows.py OUT.json [--set compute|class32|graph|all]   measure, save
+    python benchmarks/ab_rows.py OUT.json [--set compute|class32|graph|page16|all]   measure
     python benchmarks/ab_rows.py --compare A.json B.json [C.json ...]   the table, A/B, A/C per row
 
 An argument of --compare may list several files joined by commas (one tree timed in several
@@ -23,6 +23,12 @@ COMPUTE = [(128, 1, 8192, 128, False), (128, 1, 4096, 128, False), (128, 2, 8192
            (128, 1, 8192, 16, True), (128, 1, 8192, 32, False), (128, 2, 4096, 16, True)]
 
 
+# (b, s_q, sk, h_q, varlen) timed by --set page16: two row tiles (where a part's CTAs share
+# K), and one-tile controls
+PAGE16 = [(128, 1, 8192, 128, False), (128, 1, 4096, 128, False), (128, 2, 4096, 64, False),
+          (32, 1, 1024, 128, False), (128, 1, 8192, 16, False), (128, 1, 8192, 64, False)]
+
+
 def measure(out: str, which: str) -> None:
     from mlagen.backends.hopper import bench
     rows = bench.plan_rows()
@@ -33,6 +39,8 @@ def measure(out: str, which: str) -> None:
         rows = [r for r in rows if r.kind == "graph"]
     elif which == "class32":   # the anchor rows with 17-32 packed query rows
         rows = [r for r in rows if r.kind == "anchor" and 16 < r.s_q * r.h_q <= 32]
+    elif which == "page16":    # the anchor's recipe at 16-token pages (the mma_sync kernel)
+        rows = [bench.Row(*shape, "page16", page=16) for shape in PAGE16]
     res = []
     for r in rows:
         modes = ("graph",) if r.kind == "graph" else ("eager",)

@@ -30,15 +30,16 @@ def test_lengths_reproduce_the_anchors_figures(row):
     assert nbytes / 1e6 / row["best_ms"] == pytest.approx(row["best_gbps"], rel=2e-3)
 
 
-def test_workload_follows_the_recipe():
-    q, k, bt, seqlens, lens = bench.workload(4, 2, 300, 16, True, device="cpu")
+@pytest.mark.parametrize("page", [64, 16])
+def test_workload_follows_the_recipe(page):
+    q, k, bt, seqlens, lens = bench.workload(4, 2, 300, 16, True, device="cpu", page=page)
     assert lens == bench.seqlens_for(4, 2, 300, True) and min(lens) >= 2
     pad = math.ceil(max(lens) / 256) * 256
-    assert bt.shape == (4, pad // 64) and k.shape == (4 * pad // 64, 64, 1, 576)
+    assert bt.shape == (4, pad // page) and k.shape == (4 * pad // page, page, 1, 576)
     assert sorted(bt.flatten().tolist()) == list(range(k.shape[0]))      # a permutation
     assert q.shape == (4, 2, 16, 576) and q.dtype == torch.bfloat16
     assert seqlens.tolist() == lens
-    again = bench.workload(4, 2, 300, 16, True, device="cpu")
+    again = bench.workload(4, 2, 300, 16, True, device="cpu", page=page)
     assert torch.equal(again[0], q) and torch.equal(again[2], bt)         # seed 0
 
 

@@ -70,17 +70,18 @@ def seqlens_for(b: int, s_q: int, mean: int, varlen: bool, seed: int = 0) -> lis
 
 
 def workload(b: int, s_q: int, mean: int, h_q: int, varlen: bool, seed: int = 0,
-             device: str = "cuda"):
-    """(q, k_cache, block_table, cache_seqlens, lengths) exactly as the anchor made them."""
+             device: str = "cuda", page: int = PAGE):
+    """(q, k_cache, block_table, cache_seqlens, lengths) exactly as the anchor made them
+    (page: another page size, the same recipe; the anchor's is 64)."""
     import torch
 
     lens = seqlens_for(b, s_q, mean, varlen, seed)
     torch.manual_seed(seed)
     max_pad = math.ceil(max(lens) / 256) * 256
-    num_blocks = b * max_pad // PAGE
-    block_table = torch.randperm(num_blocks, dtype=torch.int32).view(b, max_pad // PAGE)
+    num_blocks = b * max_pad // page
+    block_table = torch.randperm(num_blocks, dtype=torch.int32).view(b, max_pad // page)
     q = torch.randn(b, s_q, h_q, D, dtype=torch.bfloat16, device=device)
-    k_cache = torch.randn(num_blocks, PAGE, 1, D, dtype=torch.bfloat16, device=device)
+    k_cache = torch.randn(num_blocks, page, 1, D, dtype=torch.bfloat16, device=device)
     seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
     return q, k_cache, block_table.to(device), seqlens, lens
 
@@ -99,7 +100,8 @@ class Row:
     sk: int
     h_q: int
     varlen: bool
-    kind: str                        # "anchor" (the 51) or "graph" (the 8)
+    kind: str                        # "anchor" (the 51), "graph" (the 8), or a tool's own
+    page: int = PAGE                 # tokens per page (the anchor's rows: 64)
     anchor_ms: Optional[float] = None      # better of FlashMLA / FA3 (anchor rows)
     anchor_by: str = ""
     flashmla_ms: Optional[float] = None
@@ -126,7 +128,8 @@ class Row:
 
     def label(self) -> str:
         return (f"b={self.b} s_q={self.s_q} sk={self.sk} h_q={self.h_q}"
-                f"{' varlen' if self.varlen else ''}")
+                f"{' varlen' if self.varlen else ''}"
+                f"{f' page={self.page}' if self.page != PAGE else ''}")
 
 
 @dataclass
@@ -165,17 +168,18 @@ def _commit() -> str:
 class Caller:
     """The timed call of one workload: flash_mla_with_kvcache with metadata made once."""
 
-    def __init__(self, b, s_q, sk, h_q, varlen, schedule=None, data=None):
+    def __init__(self, b, s_q, sk, h_q, varlen, schedule=None, data=None, page=PAGE):
         from . import api
 
         self.api = api
         # data: another Caller's workload tuple, so that schedules compared on one shape
         # read the very same K pages and the workload is made once (tune's candidates)
-        self.data = data or workload(b, s_q, sk, h_q, varlen)
+        self.data = data or workload(b, s_q, sk, h_q, varlen, page=page)
         self.q, self.k, self.bt, self.seqlens, self.lens = self.data
         self.schedule = schedule
         self.md, self.ns = api.get_mla_metadata(self.seqlens, s_q * h_q, 1, schedule=schedule)
-        self.variant = api._library_key(s_q * h_q, "bf16", schedule, b, self.q.device)
+        self.variant = api._library_key(s_q * h_q, "bf16", schedule, b, self.q.device,
+                                        page_size=page)
 
     def __call__(self):
         return self.api.flash_mla_with_kvcache(self.q, self.k, self.bt, self.seqlens, DV,
@@ -354,7 +358,7 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels"),
     import torch
 
     try:
-        c = Caller(row.b, row.s_q, row.sk, row.h_q, row.varlen, schedule)
+        c = Caller(row.b, row.s_q, row.sk, row.h_q, row.varlen, schedule, page=row.page)
         row.variant = c.variant
         row.check, row.cos_out, row.lse_err = check_output(c)
         if row.check != "ok":
