@@ -152,3 +152,14 @@ def test_flashmla_shim_signatures_match_the_python_copy():
         assert got == types, (name, params)
     assert flashmla_live.parts_for(132, 128) == 66 and flashmla_live.parts_for(132, 16) == 132
     assert flashmla_live.parts_for(132, 256) == 33 and flashmla_live.parts_for(132, 65) == 66
+
+
+def test_flashmla_call_refuses_other_pages_before_the_gpu():
+    """FlashMLA's kernel assumes 64-token pages: a page-16 row is refused, not launched."""
+    from types import SimpleNamespace
+
+    from mlagen.backends.hopper.flashmla_live import FlashMLACall
+
+    q, k, bt, seqlens, _ = bench.workload(2, 1, 100, 16, False, device="cpu", page=16)
+    with pytest.raises(ValueError, match="64-token pages"):
+        FlashMLACall(None, SimpleNamespace(q=q, k=k, bt=bt, seqlens=seqlens))

@@ -55,6 +55,9 @@ class FlashMLACall:
 
         self.lib = lib
         self.q, self.k, self.bt, self.seqlens = c.q, c.k, c.bt, c.seqlens
+        if self.k.shape[1] != 64 or self.k.shape[2] != 1:   # before the GPU sees a wrong layout
+            raise ValueError(f"FlashMLA takes one KV head in 64-token pages, not k_cache "
+                             f"{tuple(self.k.shape)}")
         b, s_q, h_q, _ = self.q.shape
         self.shape = (b, s_q, h_q)
         dev = self.q.device
