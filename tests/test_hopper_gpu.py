@@ -70,6 +70,10 @@ CASES = [
     (1, [20000], 1, 16, 64, "bf16", True),    # ~150 splits: the combine's weight chunks
     (132, [640] * 132, 1, 16, 64, "bf16", True),          # whole requests, one a part
     (132, [300] * 131 + [1], 1, 128, 64, "bf16", True),   # whole requests, two a part
+    # the combine's variant for grids of more 8-row CTAs than SMs (fewer splits in flight a
+    # warp): 256 CTAs, requests of 0-4 pieces; then 144 CTAs, ~7 splits a request
+    (16, [4097] * 8 + [0, 1, 63, 64, 65, 1000, 2000, 3000], 1, 128, 64, "bf16", True),
+    (9, [20000] * 9, 1, 128, 64, "fp16", True),
 ]
 
 

@@ -26,8 +26,13 @@ namespace hopper {
 constexpr int kCombineRows = 8;                    // query rows (warps) per CTA, at most
 constexpr int kCombineThreads = 32 * kCombineRows;
 constexpr int kCombineVec = kDV / 128;             // float4 per lane: columns 4 lane + 128 j
-constexpr int kCombineUnroll = 8;                  // splits read per step (divides 32)
-static_assert(32 % kCombineUnroll == 0, "a step never crosses a 32-split chunk");
+// Splits read per step (divides 32): 8 while few rows share the GPU (many splits each, the
+// latency of one row is the cost), 4 once the grid has more 8-row CTAs than SMs.  8 splits x 4
+// float4 in flight take ~200 registers, one CTA (8 warps) an SM: a b = 64, h_q = 128 combine
+// then took 19.7 us (ncu), FlashMLA's 12.2 us at 40 registers.  With 4, two CTAs fit an SM.
+constexpr int kCombineUnrollFew = 8, kCombineUnrollMany = 4;
+template <int kUnroll>
+constexpr int combine_min_blocks() { return kUnroll >= 8 ? 1 : 2; }
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -40,9 +45,10 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kCombineThreads)
+template <typename T, int kCombineUnroll>
+__global__ void __launch_bounds__(kCombineThreads, combine_min_blocks<kCombineUnroll>())
 mla_combine_kernel(const __grid_constant__ MlaParams p) {
+  static_assert(32 % kCombineUnroll == 0, "a step never crosses a 32-split chunk");
   const int req = blockIdx.x, lane = threadIdx.x % 32;
   const int gr = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
   const int rows_total = p.s_q * p.h_q;
@@ -143,7 +149,9 @@ cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, mla_combine_kernel<T>, p);
+  if (rows == kCombineRows && static_cast<long long>(cfg.gridDim.x) * cfg.gridDim.y > p.num_sms)
+    return cudaLaunchKernelEx(&cfg, mla_combine_kernel<T, kCombineUnrollMany>, p);
+  return cudaLaunchKernelEx(&cfg, mla_combine_kernel<T, kCombineUnrollFew>, p);
 }
 
 }  // namespace hopper
