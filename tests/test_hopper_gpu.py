@@ -159,6 +159,27 @@ def test_metadata_matches_python_model(seqlens, rows, whole):
     assert (splits == list(range(len(seqlens) + 1))) == whole
 
 
+@pytest.mark.parametrize("batch,lens", [(16, [4097] * 8 + [0, 1, 63, 64, 65, 1000, 2000, 3000]),
+                                         (2, [4097, 3000])])
+def test_planted_split_merge_fault_is_caught_in_both_combine_variants(batch, lens):
+    """The combine's two variants (8 splits a step for small grids, 2 for grids of more 8-row
+    CTAs than SMs: here 256 CTAs, and 32): bad_split_merge (partials summed without their
+    lse weights) planted in the combine must fail the reference check on each, and the
+    same schedule unfaulted must pass (so the failure is the fault's)."""
+    from mlagen.paths import SCHEDULES_DIR
+    from mlagen.schedule import load
+
+    sched = load(SCHEDULES_DIR / "hopper_wgmma.toml")
+    inp = inputs(batch, lens, 1, 128, 64, seed=5)
+    ctas = batch * 128 // 8
+    assert (ctas > torch.cuda.get_device_properties(0).multi_processor_count) == (batch == 16)
+    check(inp, True, sched)
+    md, ns = api().get_mla_metadata(inp.cache_seqlens, 128, 1, schedule=sched)
+    assert int((ns[1:] - ns[:-1]).max()) >= 2          # some request was split
+    with pytest.raises(AssertionError):
+        check(inp, True, sched.with_fault("bad_split_merge"))
+
+
 def test_cuda_graph_replay():
     a = api()
     inp = inputs(4, [100, 2000, 65, 4000], 1, 64, 64)

@@ -27,12 +27,13 @@ constexpr int kCombineRows = 8;                    // query rows (warps) per CTA
 constexpr int kCombineThreads = 32 * kCombineRows;
 constexpr int kCombineVec = kDV / 128;             // float4 per lane: columns 4 lane + 128 j
 // Splits read per step (divides 32): 8 while few rows share the GPU (many splits each, the
-// latency of one row is the cost), 4 once the grid has more 8-row CTAs than SMs.  8 splits x 4
+// latency of one row is the cost), 2 once the grid has more 8-row CTAs than SMs.  8 splits x 4
 // float4 in flight take ~200 registers, one CTA (8 warps) an SM: a b = 64, h_q = 128 combine
-// then took 19.7 us (ncu), FlashMLA's 12.2 us at 40 registers.  With 4, two CTAs fit an SM.
-constexpr int kCombineUnrollFew = 8, kCombineUnrollMany = 4;
+// then took 19.7 us (ncu), FlashMLA's 12.2 us at 40 registers.  With 2 (78 registers) three
+// CTAs fit an SM: graph rows b = 64 and b = 32 1.095x; 4 splits at two CTAs an SM, 1.08x.
+constexpr int kCombineUnrollFew = 8, kCombineUnrollMany = 2;
 template <int kUnroll>
-constexpr int combine_min_blocks() { return kUnroll >= 8 ? 1 : 2; }
+constexpr int combine_min_blocks() { return kUnroll >= 8 ? 1 : 3; }
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
