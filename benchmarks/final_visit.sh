@@ -11,19 +11,7 @@ T0=$(date +%s); el() { echo "$(($(date +%s) - T0)) s"; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader; nvcc --version | tail -1;
   echo "commit ${COMMIT:-?}"; } 2>&1 | tee "$OUT/env.txt"
 # 1. the default variants (parallel), with their cold build seconds
-timeout ${BUILD_TIMEOUT:-70} python3 - > "$OUT/build.log" 2>&1 <<'PY'
-import time
-from concurrent.futures import ThreadPoolExecutor
-from mlagen.jit import build
-from mlagen.backends.hopper import render, defaults
-s = [defaults.default_schedule(r, d) for r in (16, 32, 64) for d in ("bf16", "fp16")]
-s += [defaults.default_schedule(r, "bf16", page_size=16) for r in (16, 32, 64)]
-t = time.time()
-with ThreadPoolExecutor(12) as ex:
-    for a in ex.map(lambda x: build(render(x)), {x.variant_name(): x for x in s}.values()):
-        print(a.path, round(a.seconds, 1))
-print("built in", round(time.time() - t, 1), "s")
-PY
+timeout ${BUILD_TIMEOUT:-70} python3 benchmarks/build_defaults.py --page16 > "$OUT/build.log" 2>&1
 echo "build rc=$? $(el)"; cat "$OUT/build.log" | tail -12
 # 1b. TUNE=1: `mlagen tune --space wgmma` first; the bench then reads its table (the one to
 # ship as mlagen/backends/hopper/tuned.json), which comes back as $OUT/tuned.json

@@ -12,18 +12,7 @@ left() { echo $(( ${BUDGET:-300} - $(date +%s) + T0 )); }
 pack() { tar czf "$OUT/w4.tgz" -C /tmp w4; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader; nvcc --version | tail -1;
   echo "commit ${COMMIT:-?}"; } > $W/env.txt 2>&1
-timeout 70 python3 - > $W/build.log 2>&1 <<'PY'
-import time
-from concurrent.futures import ThreadPoolExecutor
-from mlagen.jit import build
-from mlagen.backends.hopper import render, defaults
-s = [defaults.default_schedule(r, d) for r in (16, 32, 64) for d in ("bf16", "fp16")]
-t = time.time()
-with ThreadPoolExecutor(12) as ex:
-    for a in ex.map(lambda x: build(render(x)), {x.variant_name(): x for x in s}.values()):
-        print(a.path, round(a.seconds, 1))
-print("built in", round(time.time() - t, 1), "s")
-PY
+timeout 70 python3 benchmarks/build_defaults.py > $W/build.log 2>&1
 echo "1 build rc=$? $(el) $(tail -1 $W/build.log)" | tee -a $W/steps.txt; pack
 timeout 80 python3 -m pytest -q -p no:cacheprovider tests/test_hopper_gpu.py \
   -k "planted_split_merge or (test_cases and wgmma)" > $W/pytest_gpu.log 2>&1
