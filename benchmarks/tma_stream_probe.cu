@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
   const int tokens = argc > 2 ? atoi(argv[2]) : 16384;
   const int reps = 15;
   const int bpr = tokens / 64, pages = batch * bpr;
+  const size_t np = pages;   // byte counts past 2^31
   const size_t page_bytes = 64 * 576 * 2;
   const double bytes = double(pages) * page_bytes;
   std::vector<int> bt(pages);
@@ -165,12 +166,12 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&d_bt, pages * sizeof(int)));
   CK(cudaMemcpy(d_bt, bt.data(), pages * sizeof(int), cudaMemcpyHostToDevice));
   void *k576, *ckv, *kpe;
-  CK(cudaMalloc(&k576, pages * page_bytes));
-  CK(cudaMalloc(&ckv, pages * 64 * 512 * 2));
-  CK(cudaMalloc(&kpe, pages * 64 * 64 * 2));
-  CK(cudaMemset(k576, 1, pages * page_bytes));
-  CK(cudaMemset(ckv, 1, pages * 64 * 512 * 2));
-  CK(cudaMemset(kpe, 1, pages * 64 * 64 * 2));
+  CK(cudaMalloc(&k576, np * page_bytes));
+  CK(cudaMalloc(&ckv, np * 64 * 512 * 2));
+  CK(cudaMalloc(&kpe, np * 64 * 64 * 2));
+  CK(cudaMemset(k576, 1, np * page_bytes));
+  CK(cudaMemset(ckv, 1, np * 64 * 512 * 2));
+  CK(cudaMemset(kpe, 1, np * 64 * 64 * 2));
   printf("batch %d, %d tokens a request, %.3f GB of K, shuffled 64-token pages\n", batch, tokens,
          bytes / 1e9);
   auto report = [&](const char* name, float ms) {
@@ -184,7 +185,7 @@ int main(int argc, char** argv) {
       cudaEvent_t e0, e1;
       CK(cudaEventCreate(&e0));
       CK(cudaEventCreate(&e1));
-      const size_t n = pages * page_bytes / 16;
+      const size_t n = np * page_bytes / 16;
       for (int w = 0; w < 3; ++w) ldg_kernel<<<132 * 8, 512>>>((const uint4*)k576, n, sink);
       std::vector<float> ts;
       for (int r = 0; r < reps; ++r) {
