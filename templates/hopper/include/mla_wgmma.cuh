@@ -730,7 +730,7 @@ cudaError_t wgmma_params(const MlaParams& p, WgmmaParams* wp) {
                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   if (encode(&wp->tmap_k, dt, 3, const_cast<void*>(p.k), dims, strides, box, elem,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
     return cudaErrorInvalidValue;
   last = Last{p.k, p.page_size, p.num_blocks, p.k_stride_token, p.k_stride_block, wp->tmap_k};
   return cudaSuccess;
