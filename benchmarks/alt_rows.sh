@@ -13,7 +13,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 T0=$(date +%s)
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for t in $TREES; do
-    (cd "../$t" && PYTHONPATH=$PWD timeout "${ROW_TIMEOUT:-100}" python3 "$HERE/ab_rows.py" \
+    # a tree may carry ab.env (e.g. MLAGEN_HOPPER_WGMMA_KNOBS=...): the same code, other defaults
+    (cd "../$t" && { [[ ! -f ab.env ]] || { set -a; . ./ab.env; set +a; }; } && PYTHONPATH=$PWD timeout "${ROW_TIMEOUT:-100}" python3 "$HERE/ab_rows.py" \
       "$OUT/${t}_r$r.json" --set "${SET:-graph}") > "$OUT/${t}_r$r.log" 2>&1
     echo "round $r $t rc=$? $(($(date +%s) - T0)) s"
   done
@@ -24,7 +25,8 @@ python3 "$HERE/ab_rows.py" --compare "${args[@]}" | tee "$OUT/alt.md"
 if [[ ${POWER:-0} == 1 ]]; then
   for r in 1 2; do
     for t in $TREES; do
-      (cd "../$t" && PYTHONPATH=$PWD timeout 60 python3 "$HERE/power_trees.py" "$PWD" \
+      # a tree may carry ab.env (e.g. MLAGEN_HOPPER_WGMMA_KNOBS=...): the same code, other defaults
+    (cd "../$t" && { [[ ! -f ab.env ]] || { set -a; . ./ab.env; set +a; }; } && PYTHONPATH=$PWD timeout 60 python3 "$HERE/power_trees.py" "$PWD" \
         ${POWER_ROW:-128 1 8192 128} 2>&1 | tail -1) | tee -a "$OUT/power.txt"
     done
   done
