@@ -153,7 +153,7 @@ cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
   cfg.numAttrs = 1;
   // 8 rows a CTA are kept only when the grid has at least `fill` CTAs of them (batch x rows
   // >= 16 x SMs): the 2-split instance then (the 8-split one is at one CTA an SM)
-  if (rows == kCombineRows)
+  if (rows >= kCombineRows / 2)
     return cudaLaunchKernelEx(&cfg, mla_combine_kernel<T, kCombineUnrollMany>, p);
   return cudaLaunchKernelEx(&cfg, mla_combine_kernel<T, kCombineUnrollFew>, p);
 }
