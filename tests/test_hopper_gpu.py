@@ -70,9 +70,11 @@ CASES = [
     (1, [20000], 1, 16, 64, "bf16", True),    # ~150 splits: the combine's weight chunks
     (132, [640] * 132, 1, 16, 64, "bf16", True),          # whole requests, one a part
     (132, [300] * 131 + [1], 1, 128, 64, "bf16", True),   # whole requests, two a part
-    # the combine's 2-split instance (grids that keep 8 rows a CTA: batch x rows >= 16 x SMs):
-    # 512 CTAs, requests of 0-3 pieces; then 384 CTAs, ~3 splits a request (2-split steps)
+    # the combine's 2-split instance (grids that keep 4 or 8 rows a CTA: batch x rows >= 8 x
+    # SMs): 512 CTAs of 8 rows, requests of 0-3 pieces; 512 of 4 rows; then 384 CTAs of 8
+    # rows, ~3 splits a request (2-split steps)
     (32, [4097] * 16 + [0, 1, 63, 64, 65, 1000, 2000, 3000] * 2, 1, 128, 64, "bf16", True),
+    (16, [2048] * 8 + [0, 1, 63, 64, 65, 1000, 3000, 4097], 2, 64, 64, "bf16", True),
     (24, [20000] * 24, 1, 128, 64, "fp16", True),
 ]
 
@@ -160,10 +162,11 @@ def test_metadata_matches_python_model(seqlens, rows, whole):
 
 
 @pytest.mark.parametrize("batch,lens", [(32, [4097] * 24 + [0, 1, 63, 64, 65, 1000, 2000, 3000]),
+                                         (16, [4097] * 8 + [0, 1, 63, 64, 65, 1000, 2000, 3000]),
                                          (2, [4097, 3000])])
 def test_planted_split_merge_fault_is_caught_in_both_combine_variants(batch, lens):
-    """The combine's two instances (8 splits a step while the grid halves its rows a CTA, 2
-    once it keeps 8: batch x rows >= 16 x SMs, here 32 x 128 against 2 x 128):
+    """The combine's two instances (8 splits a step while the grid has under 4 rows a CTA, 2
+    once it keeps 4 or 8: batch x rows >= 8 x SMs, here 32 or 16 x 128 against 2 x 128):
     bad_split_merge (partials summed without their lse weights) planted in the combine must
     fail the reference check on each, and the same schedule unfaulted must pass (so the
     failure is the fault's)."""
@@ -173,7 +176,7 @@ def test_planted_split_merge_fault_is_caught_in_both_combine_variants(batch, len
     sched = load(SCHEDULES_DIR / "hopper_wgmma.toml")
     inp = inputs(batch, lens, 1, 128, 64, seed=5)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    assert (batch * 128 >= 16 * sms) == (batch == 32)     # the 2-split instance, or not
+    assert (batch * 128 >= 8 * sms) == (batch >= 16)     # the 2-split instance, or not
     check(inp, True, sched)
     md, ns = api().get_mla_metadata(inp.cache_seqlens, 128, 1, schedule=sched)
     assert int((ns[1:] - ns[:-1]).max()) >= 2          # some request was split

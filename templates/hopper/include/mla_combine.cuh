@@ -27,11 +27,12 @@ constexpr int kCombineRows = 8;                    // query rows (warps) per CTA
 constexpr int kCombineThreads = 32 * kCombineRows;
 constexpr int kCombineVec = kDV / 128;             // float4 per lane: columns 4 lane + 128 j
 // Splits read per step (divides 32): 8 while few rows share the GPU (many splits each, the
-// latency of one row is the cost), 2 once the grid keeps 8-row CTAs (at least twice as many
-// as SMs: batch x s_q x h_q >= 16 x SMs, e.g. b = 32 or 64 at h_q = 128).  8 splits x 4
-// float4 in flight take ~200 registers, one CTA (8 warps) an SM: a b = 64, h_q = 128 combine
-// then took 19.7 us (ncu), FlashMLA's 12.2 us at 40 registers.  With 2 (78 registers) three
-// CTAs fit an SM: graph rows b = 64 and b = 32 1.095x; 4 splits at two CTAs an SM, 1.08x.
+// latency of one row is the cost), 2 once the grid keeps CTAs of 4 or 8 rows (at least twice
+// as many as SMs: batch x s_q x h_q >= 8 x SMs, e.g. b >= 16 at h_q = 128, b = 128 at
+// h_q = 16).  8 splits x 4 float4 in flight take ~200 registers, one 8-warp CTA an SM: a
+// b = 64, h_q = 128 combine then took 19.7 us (ncu), FlashMLA's 12.2 us at 40 registers.
+// With 2 (78 registers) three 8-warp CTAs fit an SM: graph rows b = 64 and b = 32 1.095x; 4
+// splits at two CTAs an SM, 1.08x; at 4 rows a CTA (b = 16, s_q = 2, h_q = 64) 1.03-1.06x.
 constexpr int kCombineUnrollFew = 8, kCombineUnrollMany = 2;
 template <int kUnroll>
 constexpr int combine_min_blocks() { return kUnroll >= 8 ? 1 : 3; }
@@ -151,8 +152,8 @@ cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  // 8 rows a CTA are kept only when the grid has at least `fill` CTAs of them (batch x rows
-  // >= 16 x SMs): the 2-split instance then (the 8-split one is at one CTA an SM)
+  // 4 or 8 rows a CTA are kept only when the grid has at least `fill` CTAs of them (batch x
+  // rows >= 8 x SMs): the 2-split instance then (the 8-split one fits one 8-warp CTA an SM)
   if (rows >= kCombineRows / 2)
     return cudaLaunchKernelEx(&cfg, mla_combine_kernel<T, kCombineUnrollMany>, p);
   return cudaLaunchKernelEx(&cfg, mla_combine_kernel<T, kCombineUnrollFew>, p);
