@@ -72,6 +72,26 @@ __device__ __forceinline__ void pdl_wait_primary() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
+// A kernel launched as a programmatic dependent of whatever precedes it in the stream (the
+// last call's combine, in a decode step of back-to-back calls): its CTAs start and run their
+// prologue (shared memory, barriers) while that grid finishes, and wait in pdl_wait_primary
+// before their first global access (the combine still reads the partials they overwrite).
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, int smem,
+                             cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+}
+
 // Launchers, one translation unit each (split.cu, combine.cu, scheduler.cu).
 cudaError_t launch_split(const MlaParams& p, cudaStream_t stream);
 cudaError_t split_ctas_per_sm(int* n);

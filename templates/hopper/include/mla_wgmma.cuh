@@ -660,6 +660,7 @@ struct WgmmaKernel {
       sm90::fence_mbar_init();
     }
     __syncthreads();
+    pdl_wait_primary();   // launched as a dependent of the stream's last kernel
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
       sm90::setmaxnreg_inc<C::kScoreRegs>();
@@ -769,8 +770,8 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid =
       split_grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
-  mla_split_wgmma_kernel<T, FAULT><<<grid, WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream>>>(wp);
-  return cudaGetLastError();
+  return launch_dependent(mla_split_wgmma_kernel<T, FAULT>, grid, WgmmaConfig::kThreads,
+                          WgmmaConfig::kSmem, stream, wp);
 }
 
 }  // namespace hopper

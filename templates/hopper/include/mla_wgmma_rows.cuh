@@ -551,6 +551,7 @@ struct WgmmaRowsKernel {
       sm90::fence_mbar_init();
     }
     __syncthreads();
+    pdl_wait_primary();   // launched as a dependent of the stream's last kernel
     if constexpr (WG == 1) {
       if (threadIdx.x < 128)
         consumer(wp.p, sm, 0);
@@ -605,9 +606,9 @@ cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream
   if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid = split_grid(p.num_parts, (rows_total + N - 1) / N);
-  mla_split_wgmma_rows_kernel<T, N, WG, FAULT>
-      <<<grid, WgmmaRowsConfig<N, WG>::kThreads, WgmmaRowsConfig<N, WG>::kSmem, stream>>>(wp);
-  return cudaGetLastError();
+  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT>, grid,
+                          WgmmaRowsConfig<N, WG>::kThreads, WgmmaRowsConfig<N, WG>::kSmem,
+                          stream, wp);
 }
 
 }  // namespace hopper
