@@ -11,10 +11,12 @@ OUT=${OUT:-$PWD/alt_out}; mkdir -p "$OUT"
 export MLAGEN_CACHE_DIR=/tmp/mlagen-cache MLAGEN_BUILD_JOBS=16 MLAGEN_HOPPER_CHECK_INDICES=0
 HERE=$(cd "$(dirname "$0")" && pwd)
 T0=$(date +%s)
+# into tree ../$1; a tree may carry ab.env (e.g. MLAGEN_HOPPER_TUNE_TABLE=$PWD/tt.json): the same
+# code, other defaults
+in_tree() { cd "../$1" && { [[ ! -f ab.env ]] || { set -a; . ./ab.env; set +a; }; }; }
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for t in $TREES; do
-    # a tree may carry ab.env (e.g. MLAGEN_HOPPER_WGMMA_KNOBS=...): the same code, other defaults
-    (cd "../$t" && { [[ ! -f ab.env ]] || { set -a; . ./ab.env; set +a; }; } && PYTHONPATH=$PWD timeout "${ROW_TIMEOUT:-100}" python3 "$HERE/ab_rows.py" \
+    (in_tree "$t" && PYTHONPATH=$PWD timeout "${ROW_TIMEOUT:-100}" python3 "$HERE/ab_rows.py" \
       "$OUT/${t}_r$r.json" --set "${SET:-graph}") > "$OUT/${t}_r$r.log" 2>&1
     echo "round $r $t rc=$? $(($(date +%s) - T0)) s"
   done
@@ -25,8 +27,7 @@ python3 "$HERE/ab_rows.py" --compare "${args[@]}" | tee "$OUT/alt.md"
 if [[ ${POWER:-0} == 1 ]]; then
   for r in 1 2; do
     for t in $TREES; do
-      # a tree may carry ab.env (e.g. MLAGEN_HOPPER_WGMMA_KNOBS=...): the same code, other defaults
-    (cd "../$t" && { [[ ! -f ab.env ]] || { set -a; . ./ab.env; set +a; }; } && PYTHONPATH=$PWD timeout 60 python3 "$HERE/power_trees.py" "$PWD" \
+      (in_tree "$t" && PYTHONPATH=$PWD timeout 60 python3 "$HERE/power_trees.py" "$PWD" \
         ${POWER_ROW:-128 1 8192 128} 2>&1 | tail -1) | tee -a "$OUT/power.txt"
     done
   done
