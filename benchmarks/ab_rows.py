@@ -1,6 +1,6 @@
 """A/B timing of the bench of record's rows for the tree on PYTHONPATH (GPU only).
 
-    python benchmarks/ab_rows.py OUT.json [--set compute|class32|fewrows|graph|page16|memory|all]   measure
+    python benchmarks/ab_rows.py OUT.json [--set compute|class32|fewrows|few|graph|page16|memory|all]   measure
     python benchmarks/ab_rows.py --compare A.json B.json [C.json ...]   the table, A/B, A/C per row
 
 An argument of --compare may list several files joined by commas (one tree timed in several
@@ -41,6 +41,8 @@ def measure(out: str, which: str) -> None:
         rows = [r for r in rows if r.kind == "anchor" and 16 < r.s_q * r.h_q <= 32]
     elif which == "fewrows":   # the anchor rows with at most 32 packed query rows
         rows = [r for r in rows if r.kind == "anchor" and r.s_q * r.h_q <= 32]
+    elif which == "few":       # fewrows' fixed-length rows (FA3's anchor rows)
+        rows = [r for r in rows if r.kind == "anchor" and not r.varlen and r.s_q * r.h_q <= 32]
     elif which == "memory":    # the fixed-length rows of s_q*h_q <= 64 (FA3's anchor rows)
         rows = [r for r in rows if r.kind == "anchor" and not r.varlen and r.s_q * r.h_q <= 64]
     elif which == "page16":    # the anchor's recipe at 16-token pages (the mma_sync kernel)

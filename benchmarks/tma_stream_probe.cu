@@ -14,9 +14,13 @@
 //   block     [pages][64][576], one 72 KiB box a block (4-D map), 3 slots
 //   split     FA3's layout: [pages][64][512] and [pages][64][64], 8 + 1 boxes a block
 //   ldg       plain 16-byte loads of the whole [pages][64][576] buffer, all SMs (the ceiling)
+// With a third argument (`const` or `rand`: the cache's bytes, since DRAM's I/O power depends
+// on how its data toggles) and hold times in ns after it, only slices128 runs, once per hold:
+// the consumer waits for a block's 9 boxes, holds them that long (as a decode kernel's math
+// holds a block's slices), then hands them all back; hold -1 hands each box back on arrival.
 //
 //   nvcc -O3 -arch=sm_90a -std=c++17 -I templates/hopper/include benchmarks/tma_stream_probe.cu \
-//     -o /tmp/tma_probe && /tmp/tma_probe [batch=128] [tokens=16384]
+//     -o /tmp/tma_probe && /tmp/tma_probe [batch=128] [tokens=16384] [const|rand HOLD_NS...]
 #include <cudaTypedefs.h>
 #include <cuda.h>
 #include <algorithm>
@@ -56,7 +60,25 @@ struct Args {
   const int* bt;
   int blocks;   // per request
   int slots, slot_bytes, boxes;
+  int hold_ns;   // < 0: each box back on arrival; else a block's boxes held this long
 };
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// bf16 words from a hash of the index: exponents of randn-like values, varying mantissas
+__global__ void fill_rand(uint32_t* p, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32);
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    const uint32_t lo = 0x3c00u | (h & 0x83ffu), hi = 0x3c00u | ((h >> 16) & 0x83ffu);
+    p[i] = lo | (hi << 16);
+  }
+}
 
 template <int MODE>
 __global__ void __launch_bounds__(64, 1) stream_kernel(const __grid_constant__ Args a) {
@@ -90,12 +112,28 @@ __global__ void __launch_bounds__(64, 1) stream_kernel(const __grid_constant__ A
         if (++slot == a.slots) slot = 0, ++lap;
       }
     }
-  } else if (threadIdx.x == 0) {
+  } else if (threadIdx.x == 0 && a.hold_ns < 0) {
     int slot = 0, lap = 0;
     for (int k = 0; k < total; ++k) {
       sm90::mbar_wait(&full[slot], lap & 1);
       sm90::mbar_arrive(&empty[slot]);
       if (++slot == a.slots) slot = 0, ++lap;
+    }
+  } else if (threadIdx.x == 0) {
+    int slot = 0, lap = 0;
+    for (int i = 0; i < a.blocks; ++i) {
+      int s = slot, l = lap;
+      for (int b = 0; b < a.boxes; ++b) {
+        sm90::mbar_wait(&full[s], l & 1);
+        if (++s == a.slots) s = 0, ++l;
+      }
+      const uint64_t t0 = global_ns();
+      while (global_ns() - t0 < (uint64_t)a.hold_ns) {
+      }
+      for (int b = 0; b < a.boxes; ++b) {
+        sm90::mbar_arrive(&empty[slot]);
+        if (++slot == a.slots) slot = 0, ++lap;
+      }
     }
   }
 }
@@ -169,7 +207,12 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&k576, np * page_bytes));
   CK(cudaMalloc(&ckv, np * 64 * 512 * 2));
   CK(cudaMalloc(&kpe, np * 64 * 64 * 2));
-  CK(cudaMemset(k576, 1, np * page_bytes));
+  const bool rand_fill = argc > 3 && strcmp(argv[3], "rand") == 0;
+  if (rand_fill)
+    fill_rand<<<132 * 8, 512>>>((uint32_t*)k576, np * page_bytes / 4);
+  else
+    CK(cudaMemset(k576, 1, np * page_bytes));
+  CK(cudaDeviceSynchronize());
   CK(cudaMemset(ckv, 1, np * 64 * 512 * 2));
   CK(cudaMemset(kpe, 1, np * 64 * 64 * 2));
   printf("batch %d, %d tokens a request, %.3f GB of K, shuffled 64-token pages\n", batch, tokens,
@@ -177,6 +220,23 @@ int main(int argc, char** argv) {
   auto report = [&](const char* name, float ms) {
     printf("%-10s %8.4f ms  %7.1f GB/s\n", name, ms, bytes / (ms * 1e-3) / 1e9);
   };
+  if (argc > 4) {   // the hold sweep: slices128 only
+    printf("fill %s, slices128, 25 slots\n", rand_fill ? "rand" : "const");
+    for (int round = 0; round < 2; ++round)
+      for (int h = 4; h < argc; ++h) {
+        Args a{};
+        a.bt = d_bt, a.blocks = bpr, a.slots = 25, a.slot_bytes = 8192, a.boxes = 9;
+        a.hold_ns = atoi(argv[h]);
+        const cuuint64_t dims[3] = {576, 64, (cuuint64_t)pages};
+        const cuuint64_t st[2] = {1152, 64 * 1152};
+        const cuuint32_t box[3] = {64, 64, 1};
+        char name[32];
+        snprintf(name, sizeof name, "hold%d", a.hold_ns);
+        if (encode(&a.m0, k576, 3, dims, st, box, CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
+          report(name, time_it<kSlices>(a, batch, reps));
+      }
+    return 0;
+  }
   for (int round = 0; round < 2; ++round) {
     printf("round %d\n", round);
     {  // ceiling
@@ -206,7 +266,7 @@ int main(int argc, char** argv) {
     const char* pnames[3] = {"slices", "slices128", "slicesN"};
     for (int pi = 0; pi < 3; ++pi) {
       Args a{};
-      a.bt = d_bt, a.blocks = bpr, a.slots = 25, a.slot_bytes = 8192, a.boxes = 9;
+      a.bt = d_bt, a.blocks = bpr, a.slots = 25, a.slot_bytes = 8192, a.boxes = 9, a.hold_ns = -1;
       const cuuint64_t dims[3] = {576, 64, (cuuint64_t)pages};
       const cuuint64_t st[2] = {1152, 64 * 1152};
       const cuuint32_t box[3] = {64, 64, 1};
@@ -215,7 +275,7 @@ int main(int argc, char** argv) {
     }
     for (int pi = 0; pi < 2; ++pi) {   // rows8, 256 B and 128 B promotion
       Args a{};
-      a.bt = d_bt, a.blocks = bpr, a.slots = 22, a.slot_bytes = 9216, a.boxes = 8;
+      a.bt = d_bt, a.blocks = bpr, a.slots = 22, a.slot_bytes = 9216, a.boxes = 8, a.hold_ns = -1;
       // (64 columns, 64 keys, 9 column slices, pages): a box of 8 keys lands [slice][key][col]
       const cuuint64_t dims[4] = {64, 64, 9, (cuuint64_t)pages};
       const cuuint64_t st[3] = {1152, 128, 64 * 1152};
@@ -225,7 +285,7 @@ int main(int argc, char** argv) {
     }
     {
       Args a{};
-      a.bt = d_bt, a.blocks = bpr, a.slots = 3, a.slot_bytes = 73728, a.boxes = 1;
+      a.bt = d_bt, a.blocks = bpr, a.slots = 3, a.slot_bytes = 73728, a.boxes = 1, a.hold_ns = -1;
       const cuuint64_t dims[4] = {64, 64, 9, (cuuint64_t)pages};
       const cuuint64_t st[3] = {1152, 128, 64 * 1152};
       const cuuint32_t box[4] = {64, 64, 9, 1};
@@ -234,7 +294,7 @@ int main(int argc, char** argv) {
     }
     {
       Args a{};
-      a.bt = d_bt, a.blocks = bpr, a.slots = 25, a.slot_bytes = 8192, a.boxes = 9;
+      a.bt = d_bt, a.blocks = bpr, a.slots = 25, a.slot_bytes = 8192, a.boxes = 9, a.hold_ns = -1;
       const cuuint64_t d0[3] = {512, 64, (cuuint64_t)pages}, s0[2] = {1024, 64 * 1024};
       const cuuint64_t d1[3] = {64, 64, (cuuint64_t)pages}, s1[2] = {128, 64 * 128};
       const cuuint32_t box[3] = {64, 64, 1};
