@@ -1,6 +1,7 @@
 """A/B timing of the bench of record's rows for the tree on PYTHONPATH (GPU only).
 
-    python benchmarks/ab_rows.py OUT.json [--set compute|class32|fewrows|few|graph|page16|memory|all]   measure
+    python benchmarks/ab_rows.py OUT.json [--set SET]   measure; SET: compute, class32, fewrows,
+        few, graph, page16, memory or all
     python benchmarks/ab_rows.py --compare A.json B.json [C.json ...]   the table, A/B, A/C per row
 
 An argument of --compare may list several files joined by commas (one tree timed in several
