@@ -166,19 +166,18 @@ static bool encode(CUtensorMap* m, void* base, int rank, const cuuint64_t* dims,
   return r == CUDA_SUCCESS;
 }
 
-template <int MODE>
-static float time_it(const Args& a, int batch, int reps) {
-  const int smem = a.slots * a.slot_bytes + 2 * a.slots * 8 + 1024;
-  CK(cudaFuncSetAttribute(stream_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+// Median ms of `reps` launches (after 3 warm-ups) of launch().
+template <typename F>
+static float median_ms(F launch, int reps) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int w = 0; w < 3; ++w) stream_kernel<MODE><<<batch, 64, smem>>>(a);
+  for (int w = 0; w < 3; ++w) launch();
   CK(cudaGetLastError());
   std::vector<float> ts;
   for (int r = 0; r < reps; ++r) {
     CK(cudaEventRecord(e0));
-    stream_kernel<MODE><<<batch, 64, smem>>>(a);
+    launch();
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float ms;
@@ -187,6 +186,13 @@ static float time_it(const Args& a, int batch, int reps) {
   }
   std::sort(ts.begin(), ts.end());
   return ts[ts.size() / 2];
+}
+
+template <int MODE>
+static float time_it(const Args& a, int batch, int reps) {
+  const int smem = a.slots * a.slot_bytes + 2 * a.slots * 8 + 1024;
+  CK(cudaFuncSetAttribute(stream_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  return median_ms([&] { stream_kernel<MODE><<<batch, 64, smem>>>(a); }, reps);
 }
 
 int main(int argc, char** argv) {
@@ -242,23 +248,9 @@ int main(int argc, char** argv) {
     {  // ceiling
       unsigned* sink;
       CK(cudaMalloc(&sink, 4));
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
       const size_t n = np * page_bytes / 16;
-      for (int w = 0; w < 3; ++w) ldg_kernel<<<132 * 8, 512>>>((const uint4*)k576, n, sink);
-      std::vector<float> ts;
-      for (int r = 0; r < reps; ++r) {
-        CK(cudaEventRecord(e0));
-        ldg_kernel<<<132 * 8, 512>>>((const uint4*)k576, n, sink);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        ts.push_back(ms);
-      }
-      std::sort(ts.begin(), ts.end());
-      report("ldg", ts[reps / 2]);
+      report("ldg", median_ms([&] { ldg_kernel<<<132 * 8, 512>>>((const uint4*)k576, n, sink); },
+                              reps));
     }
     const CUtensorMapL2promotion promos[3] = {CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                               CU_TENSOR_MAP_L2_PROMOTION_L2_128B,

@@ -136,27 +136,20 @@ template <typename T>
 cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
   // launched as a programmatic dependent of the split kernel (PDL): its launch overlaps
   // the split's tail instead of following it
-  cudaLaunchConfig_t cfg{};
   // rows per CTA: kCombineRows, halved while the grid would be under `fill` CTAs, those
   // that fill the device twice (264 on an H100/H200's 132 SMs)
   const int rows_total = p.s_q * p.h_q;
   const long long fill = 2LL * p.num_sms;
   int rows = kCombineRows;
   while (rows > 1 && static_cast<long long>(p.batch) * rows_total < fill * rows) rows /= 2;
-  cfg.gridDim = dim3(p.batch, (rows_total + rows - 1) / rows);
-  cfg.blockDim = dim3(32 * rows);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const dim3 grid(p.batch, (rows_total + rows - 1) / rows);
   // 4 or 8 rows a CTA are kept only when the grid has at least `fill` CTAs of them (batch x
   // rows >= 8 x SMs): the 2-split instance then (the 8-split one fits one 8-warp CTA an SM)
   if (rows >= kCombineRows / 2)
-    return cudaLaunchKernelEx(&cfg, mla_combine_kernel<T, kCombineUnrollMany>, p);
-  return cudaLaunchKernelEx(&cfg, mla_combine_kernel<T, kCombineUnrollFew>, p);
+    return launch_dependent(mla_combine_kernel<T, kCombineUnrollMany>, grid, 32 * rows, 0,
+                            stream, p);
+  return launch_dependent(mla_combine_kernel<T, kCombineUnrollFew>, grid, 32 * rows, 0, stream,
+                          p);
 }
 
 }  // namespace hopper
