@@ -150,6 +150,8 @@ def test_noncontiguous_q():
     ([4096] * 128, 16, True),                             # whole requests (the chunk plan)
     ([4096] * 127 + [4160], 128, True),                   # two a part, one a block longer
     ([8192] * 128, 128, False),                           # chunks cost 3 blocks too much
+    ([16384] * 128, 16, True),    # equal pieces of 256 blocks, within one split of the payload
+    ([32768] * 128, 32, False),   # 512 blocks against a payload of 502 + 5: balanced
 ])
 def test_metadata_matches_python_model(seqlens, rows, whole):
     from mlagen.backends.hopper import scheduler

@@ -114,10 +114,10 @@ def test_fixed_split_covers_every_token_once(seqlens, n):
 
 def test_split_is_balanced():
     """Equal requests over 132 parts, too long for whole ones (a part of one request would
-    cost 261 units against a payload of 254 + 5): each part carries the payload, give or
+    cost 517 units against a payload of 502 + 5): each part carries the payload, give or
     take one request's overhead (counted here in the part of the request's first block,
     though its units may lie in the part before)."""
-    seqlens = [16384] * 128
+    seqlens = [32768] * 128
     meta, ns = scheduler.plan(seqlens, 132)
     assert ns[-1] > 128                                 # not the chunk plan
     loads = [0] * 132
@@ -148,12 +148,18 @@ def test_equal_requests_run_whole(b, sk, parts, per):
 
 @pytest.mark.parametrize("cost", [1, 5, 9])
 def test_whole_requests_up_to_one_split_over_the_payload(cost):
-    """The rule's edge: two requests of 10 and x blocks over 2 parts; whole requests while
-    x + cost <= ceil((10 + x + 2 cost) / 2) + cost, i.e. x <= 10 + 2 cost + 1."""
-    edge = 10 + 2 * cost + 1
+    """The rules' edges.  Equal pieces (b <= parts): two requests of 10 and x blocks over 2
+    parts, one piece each while x <= ceil((10 + x + 2 cost) / 2) + cost, i.e.
+    x <= 10 + 4 cost + 1.  Chunks (b > parts): requests of 10, 10 and x blocks over 2 parts,
+    whole while x + cost <= ceil((20 + x + 3 cost) / 2) + cost, i.e. x <= 20 + 3 cost + 1."""
+    edge = 10 + 4 * cost + 1
     for x, whole in ((edge, True), (edge + 1, False)):
         meta, ns = scheduler.plan([640, 64 * x], 2, cost)
         assert (ns == [0, 1, 2]) == whole, (x, ns)
+    edge = 20 + 3 * cost + 1
+    for x, whole in ((edge, True), (edge + 1, False)):
+        meta, ns = scheduler.plan([640, 640, 64 * x], 2, cost)
+        assert (ns == [0, 1, 2, 3]) == whole, (x, ns)
 
 
 def test_a_broken_chunk_plan_is_caught():
@@ -182,15 +188,32 @@ def test_near_equal_batches_plan_like_the_model(cpp_plan, seqlens, parts, cost):
     _check_split(seqlens, meta, ns)
 
 
-def test_known_plan():
-    """A hand-checked balanced plan: 3 requests of 10, 40 and 10 blocks over 4 parts.  Equal
-    pieces would need 20 blocks (10 | 20 + 20 | 10) against a payload of 19, whole requests
-    45 units against 19 + 5, so the balanced plan: costs 15, 45, 15 -> payload 19; request 1's
-    blocks sit at units 20-59, so parts 1, 2, 3 take its blocks 0-17, 18-36, 37-39."""
+def test_known_plan(cpp_plan):
+    """A hand-checked balanced plan: 3 requests of 10, 40 and 10 blocks over 4 parts at a
+    split cost of 1: costs 11, 41, 11 -> payload 16.  Equal pieces would need 20 blocks
+    (10 | 20 + 20 | 10), more than 16 + 1; whole requests 41 units against 16 + 1; so the
+    balanced plan: request 1's blocks sit at units 12-51, so parts 0-3 take its blocks 0-3,
+    4-19, 20-35, 36-39 (part 0 after request 0, part 3 before request 2)."""
+    meta, ns = scheduler.plan([640, 2560, 640], 4, 1)
+    assert meta == [[0, 0, 1, 4 * 64, 0, 0, 0, 0], [1, 4 * 64, 1, 20 * 64, 1, 0, 0, 0],
+                    [1, 20 * 64, 1, 36 * 64, 2, 0, 0, 0], [1, 36 * 64, 2, 640, 3, 0, 0, 0]]
+    assert ns == [0, 1, 5, 6]
+    assert cpp_plan([640, 2560, 640], 4, cost=1) == (meta, ns)
+
+
+def test_equal_pieces_one_split_over_the_payload(cpp_plan):
+    """The same requests at the default split cost 5: costs 15, 45, 15 -> payload 19; equal
+    pieces of 20 blocks are within one split of it, so request 1 takes two pieces of 20
+    rather than the balanced plan's three.  And the bench's b = 128 of 16384 tokens over 132
+    parts: whole requests (pieces of 256 blocks against a payload of 254), not 257 pieces."""
     meta, ns = scheduler.plan([640, 2560, 640], 4)
-    assert meta == [[0, 0, 0, 640, 0, 0, 0, 0], [1, 0, 1, 18 * 64, 0, 0, 0, 0],
-                    [1, 18 * 64, 1, 37 * 64, 1, 0, 0, 0], [1, 37 * 64, 2, 640, 2, 0, 0, 0]]
-    assert ns == [0, 1, 4, 5]
+    assert meta == [[0, 0, 0, 640, 0, 0, 0, 0], [1, 0, 1, 1280, 0, 0, 0, 0],
+                    [1, 1280, 1, 2560, 1, 0, 0, 0], [2, 0, 2, 640, 0, 0, 0, 0]]
+    assert ns == [0, 1, 3, 4]
+    meta, ns = scheduler.plan([16384] * 128, 132)
+    assert ns == list(range(129))
+    assert meta[:128] == [[r, 0, r, 16384, 0, 0, 0, 0] for r in range(128)]
+    assert cpp_plan([16384] * 128, 132) == (meta, ns)
 
 
 def test_known_equal_plan():

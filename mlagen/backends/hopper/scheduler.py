@@ -41,8 +41,8 @@ def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST
     """(metadata rows [parts][8], num_splits [b+1]): the arithmetic of plan_splits.  Request
     r occupies cost units [cum[r], cum[r+1]) (its overhead, then its blocks); part p owns
     [p * payload, (p + 1) * payload).  Or, with b <= parts, the equal plan: every request in
-    pieces of at most L blocks, one piece a part, L the smallest that fits, when L <= payload;
-    or the chunk plan: whole requests, ceil(b / parts) a part, when none of those chunks costs
+    pieces of at most L blocks, one piece a part, L the smallest that fits, when L is at most
+    payload + fixed_cost; or the chunk plan: whole requests, ceil(b / parts) a part, when none of those chunks costs
     more than payload + fixed_cost."""
     nblk = [blocks(s) for s in seqlens]
     b = len(nblk)
@@ -50,9 +50,9 @@ def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST
     for n in nblk:
         cum.append(cum[-1] + n + fixed_cost)
     payload = max(1, -(-cum[-1] // parts))
-    # equal pieces, one a part, when a piece is no larger than the payload
+    # equal pieces, one a part, when a piece is at most one split (F) larger than the payload
     piece = equal_piece(nblk, parts)
-    if piece is not None and piece <= payload:
+    if piece is not None and piece <= payload + fixed_cost:
         return plan_equal(nblk, parts, piece)
     # whole requests, k a part, when no such chunk costs more than payload + one split
     k = -(-b // parts)

@@ -27,11 +27,14 @@
 //
 // Equal pieces instead (the equal plan, batch <= parts): every request in pieces of at most
 // L blocks (at least one piece, the last shorter), one piece a part, L the smallest for
-// which they fit, when L is no larger than the payload.  The balanced plan gives a part one
-// piece or two (the end of a request and the start of the next), and each piece costs a Q
-// load and an epilogue more than the model's F counts once per request: a b = 32 batch of
-// 1024 tokens over 66 parts ran its split kernel 2.2 us slower than 2 equal pieces each
-// (benchmarks/results/split_probe_h200_959010e.json, "fixed").
+// which they fit, when L is at most one split (F) more than the payload.  The balanced plan
+// gives a part one piece or two (the end of a request and the start of the next), and each
+// piece costs a Q load and an epilogue more than the model's F counts once per request: a
+// b = 32 batch of 1024 tokens over 66 parts ran its split kernel 2.2 us slower than 2 equal
+// pieces each (benchmarks/results/split_probe_h200_959010e.json, "fixed").  The slack of
+// one F is the chunk plan's (below): b = 128 of 16384 tokens over 132 parts is 256-block
+// pieces against a payload of 254, which the balanced plan split into 257 pieces and a
+// combine to gain 2 blocks a part.
 //
 // Whole requests instead (the chunk plan): part p takes the k = ceil(batch / parts)
 // requests [p k, p k + k), none split, each written directly, when the fullest such part
@@ -188,7 +191,7 @@ MLAGEN_HD inline void plan_splits(const int* nblk, int batch, int parts, int fix
       for (int r = 0; r < batch; ++r) n += sched_pieces(nblk[r], mid);
       if (n <= parts) hi = mid; else lo = mid + 1;
     }
-    if (lo <= payload) {
+    if (lo <= payload + fixed_cost) {
       for (int r = 0; r < batch; ++r) num_splits[r + 1] = num_splits[r] + sched_pieces(nblk[r], lo);
       for (int p = num_splits[batch]; p < parts; ++p) plan_empty_part(batch, sched + p * 8);
       for (int r = 0; r < batch; ++r) plan_equal_request(nblk, r, num_splits[r], lo, sched);

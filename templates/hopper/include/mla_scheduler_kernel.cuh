@@ -78,7 +78,7 @@ mla_scheduler_kernel(const int* seqlens, int batch, int parts, int fixed_cost,
   const long long payload = sched_payload(total, parts);
 
   // equal pieces when the smallest piece that fits (bisection: a block-wide sum a step, the
-  // same steps in every thread) is no larger than the payload (plan_splits)
+  // same steps in every thread) is at most the payload + F (plan_splits)
   if (batch <= parts) {
     __shared__ int top;
     if (tid == 0) top = 1;
@@ -95,7 +95,7 @@ mla_scheduler_kernel(const int* seqlens, int batch, int parts, int fixed_cost,
       sched_block_scan(n, warp_sums, &all);
       if (all <= parts) hi = mid; else lo = mid + 1;
     }
-    if (lo <= payload) {
+    if (lo <= payload + fixed_cost) {
       long long n = 0, all;
       for (int i = i0; i < i1; ++i) n += sched_pieces(nblk[i], lo);
       long long first = sched_block_scan(n, warp_sums, &all);
