@@ -42,8 +42,8 @@ def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST
     r occupies cost units [cum[r], cum[r+1]) (its overhead, then its blocks); part p owns
     [p * payload, (p + 1) * payload).  Or, with b <= parts, the equal plan: every request in
     pieces of at most L blocks, one piece a part, L the smallest that fits, when L is at most
-    payload + fixed_cost; or the chunk plan: whole requests, ceil(b / parts) a part, when none of those chunks costs
-    more than payload + fixed_cost."""
+    payload + fixed_cost; or the chunk plan: whole requests, ceil(b / parts) a part, when
+    none of those chunks costs more than payload + fixed_cost."""
     nblk = [blocks(s) for s in seqlens]
     b = len(nblk)
     cum = [0]

@@ -31,10 +31,10 @@
 // gives a part one piece or two (the end of a request and the start of the next), and each
 // piece costs a Q load and an epilogue more than the model's F counts once per request: a
 // b = 32 batch of 1024 tokens over 66 parts ran its split kernel 2.2 us slower than 2 equal
-// pieces each (benchmarks/results/split_probe_h200_959010e.json, "fixed").  The slack of
-// one F is the chunk plan's (below): b = 128 of 16384 tokens over 132 parts is 256-block
-// pieces against a payload of 254, which the balanced plan split into 257 pieces and a
-// combine to gain 2 blocks a part.
+// pieces each (benchmarks/results/split_probe_h200_959010e.json, "fixed").  Hence one F of
+// slack on L (the chunk plan below allows one F on a chunk's cost): b = 128 of 16384 tokens
+// over 132 parts is pieces of 256 blocks against a payload of 254, which the balanced plan
+// split into 257 pieces and a combine to gain 2 blocks a part (1.05-1.06x whole).
 //
 // Whole requests instead (the chunk plan): part p takes the k = ceil(batch / parts)
 // requests [p k, p k + k), none split, each written directly, when the fullest such part
