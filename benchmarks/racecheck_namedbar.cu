@@ -12,6 +12,17 @@
 //            64-row kernel's 16 racecheck hazards are of this kind only, and stay with every
 //            barrier.arrive made a sync (benchmarks/results/s15/v6_racecheck_allsync)
 //   diverge_sw  the same with __syncwarp() between the stores and the barrier
+//   quad     the 64-row kernel's alpha exchange: WG1's quad leaders write one float a quad
+//            row (lane % 4 == 0 alone), barrier.sync 2, 256; all four lanes of WG0's
+//            matching quad read it; barrier.sync 3, 256 before the next write: race-free
+//   kshape   quad inside the 64-row kernel's shape: 384 threads, setmaxnreg, one producer
+//            lane spinning on an mbarrier the consumers arrive on, the others of its
+//            warpgroup gone, WG1's own barrier 1 (128, barrier.red.or) between rounds
+//   kwait    kshape with the kernel's K handshake: the producer lane completes a `full`
+//            mbarrier each round that both consumer warpgroups wait on first, and waits on
+//            an `empty` one their lanes 0 arrive on
+//   kfence   kshape with fence.proxy.async between WG1's alpha stores and the barrier (the
+//            kernel fences its P stores for wgmma there)
 //   wg3      the few-rows kernel's shape: 384 threads, setmaxnreg (consumers up, the producer
 //            warpgroup down, its other warps gone), each consumer warpgroup's own barrier
 //            (1 + wg, 128 threads) around a per-warpgroup exchange, then barrier 3 (256)
@@ -51,6 +62,68 @@ __global__ void __launch_bounds__(288) k(float* out) {
   }
   if (wg == 0) out[t] = acc;
 }
+// alpha as the 64-row kernel exchanges it (modes quad and kshape)
+__device__ __forceinline__ void mwait(unsigned mb, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(mb), "r"(parity) : "memory");
+}
+// VAR: 0 kshape, 1 kwait, 2 kfence
+template <bool SHAPE, int VAR = 0>
+__global__ void __launch_bounds__(384, 1) kq(float* out) {
+  __shared__ float alpha[64];
+  __shared__ __align__(8) unsigned long long mbar;
+  __shared__ __align__(8) unsigned long long fullb;
+  const int t = threadIdx.x, wg = t / 128, lane = t % 32, warp = (t % 128) / 32;
+  const int r0 = warp * 16 + lane / 4;
+  const unsigned mb = static_cast<unsigned>(__cvta_generic_to_shared(&mbar));
+  const unsigned fb = static_cast<unsigned>(__cvta_generic_to_shared(&fullb));
+  if (SHAPE && t == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mb), "r"(8));
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(fb), "r"(1));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (wg == 2) {
+    if (!SHAPE) return;
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    if (t != 256) return;
+    for (int r = 0; r < 8; ++r) {   // the producer: waits for each round's 8 consumer warps
+      if (VAR == 1) {
+        if (r > 0) mwait(mb, (r - 1) & 1);
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(fb) : "memory");
+      } else {
+        mwait(mb, r & 1);
+      }
+    }
+    if (VAR == 1) mwait(mb, 1);
+    return;
+  }
+  if (SHAPE) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+  float acc = 0.f;
+  for (int r = 0; r < 8; ++r) {
+    if (VAR == 1) mwait(fb, r & 1);
+    if (r > 0) bsync(3, 256);
+    if (wg == 1 && lane % 4 == 0) {
+      alpha[r0] = r + 0.5f * r0;
+      alpha[r0 + 8] = r + 0.5f * (r0 + 8);
+    }
+    if (VAR == 2 && wg == 1) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    if (SHAPE && wg == 1) {
+      unsigned v;
+      asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 q, %1, 0;\n barrier.red.or.pred p, 1, 128, q;\n"
+                   " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(v) : "r"(static_cast<unsigned>(lane == 3)) : "memory");
+      acc += 0.f * v;
+    }
+    bsync(2, 256);
+    if (wg == 0) acc += alpha[r0] + alpha[r0 + 8];
+    if (SHAPE && lane == 0)
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mb) : "memory");
+  }
+  bsync(3, 256);
+  if (wg == 0 && lane % 4 == 0) out[r0] = acc;
+}
 // the few-rows kernel's barrier shape (mode wg3)
 __global__ void __launch_bounds__(384, 1) k3(float* out) {
   __shared__ float slab[128 * 8];
@@ -84,6 +157,25 @@ int main(int argc, char** argv) {
   else if (!strcmp(m, "named")) k<1><<<4, 288>>>(out);
   else if (!strcmp(m, "arrive")) k<2><<<4, 288>>>(out);
   else if (!strcmp(m, "wg3")) k3<<<4, 384>>>(out);
+  else if (!strcmp(m, "quad") || !strcmp(m, "kshape") || !strcmp(m, "kwait") ||
+           !strcmp(m, "kfence")) {
+    if (!strcmp(m, "quad")) kq<false><<<4, 384>>>(out);
+    else if (!strcmp(m, "kwait")) kq<true, 1><<<4, 384>>>(out);
+    else if (!strcmp(m, "kfence")) kq<true, 2><<<4, 384>>>(out);
+    else kq<true><<<4, 384>>>(out);
+    float h[128];
+    cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
+    int bad = 0;   // WG0 row r0 (lane % 4 == 0): sum over r of 2r + 0.5 (2 r0 + 8)
+    for (int w = 0; w < 4; ++w)
+      for (int q = 0; q < 8; ++q) {
+        const int r0 = w * 16 + q;
+        double want = 0;
+        for (int r = 0; r < 8; ++r) want += 2 * r + 0.5 * (2 * r0 + 8);
+        bad += h[r0] != (float)want;
+      }
+    printf("%s: %s (%s)\n", m, bad ? "WRONG" : "values ok", cudaGetErrorString(cudaGetLastError()));
+    return 0;
+  }
   else if (!strcmp(m, "diverge")) k<4><<<4, 288>>>(out);
   else if (!strcmp(m, "diverge_sw")) k<5><<<4, 288>>>(out);
   else k<3><<<4, 288>>>(out);
