@@ -23,6 +23,10 @@
 //            an `empty` one their lanes 0 arrive on
 //   kfence   kshape with fence.proxy.async between WG1's alpha stores and the barrier (the
 //            kernel fences its P stores for wgmma there)
+//   kwgmma   kshape with one wgmma (m64n64k16, both operands in shared memory) issued and
+//            waited for by each consumer warpgroup every round, before the exchange
+//   kbulk    kwait with the `full` mbarrier completed by a bulk copy's transaction count
+//            (cp.async.bulk global -> shared, as the kernel's TMA loads complete theirs)
 //   wg3      the few-rows kernel's shape: 384 threads, setmaxnreg (consumers up, the producer
 //            warpgroup down, its other warps gone), each consumer warpgroup's own barrier
 //            (1 + wg, 128 threads) around a per-warpgroup exchange, then barrier 3 (256)
@@ -31,6 +35,8 @@
 //              compute-sanitizer --tool racecheck ./rc MODE
 #include <cstdio>
 #include <cstring>
+
+#include "../templates/hopper/include/mla_sm90.cuh"
 __device__ __forceinline__ void bsync(int id, int n) {
   asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
@@ -69,16 +75,20 @@ __device__ __forceinline__ void mwait(unsigned mb, unsigned parity) {
     asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                  " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(mb), "r"(parity) : "memory");
 }
-// VAR: 0 kshape, 1 kwait, 2 kfence
+// VAR: 0 kshape, 1 kwait, 2 kfence, 3 kwgmma, 4 kbulk
 template <bool SHAPE, int VAR = 0>
 __global__ void __launch_bounds__(384, 1) kq(float* out) {
   __shared__ float alpha[64];
   __shared__ __align__(8) unsigned long long mbar;
   __shared__ __align__(8) unsigned long long fullb;
+  __shared__ __align__(1024) unsigned char tiles[2 * 8192];   // kwgmma: A, B; kbulk: target
   const int t = threadIdx.x, wg = t / 128, lane = t % 32, warp = (t % 128) / 32;
   const int r0 = warp * 16 + lane / 4;
   const unsigned mb = static_cast<unsigned>(__cvta_generic_to_shared(&mbar));
   const unsigned fb = static_cast<unsigned>(__cvta_generic_to_shared(&fullb));
+  for (int i = t; i < 2 * 8192 / 16; i += 384) mlagen::hopper::sm90::st_shared_zero16(
+      mlagen::hopper::sm90::smem_addr(tiles) + 16 * i);
+  mlagen::hopper::sm90::fence_proxy_async();
   if (SHAPE && t == 0) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mb), "r"(8));
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(fb), "r"(1));
@@ -93,17 +103,37 @@ __global__ void __launch_bounds__(384, 1) kq(float* out) {
       if (VAR == 1) {
         if (r > 0) mwait(mb, (r - 1) & 1);
         asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(fb) : "memory");
+      } else if (VAR == 4) {   // 4 KiB of `out` into tiles, completing `full` by its bytes
+        if (r > 0) mwait(mb, (r - 1) & 1);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                     ::"r"(fb), "r"(4096) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1], %2, [%3];\n"
+                     ::"r"(mlagen::hopper::sm90::smem_addr(tiles)), "l"(out), "r"(4096), "r"(fb)
+                     : "memory");
       } else {
         mwait(mb, r & 1);
       }
     }
-    if (VAR == 1) mwait(mb, 1);
+    if (VAR == 1 || VAR == 4) mwait(mb, 1);
     return;
   }
   if (SHAPE) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
   float acc = 0.f;
   for (int r = 0; r < 8; ++r) {
-    if (VAR == 1) mwait(fb, r & 1);
+    if (VAR == 1 || VAR == 4) mwait(fb, r & 1);
+    if (VAR == 3) {   // a wgmma of this warpgroup on the zero tiles, waited for
+      namespace sm90 = mlagen::hopper::sm90;
+      float d[32];
+      const uint32_t a = sm90::smem_addr(tiles);
+      sm90::wgmma_fence();
+      sm90::wgmma_m64n64k16_ss_first<__nv_bfloat16>(d, sm90::desc_sw128(a, 16, 1024),
+                                                    sm90::desc_sw128(a + 8192, 16, 1024));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::reg_fence(d);
+      acc += 0.f * d[0];
+    }
     if (r > 0) bsync(3, 256);
     if (wg == 1 && lane % 4 == 0) {
       alpha[r0] = r + 0.5f * r0;
@@ -152,16 +182,18 @@ __global__ void __launch_bounds__(384, 1) k3(float* out) {
 int main(int argc, char** argv) {
   const char* m = argc > 1 ? argv[1] : "named";
   float* out;
-  cudaMalloc(&out, 128 * sizeof(float));
+  cudaMalloc(&out, 1024 * sizeof(float));   // 4 KiB: kbulk copies that much
   if (!strcmp(m, "ctrl")) k<0><<<4, 288>>>(out);
   else if (!strcmp(m, "named")) k<1><<<4, 288>>>(out);
   else if (!strcmp(m, "arrive")) k<2><<<4, 288>>>(out);
   else if (!strcmp(m, "wg3")) k3<<<4, 384>>>(out);
   else if (!strcmp(m, "quad") || !strcmp(m, "kshape") || !strcmp(m, "kwait") ||
-           !strcmp(m, "kfence")) {
+           !strcmp(m, "kfence") || !strcmp(m, "kwgmma") || !strcmp(m, "kbulk")) {
     if (!strcmp(m, "quad")) kq<false><<<4, 384>>>(out);
     else if (!strcmp(m, "kwait")) kq<true, 1><<<4, 384>>>(out);
     else if (!strcmp(m, "kfence")) kq<true, 2><<<4, 384>>>(out);
+    else if (!strcmp(m, "kwgmma")) kq<true, 3><<<4, 384>>>(out);
+    else if (!strcmp(m, "kbulk")) kq<true, 4><<<4, 384>>>(out);
     else kq<true><<<4, 384>>>(out);
     float h[128];
     cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
