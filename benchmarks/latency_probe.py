@@ -32,6 +32,9 @@ def main() -> None:
     heads = [int(x) for x in args.h_q.split(",")]
     blocks = [int(x) for x in args.blocks.split(",")]
     wheres = args.k.split(",")
+    if not set(wheres) <= {"dram", "l2"}:
+        ap.error(f"--k {args.k}: dram, l2 or both")
+    wheres = sorted(set(wheres), key=["dram", "l2"].index)   # l2 rewrites the table: last
     base = defaults.default_schedule(128).replace(split_kv=1)
     res = []
     for h_q in heads:
