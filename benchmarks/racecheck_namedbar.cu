@@ -27,6 +27,13 @@
 //            waited for by each consumer warpgroup every round, before the exchange
 //   kbulk    kwait with the `full` mbarrier completed by a bulk copy's transaction count
 //            (cp.async.bulk global -> shared, as the kernel's TMA loads complete theirs)
+//   kstage   kshape with the 64-row kernel's epilogue after each round's exchange: every
+//            consumer warp stages 16 rows in its own 2 KiB of `tiles` (stmatrix, as store_o's
+//            direct path), fence.proxy.async, __syncwarp, lanes < 16 bulk-copy a row to
+//            global, commit, wait for the reads; the next round's barrier 3 then orders
+//            WG0's alpha reads before WG1's next writes, as the kernel's second EPI barrier
+//   kstage32 kstage with st.shared.v2.f32 staging (store_o's partial path)
+//   kstagenb kstage without the bulk copies (stores to shared memory only)
 //   wg3      the few-rows kernel's shape: 384 threads, setmaxnreg (consumers up, the producer
 //            warpgroup down, its other warps gone), each consumer warpgroup's own barrier
 //            (1 + wg, 128 threads) around a per-warpgroup exchange, then barrier 3 (256)
@@ -75,7 +82,8 @@ __device__ __forceinline__ void mwait(unsigned mb, unsigned parity) {
     asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                  " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(mb), "r"(parity) : "memory");
 }
-// VAR: 0 kshape, 1 kwait, 2 kfence, 3 kwgmma, 4 kbulk
+// VAR: 0 kshape, 1 kwait, 2 kfence, 3 kwgmma, 4 kbulk, 5 kstage, 6 kstage32,
+// 7 kstagenb
 template <bool SHAPE, int VAR = 0>
 __global__ void __launch_bounds__(384, 1) kq(float* out) {
   __shared__ float alpha[64];
@@ -148,6 +156,24 @@ __global__ void __launch_bounds__(384, 1) kq(float* out) {
     }
     bsync(2, 256);
     if (wg == 0) acc += alpha[r0] + alpha[r0 + 8];
+    if (VAR >= 5) {   // store_o's shape: stage, fence, __syncwarp, bulk copies out
+      namespace sm90 = mlagen::hopper::sm90;
+      const uint32_t buf = sm90::smem_addr(tiles) + (wg * 4 + warp) * 2048;
+      if (VAR == 6) {
+        for (int j = 0; j < 4; ++j)
+          sm90::st_shared_v2_f32(buf + (lane >> 2) * 128 + (lane & 3) * 8 + j * 32, r, t);
+      } else {
+        const uint32_t a = buf + (lane & 15) * 128 + (lane >> 4) * 16;
+        for (int j = 0; j < 4; ++j)
+          sm90::stmatrix_x4(a + j * 32, r, t, j, lane);
+      }
+      sm90::fence_proxy_async();
+      __syncwarp();
+      if (VAR != 7 && lane < 16)   // 16 bytes a lane into out's second half
+        sm90::bulk_store(out + 512 + ((wg * 4 + warp) * 16 + lane) * 4, buf + lane * 128, 16);
+      sm90::bulk_commit();
+      sm90::bulk_wait_read();
+    }
     if (SHAPE && lane == 0)
       asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mb) : "memory");
   }
@@ -188,12 +214,16 @@ int main(int argc, char** argv) {
   else if (!strcmp(m, "arrive")) k<2><<<4, 288>>>(out);
   else if (!strcmp(m, "wg3")) k3<<<4, 384>>>(out);
   else if (!strcmp(m, "quad") || !strcmp(m, "kshape") || !strcmp(m, "kwait") ||
-           !strcmp(m, "kfence") || !strcmp(m, "kwgmma") || !strcmp(m, "kbulk")) {
+           !strcmp(m, "kfence") || !strcmp(m, "kwgmma") || !strcmp(m, "kbulk") ||
+           !strcmp(m, "kstage") || !strcmp(m, "kstage32") || !strcmp(m, "kstagenb")) {
     if (!strcmp(m, "quad")) kq<false><<<4, 384>>>(out);
     else if (!strcmp(m, "kwait")) kq<true, 1><<<4, 384>>>(out);
     else if (!strcmp(m, "kfence")) kq<true, 2><<<4, 384>>>(out);
     else if (!strcmp(m, "kwgmma")) kq<true, 3><<<4, 384>>>(out);
     else if (!strcmp(m, "kbulk")) kq<true, 4><<<4, 384>>>(out);
+    else if (!strcmp(m, "kstage")) kq<true, 5><<<4, 384>>>(out);
+    else if (!strcmp(m, "kstage32")) kq<true, 6><<<4, 384>>>(out);
+    else if (!strcmp(m, "kstagenb")) kq<true, 7><<<4, 384>>>(out);
     else kq<true><<<4, 384>>>(out);
     float h[128];
     cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
