@@ -4,6 +4,9 @@ on the same tensors: each kernel's mean length, and the gap from one call's last
 the next call's first (negative: the calls overlap).
 
     python benchmarks/graph_timeline.py --flashmla ../fmlib/libflashmla.so --row 128,1,8192,16
+
+Written in session 17 for docs/hopper.md step 29's next step (1); not yet run on a GPU (the
+session's device time ran out): `benchmarks/results/s17/v6_prepared.sh` is its visit.
 """
 
 from __future__ import annotations
