@@ -25,19 +25,7 @@ def replay_events(fn, calls: int):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(calls):
-                fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    for _ in range(3):
-        g.replay()
+    g = bench.capture_graph(fn, calls)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         g.replay()

@@ -163,3 +163,53 @@ def test_flashmla_call_refuses_other_pages_before_the_gpu():
     q, k, bt, seqlens, _ = bench.workload(2, 1, 100, 16, False, device="cpu", page=16)
     with pytest.raises(ValueError, match="64-token pages"):
         FlashMLACall(None, SimpleNamespace(q=q, k=k, bt=bt, seqlens=seqlens))
+
+
+def test_graph_time_is_the_median_replay_over_its_calls(monkeypatch):
+    """time_graph on a stand-in torch.cuda (no GPU): three eager warm-up calls, GRAPH_CALLS
+    calls captured into one graph on a side stream, three warm replays, then `replays`
+    timed ones; each timed replay's ms over GRAPH_CALLS, their median."""
+    from contextlib import contextmanager
+
+    log = []
+    elapsed = iter([4.0, 2.0, 6.0, 40.0, 8.0])     # ms of the five timed replays
+
+    class Graph:
+        def replay(self):
+            log.append("replay")
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return next(elapsed)
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    @contextmanager
+    def capturing(g):
+        log.append("capture")
+        yield
+        log.append("captured")
+
+    @contextmanager
+    def on(stream):
+        yield
+
+    for name, value in dict(Stream=Stream, current_stream=lambda: Stream(), stream=on,
+                            CUDAGraph=Graph, graph=capturing, synchronize=lambda: None,
+                            Event=Event).items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    ms = bench.time_graph(lambda: log.append("call"), replays=5)
+    n = bench.GRAPH_CALLS
+    assert log == ["call"] * 3 + ["capture"] + ["call"] * n + ["captured"] + ["replay"] * 8
+    assert ms == pytest.approx(6.0 / n)        # the median of 4, 2, 6, 40, 8 over n calls
