@@ -25,7 +25,20 @@ def replay_events(fn, calls: int):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    g = bench.capture_graph(fn, calls)
+    # as bench.time_graph captures its graph (that function does not hand the graph out)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(calls):
+                fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    for _ in range(3):
+        g.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         g.replay()
