@@ -23,13 +23,23 @@ from mlagen.backends.hopper import bench  # noqa: E402
 from mlagen.schedule.records import Schedule  # noqa: E402
 
 
+NAME = re.compile(r"r(\d+)_w(\d+)_s(auto|\d+)(?:_c(\d+))?")
+ROW = re.compile(r"\d+,\d+,\d+,\d+(,varlen)?")
+
+
+def checked(pattern: re.Pattern, what: str):
+    """An argparse type: the argument if it matches, else one line and exit status 2."""
+    def check(text: str) -> str:
+        if not pattern.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"{what} {text!r}: expected {pattern.pattern}")
+        return text
+    return check
+
+
 def schedule_of(name: str):
     if name == "default":
         return None
-    m = re.fullmatch(r"r(\d+)_w(\d+)_s(auto|\d+)(?:_c(\d+))?", name)
-    if not m:
-        raise SystemExit(f"schedule_probe: bad schedule name {name!r}")
-    r, w, s, c = m.groups()
+    r, w, s, c = NAME.fullmatch(name).groups()
     knobs = dict(rows_per_tile=int(r), warps=int(w), mainloop="wgmma", block_kv=64, buffers=2,
                  split_kv=s if s == "auto" else int(s))
     if c:
@@ -39,8 +49,9 @@ def schedule_of(name: str):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--row", action="append", required=True, help="b,s_q,s_k,h_q[,varlen]")
-    ap.add_argument("--sched", action="append", default=[])
+    ap.add_argument("--row", action="append", required=True, help="b,s_q,s_k,h_q[,varlen]",
+                    type=checked(ROW, "row"))
+    ap.add_argument("--sched", action="append", default=[], type=checked(NAME, "schedule"))
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     names = ["default"] + a.sched
