@@ -12,6 +12,7 @@ session's device time ran out): `benchmarks/results/s17/v6_prepared.sh` is its v
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -81,9 +82,17 @@ def summary(ev, calls: int) -> str:
     return "\n".join(lines)
 
 
+def row_arg(text: str) -> str:
+    """An argparse type: b,s_q,s_k,h_q[,varlen], else one line and exit status 2."""
+    if not re.fullmatch(r"\d+,\d+,\d+,\d+(,varlen)?", text):
+        raise argparse.ArgumentTypeError(f"row {text!r}: expected b,s_q,s_k,h_q[,varlen]")
+    return text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--row", action="append", required=True, help="b,s_q,s_k,h_q[,varlen]")
+    ap.add_argument("--row", action="append", required=True, help="b,s_q,s_k,h_q[,varlen]",
+                    type=row_arg)
     ap.add_argument("--flashmla", default=None)
     ap.add_argument("--calls", type=int, default=20)
     a = ap.parse_args()
