@@ -39,6 +39,7 @@
 #include <cudaTypedefs.h>   // CUtensorMap, PFN_cuTensorMapEncodeTiled (header only)
 
 #include "mla_common.cuh"
+#include "mla_scheduler.cuh"
 #include "mla_sm90.cuh"
 
 namespace mlagen {
@@ -62,7 +63,7 @@ struct WgmmaConfig {
   // refilled and consumed by S in the order slice_at(0..8): the rope slice (read by S
   // alone), then the right V half (S and WG2's P V), then the left half (S and WG1's P V,
   // which now runs under the next block's softmax and so is the last to end)
-  static constexpr int kBars = 2 * kStages * kSlices;
+  static constexpr int kBars = 2 * kStages * kSlices + 2;   // + the cluster merge's two
   static __host__ __device__ constexpr int slice_at(int q) {
     return q == 0 ? 8 : (q <= 4 ? q + 3 : q - 5);
   }
@@ -84,6 +85,20 @@ struct WgmmaConfig {
   // named barriers
   static constexpr int kBarWg1 = 1, kBarPFull = 2, kBarPEmpty = 3, kBarEpi = 4;
   static_assert(kSmem <= 232448, "227 KiB of shared memory per CTA");
+  // The cluster merge (mla_scheduler.cuh's cluster plan; c = 2 or 4 CTAs along the parts,
+  // each with one piece of the same request and row tile): CTA k owns output columns
+  // [k w, k w + w), w = 512 / c.  Once its own P V is done it receives the other CTAs'
+  // unnormalised O over those columns, fp32, into its K stages (a slot per sender rank,
+  // rows padded by 32 bytes so that a warp's 8 rows of fragments fall on distinct banks)
+  // and every CTA's (m, l) per row at kMergeMlOff, then writes out and lse itself.
+  static constexpr int kMaxCluster = 4;
+  // a received row: 2048 / c + 32 bytes; a slot: 64 rows (merge_out)
+  // stage 1's rope slice: read by WG1's S alone, so WG1 writes its own (m, l) there as soon
+  // as its last S is done, while WG2 may still be reading V
+  static constexpr int kMergeMlOff = kTileBytes + 8 * kSliceBytes;
+  static_assert(4 * 64 * (2048 / 4 + 32) <= kMergeMlOff && 2 * 64 * (2048 / 2 + 32) <= kMergeMlOff,
+                "merge slots below the (m, l) rows");
+  static_assert(kMergeMlOff + kMaxCluster * 64 * 8 <= kStages * kTileBytes, "merge (m, l)");
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
 };
 
@@ -96,6 +111,7 @@ struct WgmmaParams {
 struct Piece {
   int req, start, end, slot;
   bool direct;
+  int merge;   // the cluster plan's c (metadata [5]), else 0
 };
 
 // Grid: (row tiles, parts), the row tile fastest, so that the CTAs of one part, which read
@@ -120,6 +136,7 @@ __device__ __forceinline__ bool next_piece(const MlaParams& p, int& req, Piece& 
   pc.end = end;
   pc.slot = p.num_splits[req] + (req == first ? md[4] : 0);
   pc.direct = p.num_splits[req + 1] - p.num_splits[req] == 1;
+  pc.merge = req == first ? md[5] : 0;
   ++req;
   return true;
 }
@@ -157,6 +174,8 @@ struct WgmmaKernel {
     float* l;
     uint64_t* full;    // [2 stages][9 slices]
     uint64_t* empty;   // [2 stages][9 slices]
+    uint64_t* free_;   // cluster merge: the other CTAs' K stages are free (c - 1 arrivals)
+    uint64_t* got;     // cluster merge: their rows have landed here (256 (c - 1) arrivals)
   };
 
   static __device__ __forceinline__ Smem carve(unsigned char* raw) {
@@ -169,6 +188,8 @@ struct WgmmaKernel {
     sm.l = reinterpret_cast<float*>(base + C::kLOff);
     sm.full = reinterpret_cast<uint64_t*>(base + C::kBarOff);
     sm.empty = sm.full + C::kStages * C::kSlices;
+    sm.free_ = sm.empty + C::kStages * C::kSlices;
+    sm.got = sm.free_ + 1;
     return sm;
   }
 
@@ -498,9 +519,14 @@ struct WgmmaKernel {
       // device error flags, as mla_split.cuh: a bad page (or a length past the table's
       // row) and a negative length make the piece NaN
       const bool bad_len = p.seqlens[pc.req] < 0;
-      if ((bad || bad_len) && t == 0 && p.error != nullptr)
-        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
-      bad |= bad_len;
+      // metadata planned for a cluster merge this launch cannot do (another batch's or
+      // library's): every piece writes NaN and says so, not a silently wrong output
+      const bool bad_plan = pc.merge > 0 && !merging(pc);
+      if ((bad || bad_len || bad_plan) && t == 0 && p.error != nullptr)
+        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0) |
+                              (bad_plan ? kErrorBadPlan : 0));
+      bad |= bad_len || bad_plan;
+      const bool merge = merging(pc);
 
       // row sums over the 4 threads of a row; lse; l for WG2
       const float kLn2 = 0.69314718055994531f;
@@ -511,7 +537,11 @@ struct WgmmaKernel {
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         lsum[h] = bad ? NAN : l;
         const int r = r0 + 8 * h, gr = row0 + r;
-        if (lane % 4 == 0) {
+        if (lane % 4 == 0 && merge) {   // this CTA's (m, l) beside the other CTAs'
+          sm90::st_shared_v2_f32(sm90::smem_addr(sm.k) + C::kMergeMlOff +
+                                     (sm90::cluster_ctarank() * 64 + r) * 8,
+                                 m[h], lsum[h]);
+        } else if (lane % 4 == 0) {
           sm.l[r] = lsum[h];
           if (gr < rows_total) {
             const float empty = pc.direct ? INFINITY : -INFINITY;
@@ -526,9 +556,145 @@ struct WgmmaKernel {
         }
       }
       sm90::bar_sync(C::kBarEpi, 256);
+      if (merge) {   // the part's only piece
+        merge_out(p, pc, sm, o, m, lsum, row0, warp, lane, 0);
+        continue;
+      }
       store_o(p, pc, sm, o, lsum, row0, warp, lane, 0);
       sm90::bar_sync(C::kBarEpi, 256);   // sm.l and the Q tile may be rewritten now
     }
+  }
+
+  // Whether this piece merges through the cluster: the plan says so and the launch's
+  // clusters are of the plan's size.
+  static __device__ __forceinline__ bool merging(const Piece& pc) {
+    return pc.merge > 1 && static_cast<uint32_t>(pc.merge) == sm90::cluster_nctarank();
+  }
+
+  // The cluster merge of one piece (both consumer warpgroups, after the EPI barrier that
+  // follows the last P V; WG1 has put this CTA's (m, l) in its own K stages).  1) tell the
+  // other CTAs that this CTA's K stages are free, and wait until theirs are; 2) send each
+  // CTA the columns of O it owns (fp32, not yet scaled) and WG1 this CTA's (m, l), then one
+  // arrival per thread on that CTA's `got`; 3) the warpgroup holding the columns this CTA
+  // owns waits for every CTA's rows, weights each by exp2(m_k - M) (M the rows' max over
+  // the cluster), sums them (its own first, then the others in rank order: the same order
+  // in every call, so bitwise reproducible) and writes out / L, and rank 0 the lse.  All traffic into a CTA's
+  // shared memory is awaited by that CTA before it exits (`free_` by both warpgroups,
+  // `got` by the owner), so no CTA leaves while another still writes to it.
+  static __device__ __forceinline__ void merge_out(const MlaParams& p, const Piece& pc,
+                                                   const Smem& sm,
+                                   float (&o)[128], const float (&m)[2], const float (&l)[2],
+                                   int row0, int warp, int lane, int half) {
+    const int c = pc.merge, w = 512 / c;
+    const int rank = static_cast<int>(sm90::cluster_ctarank());
+    const int r0 = warp * 16 + lane / 4, c2 = 2 * (lane % 4);
+    const uint32_t kbase = sm90::smem_addr(sm.k);
+    const uint32_t row_bytes = 2048 / c + 32, slot_bytes = 64 * row_bytes;
+    const uint32_t mlbase = kbase + C::kMergeMlOff;
+    if (half == 0 && warp == 0 && lane == 0) {
+      for (int j = 0; j < c; ++j)
+        if (j != rank) sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), j));
+    }
+    sm90::mbar_wait_cluster(sm.free_, 0);
+    for (int j = 0; j < c; ++j) {
+      if (j == rank) continue;
+      if (half == 0 && lane % 4 == 0) {
+        const uint32_t a = sm90::mapa(mlbase + (rank * 64 + r0) * 8, j);
+        sm90::st_cluster_v2_f32(a, m[0], l[0]);
+        sm90::st_cluster_v2_f32(a + 64, m[1], l[1]);
+      }
+    }
+    // this warpgroup's 128-column blocks b (columns 256 half + 128 b ...): owner (2 half +
+    // b) c / 4
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int dest = (2 * half + b) * c / 4;
+      if (dest == rank) continue;
+      const uint32_t a = sm90::mapa(kbase + rank * slot_bytes + r0 * row_bytes +
+                                        (256 * half + 128 * b - dest * w + c2) * 4,
+                                    dest);
+#pragma unroll
+      for (int jj = 0; jj < 16; ++jj) {
+        const int j = 16 * b + jj;
+        sm90::st_cluster_v2_f32(a + jj * 32, o[4 * j], o[4 * j + 1]);
+        sm90::st_cluster_v2_f32(a + 8 * row_bytes + jj * 32, o[4 * j + 2], o[4 * j + 3]);
+      }
+    }
+    for (int j = 0; j < c; ++j)
+      if (j != rank) sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.got), j));
+
+    const bool own0 = 2 * half * c / 4 == rank, own1 = (2 * half + 1) * c / 4 == rank;
+    if (!own0 && !own1) return;
+    sm90::mbar_wait_cluster(sm.got, 0);
+    // per row h: the cluster's max M, each CTA's weight, L
+    float wk[C::kMaxCluster][2], wself[2], L[2], M[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mk[C::kMaxCluster], lk[C::kMaxCluster];
+      M[h] = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < C::kMaxCluster; ++k) {
+        const float2 v = k < c ? sm90::ld_shared_v2_f32(mlbase + (k * 64 + r0 + 8 * h) * 8)
+                               : make_float2(-INFINITY, 0.f);
+        mk[k] = v.x;
+        lk[k] = v.y;
+        M[h] = fmaxf(M[h], mk[k]);
+      }
+      L[h] = 0.f;
+      wself[h] = 0.f;
+#pragma unroll
+      for (int k = 0; k < C::kMaxCluster; ++k) {
+        wk[k][h] = M[h] == -INFINITY ? 0.f : exp2f(mk[k] - M[h]);   // all empty: 0, not NaN
+        if (FAULT == kFaultBadSplitMerge) wk[k][h] = 1.f;   // the pieces summed unweighted
+        if (k < c) L[h] += lk[k] * wk[k][h];
+        if (k == rank) wself[h] = wk[k][h];
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      if (!(b == 0 ? own0 : own1)) continue;
+      const uint32_t a = kbase + r0 * row_bytes + (256 * half + 128 * b - rank * w + c2) * 4;
+#pragma unroll
+      for (int jj = 0; jj < 16; ++jj) {
+        const int j = 16 * b + jj;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float x = o[4 * j + 2 * h] * wself[h], y = o[4 * j + 2 * h + 1] * wself[h];
+#pragma unroll
+          for (int k = 0; k < C::kMaxCluster; ++k) {
+            if (k >= c || k == rank) continue;
+            const float2 v =
+                sm90::ld_shared_v2_f32(a + k * slot_bytes + 8 * h * row_bytes + jj * 32);
+            x = fmaf(v.x, wk[k][h], x);
+            y = fmaf(v.y, wk[k][h], y);
+          }
+          o[4 * j + 2 * h] = x;
+          o[4 * j + 2 * h + 1] = y;
+        }
+      }
+    }
+    if (rank == 0 && half == 0 && lane % 4 == 0) {
+      const int rows_total = p.s_q * p.h_q;
+      const float kLn2 = 0.69314718055994531f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int gr = row0 + r0 + 8 * h;
+        if (gr < rows_total) {
+          const float lse =
+              L[h] != L[h] ? NAN : (L[h] > 0.f ? (M[h] + log2f(L[h])) * kLn2 : INFINITY);
+          const int sq = gr / p.h_q, hq = gr % p.h_q;
+          p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;
+        }
+      }
+    }
+    scale_rows(o, L);
+    if (own0 && own1)
+      store_direct<0, 32>(p, pc, sm, o, row0, warp, lane, half);
+    else if (own0)
+      store_direct<0, 16>(p, pc, sm, o, row0, warp, lane, half);
+    else
+      store_direct<16, 16>(p, pc, sm, o, row0, warp, lane, half);
+    sm90::bulk_wait_read();
   }
 
   // O / l for this thread's 2 rows, columns [256 half, 256 half + 256), written through
@@ -545,38 +711,13 @@ struct WgmmaKernel {
                                                  const float (&l)[2], int row0, int warp,
                                                  int lane, int half) {
     const int rows_total = p.s_q * p.h_q;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float lv = l[h];
-      const float inv = lv != lv ? NAN : (lv > 0.f ? 1.f / lv : 0.f);
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        o[4 * j + 2 * h] *= inv;
-        o[4 * j + 2 * h + 1] *= inv;
-      }
-    }
+    scale_rows(o, l);
     const uint32_t buf = sm90::smem_addr(sm.q) + (half * 4 + warp) * C::kStageBytes;
     const int gr = row0 + warp * 16 + lane;   // the row lane < 16 copies out
     const bool copy = lane < 16 && gr < rows_total;
-    const int64_t grow =
-        (pc.direct ? static_cast<int64_t>(pc.req) : static_cast<int64_t>(pc.slot)) *
-            rows_total + gr;
+    const int64_t grow = static_cast<int64_t>(pc.slot) * rows_total + gr;
     if (pc.direct) {
-      // matrices (row half, 8-column block): (0, j), (1, j), (0, j + 1), (1, j + 1)
-      const uint32_t a =
-          buf + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kStageRow16 + (lane >> 4) * 16;
-#pragma unroll
-      for (int j = 0; j < 32; j += 2)
-        sm90::stmatrix_x4(a + j * 16, sm90::pack2<T>(o[4 * j], o[4 * j + 1]),
-                          sm90::pack2<T>(o[4 * j + 2], o[4 * j + 3]),
-                          sm90::pack2<T>(o[4 * j + 4], o[4 * j + 5]),
-                          sm90::pack2<T>(o[4 * j + 6], o[4 * j + 7]));
-      sm90::fence_proxy_async();
-      __syncwarp();
-      if (copy)
-        sm90::bulk_store(static_cast<T*>(p.out) + grow * kDV + half * 256,
-                         buf + lane * C::kStageRow16, 256 * sizeof(T));
-      sm90::bulk_commit();
+      store_direct<0, 32>(p, pc, sm, o, row0, warp, lane, half);
     } else {
       const uint32_t a = buf + (lane >> 2) * C::kStageRow32 + (lane & 3) * 8;
       // the combine reads these partials right after: kept in L2 over the streamed K
@@ -602,6 +743,47 @@ struct WgmmaKernel {
       }
     }
     sm90::bulk_wait_read();
+  }
+
+  // O / l, a row's l NaN (a bad piece) making the row NaN, 0 making it 0 (no keys).
+  static __device__ __forceinline__ void scale_rows(float (&o)[128], const float (&l)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float lv = l[h];
+      const float inv = lv != lv ? NAN : (lv > 0.f ? 1.f / lv : 0.f);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j + 2 * h] *= inv;
+        o[4 * j + 2 * h + 1] *= inv;
+      }
+    }
+  }
+
+  // The output columns [256 half + 8 J0, + 8 NJ) of this warp's 16 rows, in T, staged by
+  // stmatrix in the warp's part of the Q tile and copied out a row per lane (store_o).
+  template <int J0, int NJ>
+  static __device__ __forceinline__ void store_direct(const MlaParams& p, const Piece& pc,
+                                                      const Smem& sm, float (&o)[128],
+                                                      int row0, int warp, int lane, int half) {
+    const int rows_total = p.s_q * p.h_q;
+    const uint32_t buf = sm90::smem_addr(sm.q) + (half * 4 + warp) * C::kStageBytes;
+    const int gr = row0 + warp * 16 + lane;   // the row lane < 16 copies out
+    // matrices (row half, 8-column block): (0, j), (1, j), (0, j + 1), (1, j + 1)
+    const uint32_t a =
+        buf + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kStageRow16 + (lane >> 4) * 16;
+#pragma unroll
+    for (int j = J0; j < J0 + NJ; j += 2)
+      sm90::stmatrix_x4(a + (j - J0) * 16, sm90::pack2<T>(o[4 * j], o[4 * j + 1]),
+                        sm90::pack2<T>(o[4 * j + 2], o[4 * j + 3]),
+                        sm90::pack2<T>(o[4 * j + 4], o[4 * j + 5]),
+                        sm90::pack2<T>(o[4 * j + 6], o[4 * j + 7]));
+    sm90::fence_proxy_async();
+    __syncwarp();
+    if (lane < 16 && gr < rows_total)
+      sm90::bulk_store(static_cast<T*>(p.out) + (static_cast<int64_t>(pc.req) * rows_total + gr) *
+                                                     kDV + half * 256 + J0 * 8,
+                       buf + lane * C::kStageRow16, NJ * 8 * sizeof(T));
+    sm90::bulk_commit();
   }
 
   // ---------------------------------------------------------------- WG2
@@ -644,6 +826,11 @@ struct WgmmaKernel {
         sm90::bar_arrive(C::kBarPEmpty, 256);
       }
       sm90::bar_sync(C::kBarEpi, 256);
+      if (merging(pc)) {   // the part's only piece; its (m, l) are WG1's, in shared memory
+        const float none[2] = {0.f, 0.f};
+        merge_out(p, pc, sm, o, none, none, row0, warp, lane, 1);
+        continue;
+      }
       const float l[2] = {sm.l[r0], sm.l[r0 + 8]};
       store_o(p, pc, sm, o, l, row0, warp, lane, 1);
       sm90::bar_sync(C::kBarEpi, 256);
@@ -657,9 +844,16 @@ struct WgmmaKernel {
         sm90::mbar_init(&sm.full[s], 1);
         sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices));
       }
+      const int c = static_cast<int>(sm90::cluster_nctarank());
+      if (c > 1) {   // the cluster merge's barriers (merge_out)
+        sm90::mbar_init(sm.free_, c - 1);
+        sm90::mbar_init(sm.got, 256 * (c - 1));
+      }
       sm90::fence_mbar_init();
     }
     __syncthreads();
+    // in a cluster launch, no CTA may arrive on another's barriers before they exist
+    if (sm90::cluster_nctarank() > 1) sm90::cluster_sync();
     pdl_wait_primary();   // launched as a dependent of the stream's last kernel
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
@@ -760,6 +954,43 @@ cudaError_t split_wgmma_ctas_per_sm_impl(int* n) {
                                                        WgmmaConfig::kThreads, WgmmaConfig::kSmem);
 }
 
+// The cluster size of the split launch (and of the scheduler's cluster plan) for a batch
+// over num_parts parts: mla_scheduler.cuh's sched_cluster, given how many clusters of 2
+// and of 4 CTAs of this kernel the device holds at once (asked once per process and size;
+// a failed query leaves that size out).
+template <typename T, int FAULT>
+int split_wgmma_cluster(int batch, int num_parts) {
+  static int resident[WgmmaConfig::kMaxCluster + 1] = {0, 0, 0, 0, 0};
+  static int device = -1;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+  if (dev != device) {
+    if (prepare_split_wgmma<T, FAULT>() != cudaSuccess) return 1;
+    for (int c = 2; c <= WgmmaConfig::kMaxCluster; c *= 2) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(1, c);
+      cfg.blockDim = dim3(WgmmaConfig::kThreads);
+      cfg.dynamicSmemBytes = WgmmaConfig::kSmem;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 1;
+      attr[0].val.clusterDim.y = c;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, mla_split_wgmma_kernel<T, FAULT>, &cfg) !=
+          cudaSuccess) {
+        cudaGetLastError();   // not sticky: clear it
+        n = 0;
+      }
+      resident[c] = n;
+    }
+    device = dev;
+  }
+  return sched_cluster(batch, num_parts, WgmmaConfig::kMaxCluster, resident);
+}
+
 template <typename T, int FAULT>
 cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   WgmmaParams wp;
@@ -771,7 +1002,9 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   const dim3 grid =
       split_grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
   return launch_dependent(mla_split_wgmma_kernel<T, FAULT>, grid, WgmmaConfig::kThreads,
-                          WgmmaConfig::kSmem, stream, wp);
+                          WgmmaConfig::kSmem, stream, split_wgmma_cluster<T, FAULT>(p.batch,
+                                                                                 p.num_parts),
+                          wp);
 }
 
 }  // namespace hopper
