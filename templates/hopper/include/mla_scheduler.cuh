@@ -205,12 +205,15 @@ MLAGEN_HD inline void plan_fixed_request(const int* nblk, int r, int n, int* sch
 }
 
 // The cluster size of a split kernel that can merge in clusters of up to max_c CTAs, for
-// `batch` requests over `parts` parts: the largest c (4, 2) that divides the parts, gives
-// every request c parts, and whose clusters the device holds at once (max_resident(c) >=
-// parts / c; -1 for "not asked"), else 1 (no clusters).
+// `batch` requests over `parts` parts: the largest c (a power of 2) that divides the parts,
+// gives every request c parts, leaves fewer than c more parts a request (else the equal
+// plan has pieces shorter than a c-th of a request and the cluster plan is never taken:
+// the cluster launch alone costs 1-2 us), and whose clusters the device holds at once
+// (max_resident[c] >= parts / c; -1 for "not asked"), else 1 (no clusters).
 MLAGEN_HD inline int sched_cluster(int batch, int parts, int max_c, const int* max_resident) {
   for (int c = max_c; c > 1; c /= 2)
     if (parts % c == 0 && static_cast<long long>(batch) * c <= parts &&
+        static_cast<long long>(batch) * 2 * c > parts &&
         (max_resident == nullptr || max_resident[c] < 0 || max_resident[c] * c >= parts))
       return c;
   return 1;

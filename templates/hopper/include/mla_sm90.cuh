@@ -73,10 +73,6 @@ __device__ __forceinline__ uint32_t mapa(uint32_t a, uint32_t rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
   return r;
 }
-__device__ __forceinline__ void st_cluster_v2_f32(uint32_t addr, float a, float b) {
-  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b)
-               : "memory");
-}
 // One arrival on another CTA's mbarrier (a shared::cluster address), releasing this
 // thread's earlier writes (to that CTA's shared memory too) at cluster scope.
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote_bar) {
@@ -95,10 +91,21 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity
         : "=r"(done) : "r"(a), "r"(parity) : "memory");
   } while (!done);
 }
-// Every thread of every CTA of the cluster (all of them, converged).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n"
-               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+// The cluster barrier in two halves, each executed by every thread of every CTA of the
+// cluster, converged (mbarrier inits before the arrive are visible after the wait).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// `bytes` of this CTA's shared memory into another CTA's (dst and its mbarrier: shared::
+// cluster addresses from mapa), completing there as transaction bytes on that mbarrier.
+__device__ __forceinline__ void bulk_copy_cluster(uint32_t dst, uint32_t src, uint32_t bytes,
+                                                  uint32_t remote_bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+      "[%3];\n" ::"r"(dst), "r"(src), "r"(bytes), "r"(remote_bar) : "memory");
 }
 __device__ __forceinline__ float2 ld_shared_v2_f32(uint32_t addr) {
   float2 v;

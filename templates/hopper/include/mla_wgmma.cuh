@@ -85,20 +85,16 @@ struct WgmmaConfig {
   // named barriers
   static constexpr int kBarWg1 = 1, kBarPFull = 2, kBarPEmpty = 3, kBarEpi = 4;
   static_assert(kSmem <= 232448, "227 KiB of shared memory per CTA");
-  // The cluster merge (mla_scheduler.cuh's cluster plan; c = 2 or 4 CTAs along the parts,
-  // each with one piece of the same request and row tile): CTA k owns output columns
-  // [k w, k w + w), w = 512 / c.  Once its own P V is done it receives the other CTAs'
-  // unnormalised O over those columns, fp32, into its K stages (a slot per sender rank,
-  // rows padded by 32 bytes so that a warp's 8 rows of fragments fall on distinct banks)
-  // and every CTA's (m, l) per row at kMergeMlOff, then writes out and lse itself.
-  static constexpr int kMaxCluster = 4;
-  // a received row: 2048 / c + 32 bytes; a slot: 64 rows (merge_out)
-  // stage 1's rope slice: read by WG1's S alone, so WG1 writes its own (m, l) there as soon
-  // as its last S is done, while WG2 may still be reading V
-  static constexpr int kMergeMlOff = kTileBytes + 8 * kSliceBytes;
-  static_assert(4 * 64 * (2048 / 4 + 32) <= kMergeMlOff && 2 * 64 * (2048 / 2 + 32) <= kMergeMlOff,
-                "merge slots below the (m, l) rows");
-  static_assert(kMergeMlOff + kMaxCluster * 64 * 8 <= kStages * kTileBytes, "merge (m, l)");
+  // The cluster merge (mla_scheduler.cuh's cluster plan: clusters of 2 CTAs along the
+  // parts, each with one piece of the same request and row tile): CTA k owns output columns
+  // [256 k, 256 k + 256), those of its warpgroup WG(k+1).  Once both CTAs are done with their
+  // K stages, each stages the other half of its unnormalised O (fp32) and its (m, l) per row
+  // in slot k of its own K stages and one bulk copy puts it in slot k of the other CTA's.
+  // A slot row: 256 floats, then (m, l), padded to 1056 bytes (a warp's 8 rows of
+  // fragments on distinct banks).
+  static constexpr int kMaxCluster = 2;
+  static constexpr int kMergeRow = 1056, kMergeSlot = 64 * kMergeRow;
+  static_assert(2 * kMergeSlot <= kStages * kTileBytes, "merge slots in the K stages");
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
 };
 
@@ -174,8 +170,9 @@ struct WgmmaKernel {
     float* l;
     uint64_t* full;    // [2 stages][9 slices]
     uint64_t* empty;   // [2 stages][9 slices]
-    uint64_t* free_;   // cluster merge: the other CTAs' K stages are free (c - 1 arrivals)
-    uint64_t* got;     // cluster merge: their rows have landed here (256 (c - 1) arrivals)
+    uint64_t* free_;   // cluster merge: phase 0 the other CTA's K stages are free, phase 1
+                       // this CTA's rows have landed there (one arrival each, remote)
+    uint64_t* got;     // cluster merge: the other CTA's rows have landed here (tx bytes)
   };
 
   static __device__ __forceinline__ Smem carve(unsigned char* raw) {
@@ -537,11 +534,7 @@ struct WgmmaKernel {
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         lsum[h] = bad ? NAN : l;
         const int r = r0 + 8 * h, gr = row0 + r;
-        if (lane % 4 == 0 && merge) {   // this CTA's (m, l) beside the other CTAs'
-          sm90::st_shared_v2_f32(sm90::smem_addr(sm.k) + C::kMergeMlOff +
-                                     (sm90::cluster_ctarank() * 64 + r) * 8,
-                                 m[h], lsum[h]);
-        } else if (lane % 4 == 0) {
+        if (lane % 4 == 0 && !merge) {
           sm.l[r] = lsum[h];
           if (gr < rows_total) {
             const float empty = pc.direct ? INFINITY : -INFINITY;
@@ -572,108 +565,76 @@ struct WgmmaKernel {
   }
 
   // The cluster merge of one piece (both consumer warpgroups, after the EPI barrier that
-  // follows the last P V; WG1 has put this CTA's (m, l) in its own K stages).  1) tell the
-  // other CTAs that this CTA's K stages are free, and wait until theirs are; 2) send each
-  // CTA the columns of O it owns (fp32, not yet scaled) and WG1 this CTA's (m, l), then one
-  // arrival per thread on that CTA's `got`; 3) the warpgroup holding the columns this CTA
-  // owns waits for every CTA's rows, weights each by exp2(m_k - M) (M the rows' max over
-  // the cluster), sums them (its own first, then the others in rank order: the same order
-  // in every call, so bitwise reproducible) and writes out / L, and rank 0 the lse.  All traffic into a CTA's
-  // shared memory is awaited by that CTA before it exits (`free_` by both warpgroups,
-  // `got` by the owner), so no CTA leaves while another still writes to it.
+  // follows the last P V).  1) WG1's thread 0 expects the other CTA's rows on `got` and
+  // tells it that this CTA's K stages are free; 2) the warpgroup holding the other CTA's
+  // columns stages them, WG1 this CTA's (m, l), in slot `rank`; 3) once the other CTA's
+  // stages are free, one bulk copy (shared::cta -> shared::cluster, completing on its `got`)
+  // sends the slot; 4) the owning warpgroup waits for the other CTA's slot, weights both
+  // halves by exp2(m_k - M) (M the rows' max over the cluster), adds them (its own first:
+  // the same order in every call) and writes out / L, and rank 0 the lse; 5) its thread 0
+  // tells the other CTA that its copy landed, and waits for the same word on its own copy
+  // before the CTA may exit (the copy reads this CTA's shared memory).
   static __device__ __forceinline__ void merge_out(const MlaParams& p, const Piece& pc,
-                                                   const Smem& sm,
-                                   float (&o)[128], const float (&m)[2], const float (&l)[2],
-                                   int row0, int warp, int lane, int half) {
-    const int c = pc.merge, w = 512 / c;
-    const int rank = static_cast<int>(sm90::cluster_ctarank());
+                                                   const Smem& sm, float (&o)[128],
+                                                   const float (&m)[2], const float (&l)[2],
+                                                   int row0, int warp, int lane, int half) {
+    const int rank = static_cast<int>(sm90::cluster_ctarank()), peer = rank ^ 1;
     const int r0 = warp * 16 + lane / 4, c2 = 2 * (lane % 4);
-    const uint32_t kbase = sm90::smem_addr(sm.k);
-    const uint32_t row_bytes = 2048 / c + 32, slot_bytes = 64 * row_bytes;
-    const uint32_t mlbase = kbase + C::kMergeMlOff;
+    const uint32_t mine = sm90::smem_addr(sm.k) + rank * C::kMergeSlot;
+    const uint32_t theirs = sm90::smem_addr(sm.k) + peer * C::kMergeSlot;
+    const bool owner = half == rank;
     if (half == 0 && warp == 0 && lane == 0) {
-      for (int j = 0; j < c; ++j)
-        if (j != rank) sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), j));
+      sm90::mbar_arrive_expect_tx(sm.got, C::kMergeSlot);
+      sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), peer));
     }
-    sm90::mbar_wait_cluster(sm.free_, 0);
-    for (int j = 0; j < c; ++j) {
-      if (j == rank) continue;
-      if (half == 0 && lane % 4 == 0) {
-        const uint32_t a = sm90::mapa(mlbase + (rank * 64 + r0) * 8, j);
-        sm90::st_cluster_v2_f32(a, m[0], l[0]);
-        sm90::st_cluster_v2_f32(a + 64, m[1], l[1]);
+    if (!owner) {
+      const uint32_t a = mine + r0 * C::kMergeRow + c2 * 4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        sm90::st_shared_v2_f32(a + j * 32, o[4 * j], o[4 * j + 1]);
+        sm90::st_shared_v2_f32(a + 8 * C::kMergeRow + j * 32, o[4 * j + 2], o[4 * j + 3]);
       }
     }
-    // this warpgroup's 128-column blocks b (columns 256 half + 128 b ...): owner (2 half +
-    // b) c / 4
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      const int dest = (2 * half + b) * c / 4;
-      if (dest == rank) continue;
-      const uint32_t a = sm90::mapa(kbase + rank * slot_bytes + r0 * row_bytes +
-                                        (256 * half + 128 * b - dest * w + c2) * 4,
-                                    dest);
-#pragma unroll
-      for (int jj = 0; jj < 16; ++jj) {
-        const int j = 16 * b + jj;
-        sm90::st_cluster_v2_f32(a + jj * 32, o[4 * j], o[4 * j + 1]);
-        sm90::st_cluster_v2_f32(a + 8 * row_bytes + jj * 32, o[4 * j + 2], o[4 * j + 3]);
-      }
+    if (half == 0 && lane % 4 == 0) {
+      sm90::st_shared_v2_f32(mine + r0 * C::kMergeRow + 1024, m[0], l[0]);
+      sm90::st_shared_v2_f32(mine + (r0 + 8) * C::kMergeRow + 1024, m[1], l[1]);
     }
-    for (int j = 0; j < c; ++j)
-      if (j != rank) sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.got), j));
-
-    const bool own0 = 2 * half * c / 4 == rank, own1 = (2 * half + 1) * c / 4 == rank;
-    if (!own0 && !own1) return;
-    sm90::mbar_wait_cluster(sm.got, 0);
-    // per row h: the cluster's max M, each CTA's weight, L
-    float wk[C::kMaxCluster][2], wself[2], L[2], M[2];
+    sm90::fence_proxy_async();   // the staging, for the bulk copy's reads
+    sm90::bar_sync(C::kBarEpi, 256);
+    if (!owner) {
+      if (warp == 0 && lane == 0) {
+        sm90::mbar_wait_cluster(sm.free_, 0);
+        sm90::bulk_copy_cluster(sm90::mapa(mine, peer), mine, C::kMergeSlot,
+                                sm90::mapa(sm90::smem_addr(sm.got), peer));
+      }
+      return;
+    }
+    sm90::mbar_wait(sm.got, 0);
+    float w[2][2], L[2], M[2];   // w[k][h]: CTA k's weight on row h
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mk[C::kMaxCluster], lk[C::kMaxCluster];
-      M[h] = -INFINITY;
+      const float2 a = sm90::ld_shared_v2_f32((rank == 0 ? mine : theirs) +
+                                              (r0 + 8 * h) * C::kMergeRow + 1024);
+      const float2 b = sm90::ld_shared_v2_f32((rank == 0 ? theirs : mine) +
+                                              (r0 + 8 * h) * C::kMergeRow + 1024);
+      M[h] = fmaxf(a.x, b.x);
+      w[0][h] = M[h] == -INFINITY ? 0.f : exp2f(a.x - M[h]);   // all empty: 0, not NaN
+      w[1][h] = M[h] == -INFINITY ? 0.f : exp2f(b.x - M[h]);
+      if (FAULT == kFaultBadSplitMerge) w[0][h] = w[1][h] = 1.f;   // summed unweighted
+      L[h] = a.y * w[0][h] + b.y * w[1][h];
+    }
+    const uint32_t a = theirs + r0 * C::kMergeRow + c2 * 4;
 #pragma unroll
-      for (int k = 0; k < C::kMaxCluster; ++k) {
-        const float2 v = k < c ? sm90::ld_shared_v2_f32(mlbase + (k * 64 + r0 + 8 * h) * 8)
-                               : make_float2(-INFINITY, 0.f);
-        mk[k] = v.x;
-        lk[k] = v.y;
-        M[h] = fmaxf(M[h], mk[k]);
-      }
-      L[h] = 0.f;
-      wself[h] = 0.f;
+    for (int j = 0; j < 32; ++j) {
 #pragma unroll
-      for (int k = 0; k < C::kMaxCluster; ++k) {
-        wk[k][h] = M[h] == -INFINITY ? 0.f : exp2f(mk[k] - M[h]);   // all empty: 0, not NaN
-        if (FAULT == kFaultBadSplitMerge) wk[k][h] = 1.f;   // the pieces summed unweighted
-        if (k < c) L[h] += lk[k] * wk[k][h];
-        if (k == rank) wself[h] = wk[k][h];
+      for (int h = 0; h < 2; ++h) {
+        const float2 v = sm90::ld_shared_v2_f32(a + 8 * h * C::kMergeRow + j * 32);
+        const float ws = rank == 0 ? w[0][h] : w[1][h], wp = rank == 0 ? w[1][h] : w[0][h];
+        o[4 * j + 2 * h] = fmaf(v.x, wp, o[4 * j + 2 * h] * ws);
+        o[4 * j + 2 * h + 1] = fmaf(v.y, wp, o[4 * j + 2 * h + 1] * ws);
       }
     }
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      if (!(b == 0 ? own0 : own1)) continue;
-      const uint32_t a = kbase + r0 * row_bytes + (256 * half + 128 * b - rank * w + c2) * 4;
-#pragma unroll
-      for (int jj = 0; jj < 16; ++jj) {
-        const int j = 16 * b + jj;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float x = o[4 * j + 2 * h] * wself[h], y = o[4 * j + 2 * h + 1] * wself[h];
-#pragma unroll
-          for (int k = 0; k < C::kMaxCluster; ++k) {
-            if (k >= c || k == rank) continue;
-            const float2 v =
-                sm90::ld_shared_v2_f32(a + k * slot_bytes + 8 * h * row_bytes + jj * 32);
-            x = fmaf(v.x, wk[k][h], x);
-            y = fmaf(v.y, wk[k][h], y);
-          }
-          o[4 * j + 2 * h] = x;
-          o[4 * j + 2 * h + 1] = y;
-        }
-      }
-    }
-    if (rank == 0 && half == 0 && lane % 4 == 0) {
+    if (rank == 0 && lane % 4 == 0) {
       const int rows_total = p.s_q * p.h_q;
       const float kLn2 = 0.69314718055994531f;
 #pragma unroll
@@ -688,13 +649,12 @@ struct WgmmaKernel {
       }
     }
     scale_rows(o, L);
-    if (own0 && own1)
-      store_direct<0, 32>(p, pc, sm, o, row0, warp, lane, half);
-    else if (own0)
-      store_direct<0, 16>(p, pc, sm, o, row0, warp, lane, half);
-    else
-      store_direct<16, 16>(p, pc, sm, o, row0, warp, lane, half);
+    store_direct<0, 32>(p, pc, sm, o, row0, warp, lane, half);
     sm90::bulk_wait_read();
+    if (warp == 0 && lane == 0) {
+      sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), peer));
+      sm90::mbar_wait_cluster(sm.free_, 1);
+    }
   }
 
   // O / l for this thread's 2 rows, columns [256 half, 256 half + 256), written through
@@ -844,17 +804,19 @@ struct WgmmaKernel {
         sm90::mbar_init(&sm.full[s], 1);
         sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices));
       }
-      const int c = static_cast<int>(sm90::cluster_nctarank());
-      if (c > 1) {   // the cluster merge's barriers (merge_out)
-        sm90::mbar_init(sm.free_, c - 1);
-        sm90::mbar_init(sm.got, 256 * (c - 1));
+      if (sm90::cluster_nctarank() > 1) {   // the cluster merge's barriers (merge_out)
+        sm90::mbar_init(sm.free_, 1);
+        sm90::mbar_init(sm.got, 1);
       }
       sm90::fence_mbar_init();
     }
     __syncthreads();
-    // in a cluster launch, no CTA may arrive on another's barriers before they exist
-    if (sm90::cluster_nctarank() > 1) sm90::cluster_sync();
+    // in a cluster launch no CTA may arrive on the other's barriers before they exist: the
+    // cluster barrier is passed under the previous kernel's tail (PDL)
+    const bool clustered = sm90::cluster_nctarank() > 1;
+    if (clustered) sm90::cluster_arrive_relaxed();
     pdl_wait_primary();   // launched as a dependent of the stream's last kernel
+    if (clustered) sm90::cluster_wait();
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
       sm90::setmaxnreg_inc<C::kScoreRegs>();
@@ -960,7 +922,7 @@ cudaError_t split_wgmma_ctas_per_sm_impl(int* n) {
 // a failed query leaves that size out).
 template <typename T, int FAULT>
 int split_wgmma_cluster(int batch, int num_parts) {
-  static int resident[WgmmaConfig::kMaxCluster + 1] = {0, 0, 0, 0, 0};
+  static int resident[WgmmaConfig::kMaxCluster + 1] = {};
   static int device = -1;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 1;
