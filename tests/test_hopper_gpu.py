@@ -181,7 +181,9 @@ def test_planted_split_merge_fault_is_caught_in_both_combine_variants(batch, len
     assert (batch * 128 >= 8 * sms) == (batch >= 16)     # the 2-split instance, or not
     check(inp, True, sched)
     md, ns = api().get_mla_metadata(inp.cache_seqlens, 128, 1, schedule=sched)
-    assert int((ns[1:] - ns[:-1]).max()) >= 2          # some request was split
+    assert int((ns[1:] - ns[:-1]).max()) >= 2, (       # some request was split
+        f"parts {md.shape[0]}, md[:4] {md[:4].tolist()}, ns {ns.tolist()}, "
+        f"lens {inp.cache_seqlens.tolist()}")
     with pytest.raises(AssertionError):
         check(inp, True, sched.with_fault("bad_split_merge"))
 

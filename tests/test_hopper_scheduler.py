@@ -33,6 +33,9 @@ extern "C" void plan(const int* seqlens, int batch, int parts, int fixed, int fi
   delete[] nblk;
   delete[] cum;
 }
+extern "C" int cluster(int batch, int parts, int max_c) {
+  return mlagen::hopper::sched_cluster(batch, parts, max_c, nullptr);
+}
 """
 
 
@@ -57,6 +60,7 @@ def cpp_plan(tmp_path_factory):
         lib.plan(s, b, parts, cost, fixed_splits, cluster, md, ns)
         return [list(md[i * 8:(i + 1) * 8]) for i in range(n_parts)], list(ns)
 
+    plan.lib = lib
     return plan
 
 
@@ -574,3 +578,20 @@ def test_strict_mode_host_check_names_the_bad_entry():
     sl[0] = 4 * 64 + 1
     with pytest.raises(InputError, match=r"cache_seqlens\[0\] = 257"):
         ops.check_indices(k, bt, sl)
+
+
+@pytest.mark.parametrize("batch,parts,max_c,c", [
+    (32, 66, 2, 2),      # b = 32 at h_q = 128: 64 of 66 parts
+    (33, 66, 2, 2),
+    (34, 66, 2, 1),      # 68 pieces do not fit
+    (16, 66, 2, 1),      # 32 pieces: the equal plan cuts shorter ones, the cluster plan never wins
+    (32, 132, 2, 1),
+    (66, 132, 2, 2),
+    (32, 65, 2, 1),      # clusters must divide the parts
+    (32, 66, 1, 1),      # a kernel without the merge
+])
+def test_cluster_size_rule(cpp_plan, batch, parts, max_c, c):
+    """sched_cluster: clusters of 2 only where every request gets 2 parts and the cluster
+    plan can be taken (fewer than 2 more parts a request), so no launch pays for clusters
+    it cannot use."""
+    assert cpp_plan.lib.cluster(batch, parts, max_c) == c

@@ -36,6 +36,7 @@
 // 72 KiB | P 8 KiB | alpha, l (64 floats each) | mbarriers; 1024-byte aligned tiles (the
 // swizzle atom).
 #pragma once
+#include <cstdlib>
 #include <cudaTypedefs.h>   // CUtensorMap, PFN_cuTensorMapEncodeTiled (header only)
 
 #include "mla_common.cuh"
@@ -158,7 +159,10 @@ __device__ __forceinline__ bool piece_has_bad_page(const MlaParams& p, const Pie
 // FAULT: a planted fault (mla_common.cuh's kFault codes: causal off by one, wrong scale, no
 // zeroing of the last block's tail), a template argument so that a faulted library's kernel
 // is another symbol than the sound one's (two libraries with one symbol share its statics).
-template <typename T, int FAULT>
+// MERGE: the instance launched in clusters of 2 (the cluster merge, merge_out); the other
+// carries none of its code (a 57 % larger kernel ran the rows without clusters 2-4 %
+// slower).
+template <typename T, int FAULT, bool MERGE>
 struct WgmmaKernel {
   using C = WgmmaConfig;
 
@@ -561,7 +565,7 @@ struct WgmmaKernel {
   // Whether this piece merges through the cluster: the plan says so and the launch's
   // clusters are of the plan's size.
   static __device__ __forceinline__ bool merging(const Piece& pc) {
-    return pc.merge > 1 && static_cast<uint32_t>(pc.merge) == sm90::cluster_nctarank();
+    return MERGE && pc.merge == 2 && sm90::cluster_nctarank() == 2;
   }
 
   // The cluster merge of one piece (both consumer warpgroups, after the EPI barrier that
@@ -804,7 +808,7 @@ struct WgmmaKernel {
         sm90::mbar_init(&sm.full[s], 1);
         sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices));
       }
-      if (sm90::cluster_nctarank() > 1) {   // the cluster merge's barriers (merge_out)
+      if (MERGE) {   // the cluster merge's barriers (merge_out)
         sm90::mbar_init(sm.free_, 1);
         sm90::mbar_init(sm.got, 1);
       }
@@ -813,10 +817,9 @@ struct WgmmaKernel {
     __syncthreads();
     // in a cluster launch no CTA may arrive on the other's barriers before they exist: the
     // cluster barrier is passed under the previous kernel's tail (PDL)
-    const bool clustered = sm90::cluster_nctarank() > 1;
-    if (clustered) sm90::cluster_arrive_relaxed();
+    if (MERGE) sm90::cluster_arrive_relaxed();
     pdl_wait_primary();   // launched as a dependent of the stream's last kernel
-    if (clustered) sm90::cluster_wait();
+    if (MERGE) sm90::cluster_wait();
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
       sm90::setmaxnreg_inc<C::kScoreRegs>();
@@ -831,11 +834,11 @@ struct WgmmaKernel {
   }
 };
 
-template <typename T, int FAULT>
+template <typename T, int FAULT, bool MERGE>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, 1)
 mla_split_wgmma_kernel(const __grid_constant__ WgmmaParams wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaKernel<T, FAULT>::run(wp, smem);
+  WgmmaKernel<T, FAULT, MERGE>::run(wp, smem);
 }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda link).
@@ -897,11 +900,11 @@ cudaError_t wgmma_params(const MlaParams& p, WgmmaParams* wp) {
   return cudaSuccess;
 }
 
-template <typename T, int FAULT>
+template <typename T, int FAULT, bool MERGE>
 cudaError_t prepare_split_wgmma() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T, FAULT>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T, FAULT, MERGE>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        WgmmaConfig::kSmem);
   done = e == cudaSuccess;
@@ -910,9 +913,9 @@ cudaError_t prepare_split_wgmma() {
 
 template <typename T, int FAULT>
 cudaError_t split_wgmma_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma<T, FAULT>();
+  cudaError_t e = prepare_split_wgmma<T, FAULT, false>();
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T, FAULT>,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T, FAULT, false>,
                                                        WgmmaConfig::kThreads, WgmmaConfig::kSmem);
 }
 
@@ -924,10 +927,17 @@ template <typename T, int FAULT>
 int split_wgmma_cluster(int batch, int num_parts) {
   static int resident[WgmmaConfig::kMaxCluster + 1] = {};
   static int device = -1;
+  // MLAGEN_HOPPER_CLUSTER=0: no clusters (read once per process, so the scheduler and the
+  // split launch always agree)
+  static const bool off = [] {
+    const char* v = getenv("MLAGEN_HOPPER_CLUSTER");
+    return v != nullptr && v[0] == '0' && v[1] == 0;
+  }();
+  if (off) return 1;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 1;
   if (dev != device) {
-    if (prepare_split_wgmma<T, FAULT>() != cudaSuccess) return 1;
+    if (prepare_split_wgmma<T, FAULT, true>() != cudaSuccess) return 1;
     for (int c = 2; c <= WgmmaConfig::kMaxCluster; c *= 2) {
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(1, c);
@@ -941,7 +951,7 @@ int split_wgmma_cluster(int batch, int num_parts) {
       cfg.attrs = attr;
       cfg.numAttrs = 1;
       int n = 0;
-      if (cudaOccupancyMaxActiveClusters(&n, mla_split_wgmma_kernel<T, FAULT>, &cfg) !=
+      if (cudaOccupancyMaxActiveClusters(&n, mla_split_wgmma_kernel<T, FAULT, true>, &cfg) !=
           cudaSuccess) {
         cudaGetLastError();   // not sticky: clear it
         n = 0;
@@ -958,15 +968,19 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   WgmmaParams wp;
   cudaError_t e = wgmma_params<T>(p, &wp);
   if (e != cudaSuccess) return e;
-  e = prepare_split_wgmma<T, FAULT>();
-  if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid =
       split_grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
-  return launch_dependent(mla_split_wgmma_kernel<T, FAULT>, grid, WgmmaConfig::kThreads,
-                          WgmmaConfig::kSmem, stream, split_wgmma_cluster<T, FAULT>(p.batch,
-                                                                                 p.num_parts),
-                          wp);
+  if (split_wgmma_cluster<T, FAULT>(p.batch, p.num_parts) == 2) {
+    e = prepare_split_wgmma<T, FAULT, true>();
+    if (e != cudaSuccess) return e;
+    return launch_dependent(mla_split_wgmma_kernel<T, FAULT, true>, grid, WgmmaConfig::kThreads,
+                            WgmmaConfig::kSmem, stream, 2, wp);
+  }
+  e = prepare_split_wgmma<T, FAULT, false>();
+  if (e != cudaSuccess) return e;
+  return launch_dependent(mla_split_wgmma_kernel<T, FAULT, false>, grid, WgmmaConfig::kThreads,
+                          WgmmaConfig::kSmem, stream, 1, wp);
 }
 
 }  // namespace hopper
