@@ -163,7 +163,10 @@ def test_metadata_matches_python_model(seqlens, rows, whole):
     assert (splits == list(range(len(seqlens) + 1))) == whole
 
 
-@pytest.mark.parametrize("batch,lens", [(32, [4097] * 24 + [0, 1, 63, 64, 65, 1000, 2000, 3000]),
+# (b = 32: one request twice as long as the rest, so that the cluster merge (a b = 32 batch's
+# requests in 2 pieces each, merged without the combine) is not the plan)
+@pytest.mark.parametrize("batch,lens", [(32, [4097] * 23 + [8193] + [0, 1, 63, 64, 65, 1000,
+                                                                    2000, 3000]),
                                          (16, [4097] * 8 + [0, 1, 63, 64, 65, 1000, 2000, 3000]),
                                          (2, [4097, 3000])])
 def test_planted_split_merge_fault_is_caught_in_both_combine_variants(batch, lens):
