@@ -163,7 +163,10 @@ def test_metadata_matches_python_model(seqlens, rows, whole):
     assert (splits == list(range(len(seqlens) + 1))) == whole
 
 
-@pytest.mark.parametrize("batch,lens", [(32, [4097] * 24 + [0, 1, 63, 64, 65, 1000, 2000, 3000]),
+# (b = 32: one request twice as long as the rest, so that the cluster merge (a b = 32 batch's
+# requests in 2 pieces each, merged without the combine) is not the plan)
+@pytest.mark.parametrize("batch,lens", [(32, [4097] * 23 + [8193] + [0, 1, 63, 64, 65, 1000,
+                                                                    2000, 3000]),
                                          (16, [4097] * 8 + [0, 1, 63, 64, 65, 1000, 2000, 3000]),
                                          (2, [4097, 3000])])
 def test_planted_split_merge_fault_is_caught_in_both_combine_variants(batch, lens):
@@ -181,7 +184,9 @@ def test_planted_split_merge_fault_is_caught_in_both_combine_variants(batch, len
     assert (batch * 128 >= 8 * sms) == (batch >= 16)     # the 2-split instance, or not
     check(inp, True, sched)
     md, ns = api().get_mla_metadata(inp.cache_seqlens, 128, 1, schedule=sched)
-    assert int((ns[1:] - ns[:-1]).max()) >= 2          # some request was split
+    assert int((ns[1:] - ns[:-1]).max()) >= 2, (       # some request was split
+        f"parts {md.shape[0]}, md[:4] {md[:4].tolist()}, ns {ns.tolist()}, "
+        f"lens {inp.cache_seqlens.tolist()}")
     with pytest.raises(AssertionError):
         check(inp, True, sched.with_fault("bad_split_merge"))
 

@@ -22,16 +22,19 @@ from mlagen.schedule.records import Schedule
 HARNESS = r"""
 #include "mla_scheduler.cuh"
 extern "C" void plan(const int* seqlens, int batch, int parts, int fixed, int fixed_splits,
-                     int* sched, int* num_splits) {
+                     int cluster, int* sched, int* num_splits) {
   int* nblk = new int[batch];
   long long* cum = new long long[batch + 1];
   for (int i = 0; i < batch; ++i) nblk[i] = mlagen::hopper::sched_blocks(seqlens[i]);
   if (fixed_splits > 0)
     mlagen::hopper::plan_fixed_splits(nblk, batch, fixed_splits, sched, num_splits);
   else
-    mlagen::hopper::plan_splits(nblk, batch, parts, fixed, cum, sched, num_splits);
+    mlagen::hopper::plan_splits(nblk, batch, parts, fixed, cum, sched, num_splits, cluster);
   delete[] nblk;
   delete[] cum;
+}
+extern "C" int cluster(int batch, int parts, int max_c) {
+  return mlagen::hopper::sched_cluster(batch, parts, max_c, nullptr);
 }
 """
 
@@ -48,15 +51,16 @@ def cpp_plan(tmp_path_factory):
                     str(d / "h.so")], check=True)
     lib = ctypes.CDLL(str(d / "h.so"))
 
-    def plan(seqlens, parts, fixed_splits=0, cost=scheduler.FIXED_COST):
+    def plan(seqlens, parts, fixed_splits=0, cost=scheduler.FIXED_COST, cluster=1):
         b = len(seqlens)
         n_parts = b * fixed_splits if fixed_splits else parts
         s = (ctypes.c_int * b)(*seqlens)
         md = (ctypes.c_int * (n_parts * 8))()
         ns = (ctypes.c_int * (b + 1))()
-        lib.plan(s, b, parts, cost, fixed_splits, md, ns)
+        lib.plan(s, b, parts, cost, fixed_splits, cluster, md, ns)
         return [list(md[i * 8:(i + 1) * 8]) for i in range(n_parts)], list(ns)
 
+    plan.lib = lib
     return plan
 
 
@@ -70,6 +74,41 @@ cost_st = st.one_of(st.sampled_from([1, 2, 3, 5, 8, 12]), st.integers(1, 64))
 @given(seqlens=seqlens_st, parts=st.integers(1, 140), cost=cost_st)
 def test_cpp_matches_python_model(cpp_plan, seqlens, parts, cost):
     assert cpp_plan(seqlens, parts, cost=cost) == scheduler.plan(seqlens, parts, cost)
+
+
+# near-equal requests, so that the cluster plan is often taken (and page-edge lengths)
+near_equal_st = st.integers(1, 40).flatmap(lambda b: st.tuples(
+    st.integers(0, 5000), st.lists(st.sampled_from([0, 0, 0, 1, -63, 63, 64, 65]),
+                                   min_size=b, max_size=b))).map(
+    lambda t: [max(0, t[0] + d) for d in t[1]])
+
+
+@settings(max_examples=200, deadline=None)
+@given(seqlens=st.one_of(seqlens_st, near_equal_st), parts=st.integers(1, 140), cost=cost_st,
+       cluster=st.sampled_from([2, 4]))
+def test_cpp_cluster_plan_matches_python_model(cpp_plan, seqlens, parts, cost, cluster):
+    """The split kernel launched in clusters (mla_scheduler.cuh's cluster plan): C++ and
+    the model agree, and every token is still covered once."""
+    got = cpp_plan(seqlens, parts, cost=cost, cluster=cluster)
+    assert got == scheduler.plan(seqlens, parts, cost, cluster)
+    _check_split(seqlens, *got)
+
+
+@pytest.mark.parametrize("seqlens,parts,cluster,taken", [
+    ([1024] * 32, 66, 2, True),        # b = 32 h_q 128: 2 pieces of 8 blocks either way
+    ([2048] * 32, 132, 4, True),       # b = 32 h_q 64: 4 pieces of 8 blocks
+    ([1024] * 32, 66, 1, False),       # no clusters: the equal plan
+    ([1024] * 34, 66, 2, False),       # 68 pieces do not fit 66 parts
+    ([64 * 16] * 31 + [64 * 17], 66, 2, False),   # one piece of 9 blocks against 8
+    ([0, 1, 63, 64, 65, 127, 128, 129] + [1024] * 24, 66, 2, True),   # empty pieces too
+])
+def test_cluster_plan_is_taken_where_its_pieces_are_no_longer(seqlens, parts, cluster, taken):
+    meta, ns = scheduler.plan(seqlens, parts, scheduler.FIXED_COST, cluster)
+    assert (ns == list(range(len(seqlens) + 1)) and meta[0][5] == cluster) == taken
+    if taken:
+        assert all(m[5] == cluster for m in meta[:len(seqlens) * cluster])
+        assert all(m[0] > m[2] for m in meta[len(seqlens) * cluster:])   # the rest empty
+    _check_split(seqlens, meta, ns)
 
 
 @settings(max_examples=50, deadline=None)
@@ -87,14 +126,22 @@ def _check_split(seqlens, meta, num_splits, parts_limit=None):
     assert num_splits[0] == 0 and all(x <= y for x, y in zip(num_splits, num_splits[1:]))
     assert num_splits[-1] <= b + len(meta)            # the workspace the op allocates
     for r in range(b):
-        mine = sorted((p for p in pcs if p.request == r), key=lambda p: p.start)
-        assert len(mine) == num_splits[r + 1] - num_splits[r] >= 1
-        assert sorted(p.slot for p in mine) == list(range(num_splits[r], num_splits[r + 1]))
+        mine = sorted((p for p in pcs if p.request == r), key=lambda p: (p.start, p.end))
+        merged = mine[0].merge if mine else 0
+        if merged:
+            # the cluster plan: c pieces on the parts of one aligned cluster, merged on chip,
+            # one output slot (written directly, nothing for the combine)
+            assert len(mine) == merged and num_splits[r + 1] - num_splits[r] == 1
+            assert all(p.merge == merged and p.direct for p in mine)
+            assert sorted(p.part for p in mine) == list(range(r * merged, (r + 1) * merged))
+        else:
+            assert len(mine) == num_splits[r + 1] - num_splits[r] >= 1
+            assert sorted(p.slot for p in mine) == list(range(num_splits[r], num_splits[r + 1]))
         pos = 0
         for p in mine:
             assert p.start == pos and p.end >= p.start
             pos = p.end
-            assert p.direct == (len(mine) == 1)
+            assert merged or p.direct == (len(mine) == 1)
         assert pos == max(seqlens[r], 0)
 
 
@@ -531,3 +578,20 @@ def test_strict_mode_host_check_names_the_bad_entry():
     sl[0] = 4 * 64 + 1
     with pytest.raises(InputError, match=r"cache_seqlens\[0\] = 257"):
         ops.check_indices(k, bt, sl)
+
+
+@pytest.mark.parametrize("batch,parts,max_c,c", [
+    (32, 66, 2, 2),      # b = 32 at h_q = 128: 64 of 66 parts
+    (33, 66, 2, 2),
+    (34, 66, 2, 1),      # 68 pieces do not fit
+    (16, 66, 2, 1),      # 32 pieces: the equal plan cuts shorter ones, the cluster plan never wins
+    (32, 132, 2, 1),
+    (66, 132, 2, 2),
+    (32, 65, 2, 1),      # clusters must divide the parts
+    (32, 66, 1, 1),      # a kernel without the merge
+])
+def test_cluster_size_rule(cpp_plan, batch, parts, max_c, c):
+    """sched_cluster: clusters of 2 only where every request gets 2 parts and the cluster
+    plan can be taken (fewer than 2 more parts a request), so no launch pays for clusters
+    it cannot use."""
+    assert cpp_plan.lib.cluster(batch, parts, max_c) == c

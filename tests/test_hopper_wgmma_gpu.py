@@ -248,3 +248,119 @@ def test_rising_scores_move_the_running_max_mid_piece(kernel, step):
                                        inp.softmax_scale, step)
     inp.meta["sharp"] = True      # P concentrated on a few keys: the sharp-data bound
     check(inp, True, KERNELS[kernel]())
+
+
+# ---- the cluster merge (mla_scheduler.cuh's cluster plan, merge_out in mla_wgmma.cuh): a
+# request's c pieces in one thread-block cluster, merged through distributed shared memory
+
+def _cluster_of(inp, schedule=None):
+    """(the cluster size the library launches with, metadata, num_splits) for inp."""
+    from mlagen.backends.hopper import ops
+
+    a = api()
+    s_q, h_q = inp.q.shape[1], inp.q.shape[2]
+    dtype = "fp16" if inp.q.dtype == torch.float16 else "bf16"
+    sched = schedule or wgmma(dtype)
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, s_q * h_q, 1, schedule=sched)
+    key = a._library_key(s_q * h_q, dtype, sched)
+    c = ops.get(key).lib.mlagen_hopper_cluster(inp.q.shape[0], md.shape[0])
+    return c, md, ns
+
+
+def _assert_cluster_plan(inp, md, ns, c):
+    from mlagen.backends.hopper import scheduler
+
+    b = inp.q.shape[0]
+    assert c > 1, "the device holds no clusters of this kernel"
+    meta, splits = scheduler.plan(inp.cache_seqlens.tolist(), md.shape[0],
+                                  scheduler.FIXED_COST, c)
+    assert md.cpu().tolist() == meta and ns.cpu().tolist() == splits   # GPU == model
+    assert splits == list(range(b + 1)) and all(m[5] == c for m in meta[:b * c])
+
+
+CLUSTER_CASES = [
+    # batch, seqlens, s_q, h_q, dtype, causal
+    (32, [1024] * 32, 1, 128, "bf16", True),      # 2 row tiles: clusters of 2
+    (32, [2048] * 32, 1, 64, "bf16", True),       # 1 row tile, 132 parts: no clusters
+    (32, [0, 1, 63, 64, 65, 127, 128, 129] + [1024] * 24, 1, 128, "bf16", True),  # empty pieces
+    (32, [1024] * 32, 2, 64, "fp16", True),       # causal rows over two query positions
+    (30, [1024 - 7 * i for i in range(30)], 1, 100, "bf16", False),   # padded rows
+    (31, [1024] * 31, 1, 128, "bf16", True),      # two clusters left without a piece
+]
+
+
+@pytest.mark.parametrize("sharp", [False, True], ids=["flashmla_data", "randn"])
+@pytest.mark.parametrize("batch,seqlens,s_q,h_q,dtype,causal", CLUSTER_CASES)
+def test_cluster_merge_cases(batch, seqlens, s_q, h_q, dtype, causal, sharp):
+    inp = inputs(batch, seqlens, s_q, h_q, 64, dtype, seed=3, sharp=sharp)
+    c, md, ns = _cluster_of(inp)
+    out, _ = check(inp, causal, wgmma(dtype))
+    from mlagen.backends.hopper import scheduler
+    meta, _ = scheduler.plan(seqlens, md.shape[0], scheduler.FIXED_COST, c)
+    if meta[0][5]:                                   # the model says the cluster plan
+        _assert_cluster_plan(inp, md, ns, c)
+    out2, _ = run(inp, causal, wgmma(dtype))
+    assert torch.equal(out, out2)                     # the merge's order is fixed
+
+
+def test_cluster_plan_is_taken_on_the_graph_row():
+    """b = 32, s_k = 1024, h_q = 128 (a graph row of issue 8): the cluster plan, so no
+    partials and no combine work."""
+    inp = inputs(32, [1024] * 32, 1, 128, 64)
+    c, md, ns = _cluster_of(inp)
+    _assert_cluster_plan(inp, md, ns, c)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data(), s_q=st.sampled_from([1, 2]), h_q=st.sampled_from([16, 64, 100, 128]),
+       page=st.sampled_from([64, 128]), dtype=st.sampled_from(["bf16", "fp16"]),
+       causal=st.booleans(), base=st.integers(0, 3000), seed=st.integers(0, 99),
+       sharp=st.booleans())
+def test_cluster_hypothesis(data, s_q, h_q, page, dtype, causal, base, seed, sharp):
+    """Near-equal batches small enough for clusters, lengths off by page edges: the GPU
+    scheduler matches the model (cluster plan or not), and the output the reference."""
+    from mlagen.backends.hopper import scheduler
+
+    tiles = -(-s_q * h_q // 64)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    batch = data.draw(st.integers(1, max(1, sms // tiles // 2)))
+    seqlens = [max(0, base + d) for d in data.draw(st.lists(
+        st.sampled_from([0, 0, 1, -1, 63, -63, 64, 65, -65]), min_size=batch,
+        max_size=batch))]
+    inp = inputs(batch, seqlens, s_q, h_q, page, dtype, seed, sharp=sharp)
+    c, md, ns = _cluster_of(inp, wgmma(dtype))
+    meta, splits = scheduler.plan(seqlens, md.shape[0], scheduler.FIXED_COST, c)
+    assert md.cpu().tolist() == meta and ns.cpu().tolist() == splits
+    check(inp, causal, wgmma(dtype))
+
+
+def test_cluster_bad_pages_give_nan_and_the_device_flag():
+    a = api()
+    inp = inputs(32, [1024] * 32, 1, 128, 64)
+    c, md, ns = _cluster_of(inp)
+    _assert_cluster_plan(inp, md, ns, c)
+    a.check_device_errors()
+    inp.block_table[5, 12] = 1 << 30          # in request 5's second piece
+    inp.block_table[9, 0] = -3                # in request 9's first
+    out, lse = run(inp, schedule=wgmma())
+    torch.cuda.synchronize()
+    for r in (5, 9):
+        assert torch.isnan(out[r]).all() and torch.isnan(lse[r]).all()
+    ok = [r for r in range(32) if r not in (5, 9)]
+    assert torch.isfinite(out[ok]).all() and torch.isfinite(lse[ok]).all()
+    assert int(a.device_error_flags().item()) == 1
+    with pytest.raises(InputError, match="block_table"):
+        a.check_device_errors()
+
+
+@pytest.mark.parametrize("fault", ["causal_off_by_one", "skip_partial_page", "bad_split_merge"])
+def test_planted_faults_are_caught_in_the_cluster_merge(fault):
+    """Faults in the main loop and in the merge itself (bad_split_merge: the pieces summed
+    without their weights) fail the reference check on cluster-plan inputs."""
+    inp = inputs(32, [1024 - 5 * i for i in range(32)], 2, 64, 64, seed=2)
+    c, md, ns = _cluster_of(inp)
+    _assert_cluster_plan(inp, md, ns, c)
+    with pytest.raises(AssertionError):
+        check(inp, True, wgmma().with_fault(fault))
+    check(inp, True, wgmma())

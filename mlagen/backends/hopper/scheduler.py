@@ -36,14 +36,16 @@ def _first_last(cum: Sequence[int], nblk: Sequence[int], r: int, payload: int,
     return (cum[r] + fixed_cost) // payload, (cum[r] + fixed_cost + nblk[r] - 1) // payload
 
 
-def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST
+def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST, cluster: int = 1
          ) -> tuple[list[list[int]], list[int]]:
     """(metadata rows [parts][8], num_splits [b+1]): the arithmetic of plan_splits.  Request
     r occupies cost units [cum[r], cum[r+1]) (its overhead, then its blocks); part p owns
     [p * payload, (p + 1) * payload).  Or, with b <= parts, the equal plan: every request in
     pieces of at most L blocks, one piece a part, L the smallest that fits, when L is at most
     payload + fixed_cost; or the chunk plan: whole requests, ceil(b / parts) a part, when
-    none of those chunks costs more than payload + fixed_cost."""
+    none of those chunks costs more than payload + fixed_cost.  With the split kernel
+    launched in clusters of `cluster` > 1 CTAs, the cluster plan replaces the equal plan when
+    its pieces are no longer (plan_cluster)."""
     nblk = [blocks(s) for s in seqlens]
     b = len(nblk)
     cum = [0]
@@ -53,6 +55,8 @@ def plan(seqlens: Sequence[int], parts: int, fixed_cost: int = FIXED_COST
     # equal pieces, one a part, when a piece is at most one split (F) larger than the payload
     piece = equal_piece(nblk, parts)
     if piece is not None and piece <= payload + fixed_cost:
+        if cluster > 1 and b * cluster <= parts and -(-max([0, *nblk]) // cluster) <= piece:
+            return plan_cluster(nblk, parts, cluster)
         return plan_equal(nblk, parts, piece)
     # whole requests, k a part, when no such chunk costs more than payload + one split
     k = -(-b // parts)
@@ -113,6 +117,20 @@ def plan_equal(nblk: Sequence[int], parts: int, piece: int
     return meta, num_splits
 
 
+def plan_cluster(nblk: Sequence[int], parts: int, c: int) -> tuple[list[list[int]], list[int]]:
+    """The cluster plan: request r in c near-equal pieces on parts r c .. r c + c - 1 (one
+    cluster), each marked [5] = c: the cluster merges them on chip and writes the output, so
+    num_splits counts one split a request; the parts past b c empty."""
+    b = len(nblk)
+    meta = [[b, 0, b - 1, 0, 0, 0, 0, 0] for _ in range(parts)]
+    for r, n in enumerate(nblk):
+        per = -(-n // c)
+        for i in range(c):
+            meta[r * c + i] = [r, min(per * i, n) * SCHED_BLOCK, r,
+                               min(per * (i + 1), n) * SCHED_BLOCK, i, c, 0, 0]
+    return meta, list(range(b + 1))
+
+
 @dataclass(frozen=True)
 class Piece:
     part: int
@@ -121,6 +139,7 @@ class Piece:
     end: int        # end token (exclusive), clamped to the sequence
     slot: int       # partial-result slot
     direct: bool    # the request's only split: written straight to the output
+    merge: int = 0  # the cluster plan's c: merged on chip with the request's other pieces
 
 
 def pieces(seqlens: Sequence[int], meta: Sequence[Sequence[int]], num_splits: Sequence[int]
@@ -136,7 +155,8 @@ def pieces(seqlens: Sequence[int], meta: Sequence[Sequence[int]], num_splits: Se
             end = min(md[3] if r == last else s, s)
             start = min(start, end)
             slot = num_splits[r] + (md[4] if r == first else 0)
-            out.append(Piece(p, r, start, end, slot, num_splits[r + 1] - num_splits[r] == 1))
+            out.append(Piece(p, r, start, end, slot, num_splits[r + 1] - num_splits[r] == 1,
+                             md[5] if r == first else 0))
     return out
 
 

@@ -147,9 +147,9 @@ cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
   // rows >= 8 x SMs): the 2-split instance then (the 8-split one fits one 8-warp CTA an SM)
   if (rows >= kCombineRows / 2)
     return launch_dependent(mla_combine_kernel<T, kCombineUnrollMany>, grid, 32 * rows, 0,
-                            stream, p);
+                            stream, 1, p);
   return launch_dependent(mla_combine_kernel<T, kCombineUnrollFew>, grid, 32 * rows, 0, stream,
-                          p);
+                          1, p);
 }
 
 }  // namespace hopper

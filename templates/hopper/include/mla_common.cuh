@@ -60,6 +60,8 @@ struct MlaParams {
 constexpr int kErrorBadPage = 1;      // a block-table entry outside [0, num_blocks), or a
                                       // length beyond the table's row
 constexpr int kErrorBadLength = 2;    // a negative cache_seqlens entry
+constexpr int kErrorBadPlan = 4;      // metadata planned for a cluster merge the split launch
+                                      // does not make (another batch's metadata)
 
 // Programmatic dependent launch (sm_90): the combine is launched as a dependent of the
 // split kernel and waits here until the split grid has finished and its writes are visible.
@@ -76,25 +78,33 @@ __device__ __forceinline__ void pdl_wait_primary() {
 // last call's combine, in a decode step of back-to-back calls): its CTAs start and run their
 // prologue (shared memory, barriers) while that grid finishes, and wait in pdl_wait_primary
 // before their first global access (the combine still reads the partials they overwrite).
+// cluster_y > 1: in clusters of that many CTAs along grid y.
 template <typename... Params, typename... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, int smem,
-                             cudaStream_t stream, Args&&... args) {
+                             cudaStream_t stream, int cluster_y, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = 1;
+  attr[1].val.clusterDim.y = cluster_y;
+  attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = cluster_y > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
 }
 
 // Launchers, one translation unit each (split.cu, combine.cu, scheduler.cu).
 cudaError_t launch_split(const MlaParams& p, cudaStream_t stream);
 cudaError_t split_ctas_per_sm(int* n);
+// The cluster size the split kernel is launched with for a batch over num_parts parts (1: no
+// clusters); the scheduler plans the cluster merge (mla_scheduler.cuh) only for c > 1.
+int split_cluster(int batch, int num_parts);
 cudaError_t launch_combine(const MlaParams& p, cudaStream_t stream);
 cudaError_t launch_scheduler(const int* seqlens, int batch, int num_parts, int fixed_cost,
                              int fixed_splits, int* sched, int* num_splits, cudaStream_t stream);

@@ -20,7 +20,9 @@
 //   [0] first request   [1] first token of the first request (a multiple of 64)
 //   [2] last request    [3] end token (exclusive) of the last request
 //   [4] split index, within the first request, of the part's first piece
-//   [5..7] unused (0)
+//   [5] the cluster plan's merge: c when the part's one piece merges with the other c - 1
+//       pieces of its request through the cluster's shared memory (below), else 0
+//   [6..7] unused (0)
 // A part with [0] > [2] is empty.  num_splits[i] = splits of requests < i, so the slot of a
 // piece is num_splits[req] + (req == first request ? [4] : 0); a request with one split
 // writes its output directly and the combine kernel skips it.
@@ -43,6 +45,15 @@
 // less than that: two pieces a part, each loading Q, each writing an fp32 partial that the
 // combine reads back (whole requests measured 1.02-1.18x faster on the bench's fixed-length
 // rows where this rule picks them: benchmarks/results/hopper_plan_h200.md).
+//
+// The cluster plan (a split kernel launched in clusters of c CTAs along the parts, c > 1:
+// sched_cluster): part r c + i is the i-th of c near-equal pieces of request r, and the c
+// CTAs of a cluster merge their pieces through distributed shared memory and write the
+// output themselves (no partials, nothing for the combine: num_splits counts one split a
+// request).  Taken in place of the equal plan when its longest piece, ceil(n / c) blocks, is
+// no longer than the equal plan's: with near-equal requests (b = 32 of 1024 tokens over 66
+// parts: 2 pieces of 8 blocks either way) the split then costs no partial bytes and no
+// combine; with unequal ones the equal plan keeps its balance.
 //
 // The per-part and per-request functions are plain C++ so the same code runs on the host
 // (tests compile this header with g++ and compare with mlagen/backends/hopper/scheduler.py).
@@ -174,10 +185,53 @@ MLAGEN_HD inline void plan_empty_part(int batch, int* md) {
   md[3] = md[4] = md[5] = md[6] = md[7] = 0;
 }
 
+// A fixed split (schedule split_kv = N): part r * N + i is the i-th of N near-equal pieces
+// of request r (a piece may be empty); parts = batch * N.  merge: md[5] (the cluster plan's c).
+MLAGEN_HD inline void plan_fixed_request(const int* nblk, int r, int n, int* sched,
+                                         int merge = 0) {
+  const int per = (nblk[r] + n - 1) / n;
+  for (int i = 0; i < n; ++i) {
+    int* md = sched + (r * n + i) * 8;
+    const int b0 = per * i < nblk[r] ? per * i : nblk[r];
+    const int b1 = per * (i + 1) < nblk[r] ? per * (i + 1) : nblk[r];
+    md[0] = r;
+    md[1] = b0 * 64;
+    md[2] = r;
+    md[3] = b1 * 64;
+    md[4] = i;
+    md[5] = merge;
+    md[6] = md[7] = 0;
+  }
+}
+
+// The cluster size of a split kernel that can merge in clusters of up to max_c CTAs, for
+// `batch` requests over `parts` parts: the largest c (a power of 2) that divides the parts,
+// gives every request c parts, leaves fewer than c more parts a request (else the equal
+// plan has pieces shorter than a c-th of a request and the cluster plan is never taken:
+// the cluster launch alone costs 1-2 us), and whose clusters the device holds at once
+// (max_resident[c] >= parts / c; -1 for "not asked"), else 1 (no clusters).
+MLAGEN_HD inline int sched_cluster(int batch, int parts, int max_c, const int* max_resident) {
+  for (int c = max_c; c > 1; c /= 2)
+    if (parts % c == 0 && static_cast<long long>(batch) * c <= parts &&
+        static_cast<long long>(batch) * 2 * c > parts &&
+        (max_resident == nullptr || max_resident[c] < 0 || max_resident[c] * c >= parts))
+      return c;
+  return 1;
+}
+
+// Whether the cluster plan replaces the equal plan of pieces of `piece` blocks: its pieces
+// (ceil(n / c) blocks) are no longer, for the longest request `top`.
+MLAGEN_HD inline bool sched_cluster_fits(int batch, int parts, int cluster, int top,
+                                         int piece) {
+  return cluster > 1 && static_cast<long long>(batch) * cluster <= parts &&
+         (top + cluster - 1) / cluster <= piece;
+}
+
 // The whole plan, sequentially (the host's version; the GPU kernel computes the same prefix
 // sums in parallel and calls plan_part once per thread).  cum: batch + 1 scratch entries.
 MLAGEN_HD inline void plan_splits(const int* nblk, int batch, int parts, int fixed_cost,
-                                  long long* cum, int* sched, int* num_splits) {
+                                  long long* cum, int* sched, int* num_splits,
+                                  int cluster = 1) {
   cum[0] = 0;
   for (int i = 0; i < batch; ++i) cum[i + 1] = cum[i] + nblk[i] + fixed_cost;
   const long long payload = sched_payload(cum[batch], parts);
@@ -192,6 +246,16 @@ MLAGEN_HD inline void plan_splits(const int* nblk, int batch, int parts, int fix
       if (n <= parts) hi = mid; else lo = mid + 1;
     }
     if (lo <= payload + fixed_cost) {
+      int top = 0;
+      for (int r = 0; r < batch; ++r) top = nblk[r] > top ? nblk[r] : top;
+      if (sched_cluster_fits(batch, parts, cluster, top, lo)) {
+        for (int r = 0; r < batch; ++r) {
+          plan_fixed_request(nblk, r, cluster, sched, cluster);
+          num_splits[r + 1] = r + 1;
+        }
+        for (int p = batch * cluster; p < parts; ++p) plan_empty_part(batch, sched + p * 8);
+        return;
+      }
       for (int r = 0; r < batch; ++r) num_splits[r + 1] = num_splits[r] + sched_pieces(nblk[r], lo);
       for (int p = num_splits[batch]; p < parts; ++p) plan_empty_part(batch, sched + p * 8);
       for (int r = 0; r < batch; ++r) plan_equal_request(nblk, r, num_splits[r], lo, sched);
@@ -210,23 +274,6 @@ MLAGEN_HD inline void plan_splits(const int* nblk, int batch, int parts, int fix
   for (int r = 0; r < batch; ++r)
     num_splits[r + 1] = num_splits[r] + sched_splits(cum, nblk, r, payload, fixed_cost);
   for (int p = 0; p < parts; ++p) plan_part(cum, nblk, batch, p, payload, fixed_cost, sched + p * 8);
-}
-
-// A fixed split (schedule split_kv = N): part r * N + i is the i-th of N near-equal pieces
-// of request r (a piece may be empty); parts = batch * N.
-MLAGEN_HD inline void plan_fixed_request(const int* nblk, int r, int n, int* sched) {
-  const int per = (nblk[r] + n - 1) / n;
-  for (int i = 0; i < n; ++i) {
-    int* md = sched + (r * n + i) * 8;
-    const int b0 = per * i < nblk[r] ? per * i : nblk[r];
-    const int b1 = per * (i + 1) < nblk[r] ? per * (i + 1) : nblk[r];
-    md[0] = r;
-    md[1] = b0 * 64;
-    md[2] = r;
-    md[3] = b1 * 64;
-    md[4] = i;
-    md[5] = md[6] = md[7] = 0;
-  }
 }
 
 MLAGEN_HD inline void plan_fixed_splits(const int* nblk, int batch, int n, int* sched,

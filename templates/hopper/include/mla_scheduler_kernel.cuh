@@ -44,7 +44,7 @@ __device__ __forceinline__ long long sched_block_scan(long long v, long long* wa
 // Shared memory: cum[batch + 1] (long long), then nblk[batch] (int).
 __global__ void __launch_bounds__(kSchedThreads)
 mla_scheduler_kernel(const int* seqlens, int batch, int parts, int fixed_cost,
-                     int fixed_splits, int* sched, int* num_splits) {
+                     int fixed_splits, int cluster, int* sched, int* num_splits) {
   extern __shared__ long long cum[];
   __shared__ long long warp_sums[kSchedWarps];
   int* nblk = reinterpret_cast<int*>(cum + batch + 1);
@@ -96,6 +96,16 @@ mla_scheduler_kernel(const int* seqlens, int batch, int parts, int fixed_cost,
       if (all <= parts) hi = mid; else lo = mid + 1;
     }
     if (lo <= payload + fixed_cost) {
+      if (sched_cluster_fits(batch, parts, cluster, top, lo)) {   // the cluster plan
+        if (tid == 0) num_splits[0] = 0;
+        for (int r = tid; r < batch; r += kSchedThreads) {
+          plan_fixed_request(nblk, r, cluster, sched, cluster);
+          num_splits[r + 1] = r + 1;
+        }
+        for (int p = batch * cluster + tid; p < parts; p += kSchedThreads)
+          plan_empty_part(batch, sched + p * kMetaInts);
+        return;
+      }
       long long n = 0, all;
       for (int i = i0; i < i1; ++i) n += sched_pieces(nblk[i], lo);
       long long first = sched_block_scan(n, warp_sums, &all);
@@ -151,8 +161,10 @@ inline cudaError_t launch_scheduler_impl(const int* seqlens, int batch, int part
       raised = smem;
     }
   }
-  mla_scheduler_kernel<<<1, kSchedThreads, smem, stream>>>(seqlens, batch, parts, fixed_cost,
-                                                           fixed_splits, sched, num_splits);
+  // the cluster plan only where the split kernel will be launched in clusters of that size
+  const int cluster = fixed_splits > 0 ? 1 : split_cluster(batch, parts);
+  mla_scheduler_kernel<<<1, kSchedThreads, smem, stream>>>(
+      seqlens, batch, parts, fixed_cost, fixed_splits, cluster, sched, num_splits);
   return cudaGetLastError();
 }
 

@@ -56,6 +56,63 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// ---- thread-block clusters: distributed shared memory ----
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
+  return r;
+}
+// The shared::cluster address of this CTA's shared address `a` in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t mapa(uint32_t a, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+// One arrival on another CTA's mbarrier (a shared::cluster address), releasing this
+// thread's earlier writes (to that CTA's shared memory too) at cluster scope.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n"
+               ::"r"(remote_bar) : "memory");
+}
+// mbar_wait that acquires at cluster scope what the arrivals released.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  const uint32_t a = smem_addr(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n"
+        " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  } while (!done);
+}
+// The cluster barrier in two halves, each executed by every thread of every CTA of the
+// cluster, converged (mbarrier inits before the arrive are visible after the wait).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// `bytes` of this CTA's shared memory into another CTA's (dst and its mbarrier: shared::
+// cluster addresses from mapa), completing there as transaction bytes on that mbarrier.
+__device__ __forceinline__ void bulk_copy_cluster(uint32_t dst, uint32_t src, uint32_t bytes,
+                                                  uint32_t remote_bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+      "[%3];\n" ::"r"(dst), "r"(src), "r"(bytes), "r"(remote_bar) : "memory");
+}
+__device__ __forceinline__ float2 ld_shared_v2_f32(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 // ---- TMA: a 3-D tile of a tensor map into shared memory, completing on an mbarrier ----
 __device__ __forceinline__ void tma_load_3d(void* dst, const void* tmap, uint64_t* bar, int c0,
                                             int c1, int c2) {
@@ -139,15 +196,17 @@ __device__ __forceinline__ void reg_fence(float (&r)[N]) {
 // Kept as its two 32-bit halves: lo = start address >> 4 | (lbo >> 4) << 16, hi = sbo >> 4 |
 // the swizzle mode.  Stepping through a tile adds to lo alone: one integer add per wgmma
 // operand instead of a mask, shift and or of each byte address (584 fewer SASS
-// instructions in the 64-row kernel; 1.00-1.01x in time: hopper_l2policy_h200.md).  A
-// shared-window address is below 2^18, so the 14-bit address field neither needs the mask
-// nor overflows into the next.
+// instructions in the 64-row kernel; 1.00-1.01x in time: hopper_l2policy_h200.md).  The
+// start address is masked to the 18 bits of a CTA's shared window once, here: in a cluster
+// launch the shared address of CTA rank k carries k << 24 (the cluster window), which
+// unmasked would add to the lbo field (wrong V strides in every CTA of rank > 0).  Within
+// a tile the address stays below 2^18, so the steps need no mask.
 struct SmemDesc {
   uint32_t lo, hi;
 };
 __host__ __device__ __forceinline__ SmemDesc make_desc_sw128(uint32_t saddr, uint32_t lbo,
                                                              uint32_t sbo) {
-  return {(saddr >> 4) | ((lbo >> 4) << 16), (sbo >> 4) | (1u << 30)};
+  return {((saddr & 0x3FFFFu) >> 4) | ((lbo >> 4) << 16), (sbo >> 4) | (1u << 30)};
 }
 // The descriptor of the operand `bytes` (a multiple of 16) past d's start.  (Host code: for
 // tests/test_hopper_desc.py, which checks the bit layout.)

@@ -36,9 +36,11 @@
 // 72 KiB | P 8 KiB | alpha, l (64 floats each) | mbarriers; 1024-byte aligned tiles (the
 // swizzle atom).
 #pragma once
+#include <cstdlib>
 #include <cudaTypedefs.h>   // CUtensorMap, PFN_cuTensorMapEncodeTiled (header only)
 
 #include "mla_common.cuh"
+#include "mla_scheduler.cuh"
 #include "mla_sm90.cuh"
 
 namespace mlagen {
@@ -62,7 +64,7 @@ struct WgmmaConfig {
   // refilled and consumed by S in the order slice_at(0..8): the rope slice (read by S
   // alone), then the right V half (S and WG2's P V), then the left half (S and WG1's P V,
   // which now runs under the next block's softmax and so is the last to end)
-  static constexpr int kBars = 2 * kStages * kSlices;
+  static constexpr int kBars = 2 * kStages * kSlices + 2;   // + the cluster merge's two
   static __host__ __device__ constexpr int slice_at(int q) {
     return q == 0 ? 8 : (q <= 4 ? q + 3 : q - 5);
   }
@@ -84,6 +86,16 @@ struct WgmmaConfig {
   // named barriers
   static constexpr int kBarWg1 = 1, kBarPFull = 2, kBarPEmpty = 3, kBarEpi = 4;
   static_assert(kSmem <= 232448, "227 KiB of shared memory per CTA");
+  // The cluster merge (mla_scheduler.cuh's cluster plan: clusters of 2 CTAs along the
+  // parts, each with one piece of the same request and row tile): CTA k owns output columns
+  // [256 k, 256 k + 256), those of its warpgroup WG(k+1).  Once both CTAs are done with their
+  // K stages, each stages the other half of its unnormalised O (fp32) and its (m, l) per row
+  // in slot k of its own K stages and one bulk copy puts it in slot k of the other CTA's.
+  // A slot row: 256 floats, then (m, l), padded to 1056 bytes (a warp's 8 rows of
+  // fragments on distinct banks).
+  static constexpr int kMaxCluster = 2;
+  static constexpr int kMergeRow = 1056, kMergeSlot = 64 * kMergeRow;
+  static_assert(2 * kMergeSlot <= kStages * kTileBytes, "merge slots in the K stages");
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
 };
 
@@ -96,6 +108,7 @@ struct WgmmaParams {
 struct Piece {
   int req, start, end, slot;
   bool direct;
+  int merge;   // the cluster plan's c (metadata [5]), else 0
 };
 
 // Grid: (row tiles, parts), the row tile fastest, so that the CTAs of one part, which read
@@ -120,6 +133,7 @@ __device__ __forceinline__ bool next_piece(const MlaParams& p, int& req, Piece& 
   pc.end = end;
   pc.slot = p.num_splits[req] + (req == first ? md[4] : 0);
   pc.direct = p.num_splits[req + 1] - p.num_splits[req] == 1;
+  pc.merge = req == first ? md[5] : 0;
   ++req;
   return true;
 }
@@ -145,7 +159,10 @@ __device__ __forceinline__ bool piece_has_bad_page(const MlaParams& p, const Pie
 // FAULT: a planted fault (mla_common.cuh's kFault codes: causal off by one, wrong scale, no
 // zeroing of the last block's tail), a template argument so that a faulted library's kernel
 // is another symbol than the sound one's (two libraries with one symbol share its statics).
-template <typename T, int FAULT>
+// MERGE: the instance launched in clusters of 2 (the cluster merge, merge_out); the other
+// carries none of its code (a 57 % larger kernel ran the rows without clusters 2-4 %
+// slower).
+template <typename T, int FAULT, bool MERGE>
 struct WgmmaKernel {
   using C = WgmmaConfig;
 
@@ -157,6 +174,9 @@ struct WgmmaKernel {
     float* l;
     uint64_t* full;    // [2 stages][9 slices]
     uint64_t* empty;   // [2 stages][9 slices]
+    uint64_t* free_;   // cluster merge: phase 0 the other CTA's K stages are free, phase 1
+                       // this CTA's rows have landed there (one arrival each, remote)
+    uint64_t* got;     // cluster merge: the other CTA's rows have landed here (tx bytes)
   };
 
   static __device__ __forceinline__ Smem carve(unsigned char* raw) {
@@ -169,6 +189,8 @@ struct WgmmaKernel {
     sm.l = reinterpret_cast<float*>(base + C::kLOff);
     sm.full = reinterpret_cast<uint64_t*>(base + C::kBarOff);
     sm.empty = sm.full + C::kStages * C::kSlices;
+    sm.free_ = sm.empty + C::kStages * C::kSlices;
+    sm.got = sm.free_ + 1;
     return sm;
   }
 
@@ -498,9 +520,14 @@ struct WgmmaKernel {
       // device error flags, as mla_split.cuh: a bad page (or a length past the table's
       // row) and a negative length make the piece NaN
       const bool bad_len = p.seqlens[pc.req] < 0;
-      if ((bad || bad_len) && t == 0 && p.error != nullptr)
-        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
-      bad |= bad_len;
+      // metadata planned for a cluster merge this launch cannot do (another batch's or
+      // library's): every piece writes NaN and says so, not a silently wrong output
+      const bool bad_plan = pc.merge > 0 && !merging(pc);
+      if ((bad || bad_len || bad_plan) && t == 0 && p.error != nullptr)
+        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0) |
+                              (bad_plan ? kErrorBadPlan : 0));
+      bad |= bad_len || bad_plan;
+      const bool merge = merging(pc);
 
       // row sums over the 4 threads of a row; lse; l for WG2
       const float kLn2 = 0.69314718055994531f;
@@ -511,7 +538,7 @@ struct WgmmaKernel {
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         lsum[h] = bad ? NAN : l;
         const int r = r0 + 8 * h, gr = row0 + r;
-        if (lane % 4 == 0) {
+        if (lane % 4 == 0 && !merge) {
           sm.l[r] = lsum[h];
           if (gr < rows_total) {
             const float empty = pc.direct ? INFINITY : -INFINITY;
@@ -526,8 +553,111 @@ struct WgmmaKernel {
         }
       }
       sm90::bar_sync(C::kBarEpi, 256);
+      if (merge) {   // the part's only piece
+        merge_out(p, pc, sm, o, m, lsum, row0, warp, lane, 0);
+        continue;
+      }
       store_o(p, pc, sm, o, lsum, row0, warp, lane, 0);
       sm90::bar_sync(C::kBarEpi, 256);   // sm.l and the Q tile may be rewritten now
+    }
+  }
+
+  // Whether this piece merges through the cluster: the plan says so and the launch's
+  // clusters are of the plan's size.
+  static __device__ __forceinline__ bool merging(const Piece& pc) {
+    return MERGE && pc.merge == 2 && sm90::cluster_nctarank() == 2;
+  }
+
+  // The cluster merge of one piece (both consumer warpgroups, after the EPI barrier that
+  // follows the last P V).  1) WG1's thread 0 expects the other CTA's rows on `got` and
+  // tells it that this CTA's K stages are free; 2) the warpgroup holding the other CTA's
+  // columns stages them, WG1 this CTA's (m, l), in slot `rank`; 3) once the other CTA's
+  // stages are free, one bulk copy (shared::cta -> shared::cluster, completing on its `got`)
+  // sends the slot; 4) the owning warpgroup waits for the other CTA's slot, weights both
+  // halves by exp2(m_k - M) (M the rows' max over the cluster), adds them (its own first:
+  // the same order in every call) and writes out / L, and rank 0 the lse; 5) its thread 0
+  // tells the other CTA that its copy landed, and waits for the same word on its own copy
+  // before the CTA may exit (the copy reads this CTA's shared memory).
+  static __device__ __forceinline__ void merge_out(const MlaParams& p, const Piece& pc,
+                                                   const Smem& sm, float (&o)[128],
+                                                   const float (&m)[2], const float (&l)[2],
+                                                   int row0, int warp, int lane, int half) {
+    const int rank = static_cast<int>(sm90::cluster_ctarank()), peer = rank ^ 1;
+    const int r0 = warp * 16 + lane / 4, c2 = 2 * (lane % 4);
+    const uint32_t mine = sm90::smem_addr(sm.k) + rank * C::kMergeSlot;
+    const uint32_t theirs = sm90::smem_addr(sm.k) + peer * C::kMergeSlot;
+    const bool owner = half == rank;
+    if (half == 0 && warp == 0 && lane == 0) {
+      sm90::mbar_arrive_expect_tx(sm.got, C::kMergeSlot);
+      sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), peer));
+    }
+    if (!owner) {
+      const uint32_t a = mine + r0 * C::kMergeRow + c2 * 4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        sm90::st_shared_v2_f32(a + j * 32, o[4 * j], o[4 * j + 1]);
+        sm90::st_shared_v2_f32(a + 8 * C::kMergeRow + j * 32, o[4 * j + 2], o[4 * j + 3]);
+      }
+    }
+    if (half == 0 && lane % 4 == 0) {
+      sm90::st_shared_v2_f32(mine + r0 * C::kMergeRow + 1024, m[0], l[0]);
+      sm90::st_shared_v2_f32(mine + (r0 + 8) * C::kMergeRow + 1024, m[1], l[1]);
+    }
+    sm90::fence_proxy_async();   // the staging, for the bulk copy's reads
+    sm90::bar_sync(C::kBarEpi, 256);
+    if (!owner) {
+      if (warp == 0 && lane == 0) {
+        sm90::mbar_wait_cluster(sm.free_, 0);
+        sm90::bulk_copy_cluster(sm90::mapa(mine, peer), mine, C::kMergeSlot,
+                                sm90::mapa(sm90::smem_addr(sm.got), peer));
+      }
+      return;
+    }
+    sm90::mbar_wait(sm.got, 0);
+    float w[2][2], L[2], M[2];   // w[k][h]: CTA k's weight on row h
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 a = sm90::ld_shared_v2_f32((rank == 0 ? mine : theirs) +
+                                              (r0 + 8 * h) * C::kMergeRow + 1024);
+      const float2 b = sm90::ld_shared_v2_f32((rank == 0 ? theirs : mine) +
+                                              (r0 + 8 * h) * C::kMergeRow + 1024);
+      M[h] = fmaxf(a.x, b.x);
+      w[0][h] = M[h] == -INFINITY ? 0.f : exp2f(a.x - M[h]);   // all empty: 0, not NaN
+      w[1][h] = M[h] == -INFINITY ? 0.f : exp2f(b.x - M[h]);
+      if (FAULT == kFaultBadSplitMerge) w[0][h] = w[1][h] = 1.f;   // summed unweighted
+      L[h] = a.y * w[0][h] + b.y * w[1][h];
+    }
+    const uint32_t a = theirs + r0 * C::kMergeRow + c2 * 4;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float2 v = sm90::ld_shared_v2_f32(a + 8 * h * C::kMergeRow + j * 32);
+        const float ws = rank == 0 ? w[0][h] : w[1][h], wp = rank == 0 ? w[1][h] : w[0][h];
+        o[4 * j + 2 * h] = fmaf(v.x, wp, o[4 * j + 2 * h] * ws);
+        o[4 * j + 2 * h + 1] = fmaf(v.y, wp, o[4 * j + 2 * h + 1] * ws);
+      }
+    }
+    if (rank == 0 && lane % 4 == 0) {
+      const int rows_total = p.s_q * p.h_q;
+      const float kLn2 = 0.69314718055994531f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int gr = row0 + r0 + 8 * h;
+        if (gr < rows_total) {
+          const float lse =
+              L[h] != L[h] ? NAN : (L[h] > 0.f ? (M[h] + log2f(L[h])) * kLn2 : INFINITY);
+          const int sq = gr / p.h_q, hq = gr % p.h_q;
+          p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;
+        }
+      }
+    }
+    scale_rows(o, L);
+    store_direct<0, 32>(p, pc, sm, o, row0, warp, lane, half);
+    sm90::bulk_wait_read();
+    if (warp == 0 && lane == 0) {
+      sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), peer));
+      sm90::mbar_wait_cluster(sm.free_, 1);
     }
   }
 
@@ -545,38 +675,13 @@ struct WgmmaKernel {
                                                  const float (&l)[2], int row0, int warp,
                                                  int lane, int half) {
     const int rows_total = p.s_q * p.h_q;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float lv = l[h];
-      const float inv = lv != lv ? NAN : (lv > 0.f ? 1.f / lv : 0.f);
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        o[4 * j + 2 * h] *= inv;
-        o[4 * j + 2 * h + 1] *= inv;
-      }
-    }
+    scale_rows(o, l);
     const uint32_t buf = sm90::smem_addr(sm.q) + (half * 4 + warp) * C::kStageBytes;
     const int gr = row0 + warp * 16 + lane;   // the row lane < 16 copies out
     const bool copy = lane < 16 && gr < rows_total;
-    const int64_t grow =
-        (pc.direct ? static_cast<int64_t>(pc.req) : static_cast<int64_t>(pc.slot)) *
-            rows_total + gr;
+    const int64_t grow = static_cast<int64_t>(pc.slot) * rows_total + gr;
     if (pc.direct) {
-      // matrices (row half, 8-column block): (0, j), (1, j), (0, j + 1), (1, j + 1)
-      const uint32_t a =
-          buf + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kStageRow16 + (lane >> 4) * 16;
-#pragma unroll
-      for (int j = 0; j < 32; j += 2)
-        sm90::stmatrix_x4(a + j * 16, sm90::pack2<T>(o[4 * j], o[4 * j + 1]),
-                          sm90::pack2<T>(o[4 * j + 2], o[4 * j + 3]),
-                          sm90::pack2<T>(o[4 * j + 4], o[4 * j + 5]),
-                          sm90::pack2<T>(o[4 * j + 6], o[4 * j + 7]));
-      sm90::fence_proxy_async();
-      __syncwarp();
-      if (copy)
-        sm90::bulk_store(static_cast<T*>(p.out) + grow * kDV + half * 256,
-                         buf + lane * C::kStageRow16, 256 * sizeof(T));
-      sm90::bulk_commit();
+      store_direct<0, 32>(p, pc, sm, o, row0, warp, lane, half);
     } else {
       const uint32_t a = buf + (lane >> 2) * C::kStageRow32 + (lane & 3) * 8;
       // the combine reads these partials right after: kept in L2 over the streamed K
@@ -602,6 +707,47 @@ struct WgmmaKernel {
       }
     }
     sm90::bulk_wait_read();
+  }
+
+  // O / l, a row's l NaN (a bad piece) making the row NaN, 0 making it 0 (no keys).
+  static __device__ __forceinline__ void scale_rows(float (&o)[128], const float (&l)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float lv = l[h];
+      const float inv = lv != lv ? NAN : (lv > 0.f ? 1.f / lv : 0.f);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j + 2 * h] *= inv;
+        o[4 * j + 2 * h + 1] *= inv;
+      }
+    }
+  }
+
+  // The output columns [256 half + 8 J0, + 8 NJ) of this warp's 16 rows, in T, staged by
+  // stmatrix in the warp's part of the Q tile and copied out a row per lane (store_o).
+  template <int J0, int NJ>
+  static __device__ __forceinline__ void store_direct(const MlaParams& p, const Piece& pc,
+                                                      const Smem& sm, float (&o)[128],
+                                                      int row0, int warp, int lane, int half) {
+    const int rows_total = p.s_q * p.h_q;
+    const uint32_t buf = sm90::smem_addr(sm.q) + (half * 4 + warp) * C::kStageBytes;
+    const int gr = row0 + warp * 16 + lane;   // the row lane < 16 copies out
+    // matrices (row half, 8-column block): (0, j), (1, j), (0, j + 1), (1, j + 1)
+    const uint32_t a =
+        buf + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kStageRow16 + (lane >> 4) * 16;
+#pragma unroll
+    for (int j = J0; j < J0 + NJ; j += 2)
+      sm90::stmatrix_x4(a + (j - J0) * 16, sm90::pack2<T>(o[4 * j], o[4 * j + 1]),
+                        sm90::pack2<T>(o[4 * j + 2], o[4 * j + 3]),
+                        sm90::pack2<T>(o[4 * j + 4], o[4 * j + 5]),
+                        sm90::pack2<T>(o[4 * j + 6], o[4 * j + 7]));
+    sm90::fence_proxy_async();
+    __syncwarp();
+    if (lane < 16 && gr < rows_total)
+      sm90::bulk_store(static_cast<T*>(p.out) + (static_cast<int64_t>(pc.req) * rows_total + gr) *
+                                                     kDV + half * 256 + J0 * 8,
+                       buf + lane * C::kStageRow16, NJ * 8 * sizeof(T));
+    sm90::bulk_commit();
   }
 
   // ---------------------------------------------------------------- WG2
@@ -644,6 +790,11 @@ struct WgmmaKernel {
         sm90::bar_arrive(C::kBarPEmpty, 256);
       }
       sm90::bar_sync(C::kBarEpi, 256);
+      if (merging(pc)) {   // the part's only piece; its (m, l) are WG1's, in shared memory
+        const float none[2] = {0.f, 0.f};
+        merge_out(p, pc, sm, o, none, none, row0, warp, lane, 1);
+        continue;
+      }
       const float l[2] = {sm.l[r0], sm.l[r0 + 8]};
       store_o(p, pc, sm, o, l, row0, warp, lane, 1);
       sm90::bar_sync(C::kBarEpi, 256);
@@ -657,10 +808,18 @@ struct WgmmaKernel {
         sm90::mbar_init(&sm.full[s], 1);
         sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices));
       }
+      if (MERGE) {   // the cluster merge's barriers (merge_out)
+        sm90::mbar_init(sm.free_, 1);
+        sm90::mbar_init(sm.got, 1);
+      }
       sm90::fence_mbar_init();
     }
     __syncthreads();
+    // in a cluster launch no CTA may arrive on the other's barriers before they exist: the
+    // cluster barrier is passed under the previous kernel's tail (PDL)
+    if (MERGE) sm90::cluster_arrive_relaxed();
     pdl_wait_primary();   // launched as a dependent of the stream's last kernel
+    if (MERGE) sm90::cluster_wait();
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
       sm90::setmaxnreg_inc<C::kScoreRegs>();
@@ -675,11 +834,11 @@ struct WgmmaKernel {
   }
 };
 
-template <typename T, int FAULT>
+template <typename T, int FAULT, bool MERGE>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, 1)
 mla_split_wgmma_kernel(const __grid_constant__ WgmmaParams wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaKernel<T, FAULT>::run(wp, smem);
+  WgmmaKernel<T, FAULT, MERGE>::run(wp, smem);
 }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda link).
@@ -741,11 +900,11 @@ cudaError_t wgmma_params(const MlaParams& p, WgmmaParams* wp) {
   return cudaSuccess;
 }
 
-template <typename T, int FAULT>
+template <typename T, int FAULT, bool MERGE>
 cudaError_t prepare_split_wgmma() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T, FAULT>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T, FAULT, MERGE>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        WgmmaConfig::kSmem);
   done = e == cudaSuccess;
@@ -754,10 +913,54 @@ cudaError_t prepare_split_wgmma() {
 
 template <typename T, int FAULT>
 cudaError_t split_wgmma_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma<T, FAULT>();
+  cudaError_t e = prepare_split_wgmma<T, FAULT, false>();
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T, FAULT>,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T, FAULT, false>,
                                                        WgmmaConfig::kThreads, WgmmaConfig::kSmem);
+}
+
+// The cluster size of the split launch (and of the scheduler's cluster plan) for a batch
+// over num_parts parts: mla_scheduler.cuh's sched_cluster, given how many clusters of 2
+// and of 4 CTAs of this kernel the device holds at once (asked once per process and size;
+// a failed query leaves that size out).
+template <typename T, int FAULT>
+int split_wgmma_cluster(int batch, int num_parts) {
+  static int resident[WgmmaConfig::kMaxCluster + 1] = {};
+  static int device = -1;
+  // MLAGEN_HOPPER_CLUSTER=0: no clusters (read once per process, so the scheduler and the
+  // split launch always agree)
+  static const bool off = [] {
+    const char* v = getenv("MLAGEN_HOPPER_CLUSTER");
+    return v != nullptr && v[0] == '0' && v[1] == 0;
+  }();
+  if (off) return 1;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+  if (dev != device) {
+    if (prepare_split_wgmma<T, FAULT, true>() != cudaSuccess) return 1;
+    for (int c = 2; c <= WgmmaConfig::kMaxCluster; c *= 2) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(1, c);
+      cfg.blockDim = dim3(WgmmaConfig::kThreads);
+      cfg.dynamicSmemBytes = WgmmaConfig::kSmem;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 1;
+      attr[0].val.clusterDim.y = c;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, mla_split_wgmma_kernel<T, FAULT, true>, &cfg) !=
+          cudaSuccess) {
+        cudaGetLastError();   // not sticky: clear it
+        n = 0;
+      }
+      resident[c] = n;
+    }
+    device = dev;
+  }
+  return sched_cluster(batch, num_parts, WgmmaConfig::kMaxCluster, resident);
 }
 
 template <typename T, int FAULT>
@@ -765,13 +968,19 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   WgmmaParams wp;
   cudaError_t e = wgmma_params<T>(p, &wp);
   if (e != cudaSuccess) return e;
-  e = prepare_split_wgmma<T, FAULT>();
-  if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid =
       split_grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
-  return launch_dependent(mla_split_wgmma_kernel<T, FAULT>, grid, WgmmaConfig::kThreads,
-                          WgmmaConfig::kSmem, stream, wp);
+  if (split_wgmma_cluster<T, FAULT>(p.batch, p.num_parts) == 2) {
+    e = prepare_split_wgmma<T, FAULT, true>();
+    if (e != cudaSuccess) return e;
+    return launch_dependent(mla_split_wgmma_kernel<T, FAULT, true>, grid, WgmmaConfig::kThreads,
+                            WgmmaConfig::kSmem, stream, 2, wp);
+  }
+  e = prepare_split_wgmma<T, FAULT, false>();
+  if (e != cudaSuccess) return e;
+  return launch_dependent(mla_split_wgmma_kernel<T, FAULT, false>, grid, WgmmaConfig::kThreads,
+                          WgmmaConfig::kSmem, stream, 1, wp);
 }
 
 }  // namespace hopper

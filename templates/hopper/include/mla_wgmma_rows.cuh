@@ -608,7 +608,7 @@ cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream
   const dim3 grid = split_grid(p.num_parts, (rows_total + N - 1) / N);
   return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT>, grid,
                           WgmmaRowsConfig<N, WG>::kThreads, WgmmaRowsConfig<N, WG>::kSmem,
-                          stream, wp);
+                          stream, 1, wp);
 }
 
 }  // namespace hopper
