@@ -25,6 +25,10 @@ int mlagen_hopper_ctas_per_sm() {
   return e == cudaSuccess ? n : -static_cast<int>(e);
 }
 
+// The cluster size the split kernel is launched with for a batch over num_parts parts (1: no
+// clusters; > 1: the scheduler may plan the cluster merge, mla_scheduler.cuh).
+int mlagen_hopper_cluster(int batch, int num_parts) { return split_cluster(batch, num_parts); }
+
 int mlagen_hopper_metadata(const int* seqlens, int batch, int num_parts, int fixed_cost,
                            int fixed_splits, int* sched, int* num_splits, void* stream) {
   return static_cast<int>(launch_scheduler(seqlens, batch, num_parts, fixed_cost, fixed_splits,
