@@ -607,7 +607,7 @@ struct WgmmaKernel {
     sm90::bar_sync(C::kBarEpi, 256);
     if (!owner) {
       if (warp == 0 && lane == 0) {
-        sm90::mbar_wait_cluster(sm.free_, 0);
+        sm90::mbar_wait<true>(sm.free_, 0);
         sm90::bulk_copy_cluster(sm90::mapa(mine, peer), mine, C::kMergeSlot,
                                 sm90::mapa(sm90::smem_addr(sm.got), peer));
       }
@@ -657,7 +657,7 @@ struct WgmmaKernel {
     sm90::bulk_wait_read();
     if (warp == 0 && lane == 0) {
       sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), peer));
-      sm90::mbar_wait_cluster(sm.free_, 1);
+      sm90::mbar_wait<true>(sm.free_, 1);
     }
   }
 
