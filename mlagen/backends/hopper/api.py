@@ -54,7 +54,8 @@ def set_strict(on: bool = True) -> None:
 def device_error_flags(device=None) -> torch.Tensor:
     """The int32[1] flags that the kernels set on `device` (default: the current one) when
     a sequence had a bad page or length (1: page outside the cache or beyond the table row,
-    2: negative length).  Reading it needs no sync of its own; it is never cleared by the
+    2: negative length; 4: metadata planned for a cluster merge that this launch does not
+    make, e.g. another batch's).  Reading it needs no sync of its own; it is never cleared by the
     kernels."""
     return ops.error_flags(torch.device("cuda", torch.cuda.current_device())
                            if device is None else torch.device(device))
@@ -74,6 +75,9 @@ def check_device_errors(device=None, clear: bool = True) -> None:
                         "cache_seqlens entry beyond its block_table row")
         if v & 2:
             what.append("a negative cache_seqlens entry")
+        if v & 4:
+            what.append("tile_scheduler_metadata planned for another launch (a cluster "
+                        "merge this call does not make: get_mla_metadata for this batch)")
         raise InputError("the decode kernel found " + " and ".join(what) +
                          "; those sequences got NaN (set_strict(True) names the entry)")
 
