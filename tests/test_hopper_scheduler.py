@@ -595,3 +595,21 @@ def test_cluster_size_rule(cpp_plan, batch, parts, max_c, c):
     plan can be taken (fewer than 2 more parts a request), so no launch pays for clusters
     it cannot use."""
     assert cpp_plan.lib.cluster(batch, parts, max_c) == c
+
+
+@pytest.mark.parametrize("flags,words", [
+    (1, ["block_table entry outside"]), (2, ["negative cache_seqlens"]),
+    (4, ["metadata planned for another launch"]),
+    (5, ["block_table entry outside", "metadata planned for another launch"])])
+def test_device_error_flags_are_named(monkeypatch, flags, words):
+    """check_device_errors names every flag the kernels set (a CPU tensor standing in for the
+    device's), and clears them."""
+    from mlagen.backends.hopper import api
+
+    t = torch.tensor([flags], dtype=torch.int32)
+    monkeypatch.setattr(api, "device_error_flags", lambda device=None: t)
+    with pytest.raises(InputError) as e:
+        api.check_device_errors()
+    assert all(w in str(e.value) for w in words), str(e.value)
+    assert int(t.item()) == 0
+    api.check_device_errors()                 # cleared: quiet
