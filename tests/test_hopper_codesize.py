@@ -45,9 +45,13 @@ def test_kernel_instructions_refuses_what_is_not_a_64_bit_elf():
 
 
 # instructions at the session that made the epilogues compact (nvcc 13.0), and a budget
-# ~8 % above: a change that grows a kernel past it should say why in its commit
-BUDGETS = {"hopper_wgmma": (3840, 4150), "hopper_wgmma_r16": (3496, 3800),
-           "hopper_wgmma_r32_w8": (5856, 6330)}
+# ~8 % above: a change that grows a kernel past it should say why in its commit.  Keyed by
+# the end of the kernel's mangled name: the 64-row kernel has two instances, without the
+# cluster merge (...Lb0E) and with it (...Lb1E, measured at session 18, which added it).
+BUDGETS = {"hopper_wgmma": {"Lb0EEEvNS0_11WgmmaParamsE": (3840, 4150),
+                            "Lb1EEEvNS0_11WgmmaParamsE": (6048, 6530)},
+           "hopper_wgmma_r16": {"": (3496, 3800)},
+           "hopper_wgmma_r32_w8": {"": (5856, 6330)}}
 
 
 @pytest.mark.nvcc
@@ -63,5 +67,8 @@ def test_wgmma_split_kernels_stay_compact(example, tmp_path):
     cu.write_text(src.files["split.cu"])
     sizes = kernel_instructions(compile_cubin(cu, TEMPLATES_DIR / "hopper" / "include",
                                               src.flags, tmp_path / "split.cubin"))
-    (kernel, n), = [(k, v) for k, v in sizes.items() if "mla_split_wgmma" in k]
-    assert n <= BUDGETS[example][1], f"{example}: {n} SASS instructions in {kernel}"
+    kernels = {k: v for k, v in sizes.items() if "mla_split_wgmma" in k}
+    assert len(kernels) == len(BUDGETS[example]), sorted(kernels)
+    for end, (_, budget) in BUDGETS[example].items():
+        (kernel, n), = [(k, v) for k, v in kernels.items() if k.endswith(end)]
+        assert n <= budget, f"{example}: {n} SASS instructions in {kernel}"

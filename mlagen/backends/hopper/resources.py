@@ -18,13 +18,14 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
     rows, bkv = m.rows_per_tile, m.block_kv
     if m.mainloop == "wgmma":
         # WgmmaConfig in mla_wgmma.cuh: Q, 2 K stages, P (64 x 64), alpha and l, mbarriers
-        # (a full and an empty one per 64-column slice of each stage),
+        # (a full and an empty one per 64-column slice of each stage, and the cluster
+        # merge's two),
         # 1 KiB of slack to align the tiles to the 1024-byte swizzle atom; WgmmaRowsConfig
         # in mla_wgmma_rows.cuh (16 or 32 rows): P^T (rows x 64) and a 4-warp x rows
         # exchange of column maxima and sums in place of alpha and l
         q, probs = rows * p.d * el, rows * bkv * el
         if rows == 64:
-            bars = 2 * m.buffers * (p.d // 64)
+            bars = 2 * m.buffers * (p.d // 64) + 2
             kv, stats = m.buffers * bkv * p.d * el, 2 * rows * 4 + bars * 8 + 1024
         else:
             # a ring of 8 KiB slots (one TMA box and two mbarriers each) filling the rest of
