@@ -191,6 +191,7 @@ def test_verify_without_gpu_starts_no_worker(clean, monkeypatch):
     ("MLAGEN_HOPPER_TILE_KNOBS", '{"16": [16, 2', "is not JSON"),
     ("MLAGEN_HOPPER_WGMMA_KNOBS", '{"48": [64, 64, 2, 8]}', 'class "48" must be one of'),
     ("MLAGEN_HOPPER_MAINLOOP", '{"16": "cutlass"}', '"cutlass" must be "mma_sync" or'),
+    ("MLAGEN_HOPPER_CLUSTER", "off", "'off' must be 0 (no thread-block clusters) or 1"),
 ])
 @pytest.mark.parametrize("argv", [["bench", "--target", "hopper"],
                                   ["tune", "--target", "hopper", "--shape", "1,1,64,16"]])

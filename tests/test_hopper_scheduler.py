@@ -613,3 +613,21 @@ def test_device_error_flags_are_named(monkeypatch, flags, words):
     assert all(w in str(e.value) for w in words), str(e.value)
     assert int(t.item()) == 0
     api.check_device_errors()                 # cleared: quiet
+
+
+@pytest.mark.parametrize("value,on", [(None, True), ("1", True), ("0", False), ("off", None),
+                                      ("", None), ("00", None)])
+def test_cluster_switch(monkeypatch, value, on):
+    """MLAGEN_HOPPER_CLUSTER: 0 or 1, anything else refused naming the variable (the C++
+    side reads only "0"; a typo must not silently keep clusters on)."""
+    from mlagen.backends.hopper.defaults import cluster_switch
+
+    if value is None:
+        monkeypatch.delenv("MLAGEN_HOPPER_CLUSTER", raising=False)
+    else:
+        monkeypatch.setenv("MLAGEN_HOPPER_CLUSTER", value)
+    if on is None:
+        with pytest.raises(ScheduleError, match="MLAGEN_HOPPER_CLUSTER|must be 0"):
+            cluster_switch()
+    else:
+        assert cluster_switch() is on

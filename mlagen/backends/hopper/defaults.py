@@ -135,10 +135,21 @@ def mainloops() -> dict[int, str]:
     return _overridden(MAINLOOP, var, value)
 
 
+def cluster_switch() -> bool:
+    """MLAGEN_HOPPER_CLUSTER: "0" launches no thread-block clusters (the 64-row wgmma
+    kernel's cluster merge off; the library reads it once per process), "1" or unset the
+    default.  Another value is a ScheduleError naming the variable, not a silent default."""
+    v = os.environ.get("MLAGEN_HOPPER_CLUSTER")
+    if v is None or v in ("0", "1"):
+        return v != "0"
+    raise _bad("MLAGEN_HOPPER_CLUSTER", f"{v!r} must be 0 (no thread-block clusters) or 1 "
+                                        "(the default)")
+
+
 def check_overrides() -> None:
-    """Read the three tables' environment overrides, so that a command refuses a malformed
-    one (ScheduleError) before it builds or measures anything."""
-    tile_knobs(), wgmma_knobs(), mainloops()
+    """Read the three tables' environment overrides and the cluster switch, so that a
+    command refuses a malformed one (ScheduleError) before it builds or measures anything."""
+    tile_knobs(), wgmma_knobs(), mainloops(), cluster_switch()
 
 
 def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,

@@ -36,6 +36,10 @@ class KernelLib:
         from mlagen.jit import build
         from mlagen.runtime import load_library
 
+        from .defaults import cluster_switch
+
+        cluster_switch()     # a malformed MLAGEN_HOPPER_CLUSTER, before the C++ reads it
+
         self.schedule = schedule
         self.artifact = build(render(schedule), origin=schedule)
         lib = load_library(self.artifact.path)
