@@ -653,7 +653,7 @@ struct WgmmaKernel {
       }
     }
     scale_rows(o, L);
-    store_direct<0, 32>(p, pc, sm, o, row0, warp, lane, half);
+    store_direct(p, pc, sm, o, row0, warp, lane, half);
     sm90::bulk_wait_read();
     if (warp == 0 && lane == 0) {
       sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), peer));
@@ -681,7 +681,7 @@ struct WgmmaKernel {
     const bool copy = lane < 16 && gr < rows_total;
     const int64_t grow = static_cast<int64_t>(pc.slot) * rows_total + gr;
     if (pc.direct) {
-      store_direct<0, 32>(p, pc, sm, o, row0, warp, lane, half);
+      store_direct(p, pc, sm, o, row0, warp, lane, half);
     } else {
       const uint32_t a = buf + (lane >> 2) * C::kStageRow32 + (lane & 3) * 8;
       // the combine reads these partials right after: kept in L2 over the streamed K
@@ -723,9 +723,8 @@ struct WgmmaKernel {
     }
   }
 
-  // The output columns [256 half + 8 J0, + 8 NJ) of this warp's 16 rows, in T, staged by
+  // The output columns [256 half, 256 half + 256) of this warp's 16 rows, in T, staged by
   // stmatrix in the warp's part of the Q tile and copied out a row per lane (store_o).
-  template <int J0, int NJ>
   static __device__ __forceinline__ void store_direct(const MlaParams& p, const Piece& pc,
                                                       const Smem& sm, float (&o)[128],
                                                       int row0, int warp, int lane, int half) {
@@ -736,8 +735,8 @@ struct WgmmaKernel {
     const uint32_t a =
         buf + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kStageRow16 + (lane >> 4) * 16;
 #pragma unroll
-    for (int j = J0; j < J0 + NJ; j += 2)
-      sm90::stmatrix_x4(a + (j - J0) * 16, sm90::pack2<T>(o[4 * j], o[4 * j + 1]),
+    for (int j = 0; j < 32; j += 2)
+      sm90::stmatrix_x4(a + j * 16, sm90::pack2<T>(o[4 * j], o[4 * j + 1]),
                         sm90::pack2<T>(o[4 * j + 2], o[4 * j + 3]),
                         sm90::pack2<T>(o[4 * j + 4], o[4 * j + 5]),
                         sm90::pack2<T>(o[4 * j + 6], o[4 * j + 7]));
@@ -745,8 +744,8 @@ struct WgmmaKernel {
     __syncwarp();
     if (lane < 16 && gr < rows_total)
       sm90::bulk_store(static_cast<T*>(p.out) + (static_cast<int64_t>(pc.req) * rows_total + gr) *
-                                                     kDV + half * 256 + J0 * 8,
-                       buf + lane * C::kStageRow16, NJ * 8 * sizeof(T));
+                                                     kDV + half * 256,
+                       buf + lane * C::kStageRow16, 256 * sizeof(T));
     sm90::bulk_commit();
   }
 
