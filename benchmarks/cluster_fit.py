@@ -8,7 +8,8 @@ parts' clusters resident together, and a cluster's two CTAs must sit in one GPC.
 
 Builds a stand-in kernel with the real kernel's threads and shared memory
 (WgmmaConfig::kThreads, kSmem from mla_wgmma.cuh) and asks
-cudaOccupancyMaxActiveClusters for cluster sizes 1 and 2.
+cudaOccupancyMaxActiveClusters for cluster sizes 1, 2, 4 and 8 (a 4-CTA merge needs all
+its clusters resident: 32 of them for b = 16 s_q = 2's 128 CTAs).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ int main() {
   cudaFuncSetAttribute(stand_in, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  for (int size : {1, 2}) {
+  for (int size : {1, 2, 4, 8}) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(sms / size, size, 1);
     cfg.blockDim = dim3(C::kThreads, 1, 1);

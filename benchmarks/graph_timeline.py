@@ -5,8 +5,8 @@ the next call's first (negative: the calls overlap).
 
     python benchmarks/graph_timeline.py --flashmla ../fmlib/libflashmla.so --row 128,1,8192,16
 
-Written in session 17 for docs/hopper.md step 29's next step (1); not yet run on a GPU (the
-session's device time ran out): `benchmarks/results/s17/v6_prepared.sh` is its visit.
+Written in session 17 for docs/hopper.md step 29's next step (1); first run on the H200 in
+session 19 (`benchmarks/results/s19/v1.sh`; docs/hopper.md step 31).
 """
 
 from __future__ import annotations
@@ -26,20 +26,7 @@ def replay_events(fn, calls: int):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    # as bench.time_graph captures its graph (that function does not hand the graph out)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(calls):
-                fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    for _ in range(3):
-        g.replay()
+    g = bench.capture_graph(fn, calls)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         g.replay()

@@ -47,9 +47,10 @@ def test_kernel_instructions_refuses_what_is_not_a_64_bit_elf():
 # instructions at the session that made the epilogues compact (nvcc 13.0), and a budget
 # ~8 % above: a change that grows a kernel past it should say why in its commit.  Keyed by
 # the end of the kernel's mangled name: the 64-row kernel has two instances, without the
-# cluster merge (...Lb0E) and with it (...Lb1E, measured at session 18, which added it).
+# cluster merge (...Lb0E) and with it (...Lb1E: 6048 at session 18, which added it; 5528
+# once both warpgroups merge, session 19).
 BUDGETS = {"hopper_wgmma": {"Lb0EEEvNS0_11WgmmaParamsE": (3840, 4150),
-                            "Lb1EEEvNS0_11WgmmaParamsE": (6048, 6530)},
+                            "Lb1EEEvNS0_11WgmmaParamsE": (5528, 5970)},
            "hopper_wgmma_r16": {"": (3496, 3800)},
            "hopper_wgmma_r32_w8": {"": (5856, 6330)}}
 

@@ -90,3 +90,23 @@ def test_api_defaults_verify_the_wgmma_kernels():
                runner_factory="mlagen.backends.hopper:defaults_runner")
     assert r.ok, r.summary()
 
+
+
+@gpu
+def test_verify_reaches_the_cluster_merge_and_catches_its_fault():
+    """hopper_wgmma's verify runs the cluster-merge batch (backend verify_paths: parts / 2
+    near-equal requests, which the profiles' batches never reach) before the drawn ones, and
+    a fault planted in the merge (bad_split_merge: the halves summed unweighted) fails there."""
+    from mlagen.backends.hopper import scheduler
+    from mlagen.backends.hopper.ops import sm_count
+    from mlagen.verify import verify
+
+    s = load(SCHEDULES_DIR / "hopper_wgmma.toml")
+    b = len(scheduler.cluster_lengths(s.heads_per_device, sm_count(torch.device("cuda"))))
+    assert b > 0
+    r = verify(s, examples=3, progress=False, bounds=BOUNDS)
+    assert r.ok, r.summary()
+    assert any(n.startswith("the cluster merge: reached") for n in r.notes), r.notes
+    rf = verify(s.with_fault("bad_split_merge"), examples=1, progress=False, bounds=BOUNDS,
+                shrink_budget_s=5, save_failures=False)
+    assert not rf.ok and rf.failure.case_fields["batch"] == b, rf.summary()

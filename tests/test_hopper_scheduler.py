@@ -111,6 +111,25 @@ def test_cluster_plan_is_taken_where_its_pieces_are_no_longer(seqlens, parts, cl
     _check_split(seqlens, meta, ns)
 
 
+@pytest.mark.parametrize("rows,sms,b", [(128, 132, 33), (16, 132, 66), (64, 114, 57),
+                                         (128, 114, 0), (128, 2, 0)])
+def test_verify_cluster_lengths_take_the_cluster_plan(cpp_plan, rows, sms, b):
+    """`verify`'s explicit input for the cluster merge (cluster_lengths): parts / 2 requests
+    with lengths 0, 1 and page edges, whose plan, in C++ as in the model, is the cluster
+    plan on every part it uses, launched in clusters (sched_cluster); none where the parts
+    are odd (114 SMs or 2, with 2 row tiles)."""
+    lens = scheduler.cluster_lengths(rows, sms)
+    assert len(lens) == b
+    if not b:
+        return
+    parts = scheduler.num_parts(sms, rows, 64)
+    assert {0, 1, 63, 64, 65} <= set(lens)
+    assert cpp_plan.lib.cluster(b, parts, 2) == 2
+    meta, ns = cpp_plan(lens, parts, cost=scheduler.FIXED_COST, cluster=2)
+    assert all(m[5] == 2 for m in meta[:2 * b]) and ns == list(range(b + 1))
+    _check_split(lens, meta, ns)
+
+
 @settings(max_examples=50, deadline=None)
 @given(seqlens=seqlens_st, n=st.integers(1, 6))
 def test_cpp_fixed_split_matches_python_model(cpp_plan, seqlens, n):

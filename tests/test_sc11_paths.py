@@ -150,3 +150,23 @@ def test_verify_draws_compile_time_knobs():
     assert r.ok, r.summary()
     assert r.variants_built >= 2, r.summary()
     assert any("compile-time knobs drawn" in n for n in r.notes)
+
+
+def test_backend_path_inputs_run_first(monkeypatch):
+    """A backend's verify_paths (inputs for paths the drawn problems never reach; Hopper's
+    cluster merge) run as explicit examples before the drawn ones, and the result says so."""
+    from mlagen.backends import backend
+
+    lens = (8, 0, 21)
+    monkeypatch.setattr(type(backend("sc11")), "verify_paths",
+                        lambda self, s, device: [("a test path",
+                                                  dict(batch=3, s_q=2, seqlens=lens))])
+    seen = []
+    inputs = Case.inputs
+    monkeypatch.setattr(Case, "inputs", lambda self: (seen.append(self.seqlens),
+                                                      inputs(self))[1])
+    r = verify(schedule("attn"), examples=2, progress=False, bounds=SMALL)
+    assert r.ok, r.summary()
+    assert seen[0] == lens and len(seen) >= 2
+    assert any(n.startswith("a test path: reached by an explicit input (batch 3")
+               for n in r.notes), r.notes

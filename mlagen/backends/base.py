@@ -10,6 +10,7 @@ target's subclass lives in mlagen/backends/<kind>/backend.py as ``BACKEND``.
     render(plan), runner(plan)    sources of a checked plan; a callable MlaInputs -> MlaOutputs
     device, device_check()        where its tensors live; why it cannot run here (or None)
     tuning_space()                knob -> values the verifier and tuners draw from
+    verify_paths(s, device)       inputs for run-time paths that drawn problems never reach
     rounded                       intermediates its kernels round to the storage dtype
     run_point, report(...)        `mlagen run`'s default workload and its extra report
     bench_main(args)              `mlagen bench --target <kind>`
@@ -80,6 +81,12 @@ class Backend:
     def verify_base(self) -> dict[str, Any]:
         """The knobs of a small schedule the verifier starts from."""
         return {}
+
+    def verify_paths(self, s: "Schedule", device: str) -> list[tuple[str, dict[str, Any]]]:
+        """Inputs that reach a path of s's kernels which the verifier's drawn problems never
+        do (one chosen at run time by shape): (the path, Case fields batch / s_q / seqlens).
+        `verify` runs each before the drawn examples."""
+        return []
 
     def runtime_choices(self, s: "Schedule") -> dict[str, tuple[Any, ...]]:
         """Run-time arguments of the runner the verifier draws per example."""

@@ -243,6 +243,13 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         return oracles[key]
 
     base_kernel = kernel_for(schedule)
+    # inputs for the kernel's run-time paths that drawn problems never reach (the real
+    # kernel only: a stand-in runner has none of them)
+    paths = [] if runner is not None or reference is not None \
+        else be.verify_paths(schedule, device)
+    explicit = [*explicit, *((Case(schedule.problem, f["batch"], f["s_q"],
+                                   schedule.heads_per_device, tuple(f["seqlens"]), 0, False, 1),
+                              None) for _, f in paths)]
     setup_s = time.perf_counter() - t0
     be = backend(schedule.target.name)
     choices = dict(be.runtime_choices(schedule))
@@ -369,6 +376,9 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     if not state["poisoned"]:
         result.notes.append("note: the runner has no out= hook, so outputs were not "
                             "NaN-poisoned; an element it never writes may go unnoticed")
+    for what, f in paths:
+        result.notes.append(f"{what}: reached by an explicit input (batch {f['batch']}, "
+                            f"s_q {f['s_q']}), run before the drawn ones")
     if draw_schedules:
         result.notes.append(f"compile-time knobs drawn: {len(kernels)} variants built "
                             f"(one knob at a time around the schedule, through the rules)")

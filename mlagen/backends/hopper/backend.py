@@ -57,6 +57,22 @@ class HopperBackend(Backend):
                 "rows_per_tile": (16, 32, 64), "split_kv": ("auto", 1, 2, 3, 4, 8),
                 "split_cost": (1, 5, 20)}
 
+    def verify_paths(self, s, device):
+        # the 64-row kernel's cluster merge: batches of parts/4 < b <= parts/2 near-equal
+        # requests (the profiles draw at most 8)
+        if s.mapping.mainloop != "wgmma" or s.mapping.rows_per_tile != 64:
+            return []
+        import torch
+
+        from . import scheduler
+        from .ops import sm_count
+
+        if not torch.cuda.is_available():
+            return []
+        lens = scheduler.cluster_lengths(s.heads_per_device, sm_count(torch.device(device)))
+        return [("the cluster merge", dict(batch=len(lens), s_q=1, seqlens=tuple(lens)))] \
+            if lens else []
+
     def verify_base(self):
         return dict(heads=128, tp=8, max_s_q=2, block_kv=32, buffers=2, rows_per_tile=64,
                     warps=8)

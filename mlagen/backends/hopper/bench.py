@@ -216,23 +216,32 @@ def time_eager(c: Caller) -> float:
     return triton.testing.do_bench(c, warmup=25, rep=200, return_mode="median")
 
 
-def time_graph(c: Caller, replays: int = 10) -> float:
-    """ms per call: one graph of GRAPH_CALLS back-to-back calls, replayed; the median."""
+def capture_graph(fn, calls: int = GRAPH_CALLS):
+    """A CUDA graph of `calls` back-to-back calls of fn (after 3 warm-up calls on a side
+    stream), replayed 3 times to warm it."""
     import torch
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(3):
-            c()
+            fn()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            for _ in range(GRAPH_CALLS):
-                c()
+            for _ in range(calls):
+                fn()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     for _ in range(3):
         g.replay()
+    return g
+
+
+def time_graph(c: Caller, replays: int = 10) -> float:
+    """ms per call: one graph of GRAPH_CALLS back-to-back calls, replayed; the median."""
+    import torch
+
+    g = capture_graph(c)
     times = []
     for _ in range(replays):
         t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

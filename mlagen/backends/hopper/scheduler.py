@@ -160,6 +160,22 @@ def pieces(seqlens: Sequence[int], meta: Sequence[Sequence[int]], num_splits: Se
     return out
 
 
+def cluster_lengths(rows_total: int, sms: int, rows_per_tile: int = 64) -> list[int]:
+    """Lengths of one batch whose plan is the cluster plan (the 64-row kernel's merge through
+    a 2-CTA cluster): parts / 2 requests, lengths 0, 1 and either side of page and block
+    edges among 8-block ones (those keep the equal plan's pieces at 4 blocks, the cluster
+    plan's halves no longer); [] where the parts cannot pair up.  The verifier's batches
+    (<= 8 requests) never reach it otherwise."""
+    parts = num_parts(sms, rows_total, rows_per_tile)
+    b = parts // 2
+    if parts % 2 or b * 4 <= parts:   # sched_cluster's condition for clusters of 2
+        return []
+    edges = [0, 1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255]
+    lens = edges[:max(0, b - 1)] + [512] * max(1, b - len(edges))
+    meta, _ = plan(lens, parts, cluster=2)
+    return lens if all(md[5] == 2 for md in meta[:2 * b]) else []
+
+
 def plan_fixed(seqlens: Sequence[int], n: int) -> tuple[list[list[int]], list[int]]:
     """A fixed split (split_kv = n): n near-equal pieces per request, parts = b * n."""
     meta, num_splits = [], [0]

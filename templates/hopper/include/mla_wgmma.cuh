@@ -88,11 +88,11 @@ struct WgmmaConfig {
   static_assert(kSmem <= 232448, "227 KiB of shared memory per CTA");
   // The cluster merge (mla_scheduler.cuh's cluster plan: clusters of 2 CTAs along the
   // parts, each with one piece of the same request and row tile): CTA k owns output columns
-  // [256 k, 256 k + 256), those of its warpgroup WG(k+1).  Once both CTAs are done with their
-  // K stages, each stages the other half of its unnormalised O (fp32) and its (m, l) per row
-  // in slot k of its own K stages and one bulk copy puts it in slot k of the other CTA's.
-  // A slot row: 256 floats, then (m, l), padded to 1056 bytes (a warp's 8 rows of
-  // fragments on distinct banks).
+  // [128 k, 128 k + 128) of each warpgroup's 256.  Once both CTAs are done with their K
+  // stages, each stages the quarters of its unnormalised O (fp32) the other owns and its
+  // (m, l) per row in slot k of its own K stages, and one bulk copy puts it in slot k of the
+  // other CTA's.  A slot row: WG1's 128 floats, WG2's, then (m, l), padded to 1056 bytes (a
+  // warp's 8 rows of fragments on distinct banks).
   static constexpr int kMaxCluster = 2;
   static constexpr int kMergeRow = 1056, kMergeSlot = 64 * kMergeRow;
   static_assert(2 * kMergeSlot <= kStages * kTileBytes, "merge slots in the K stages");
@@ -569,15 +569,18 @@ struct WgmmaKernel {
   }
 
   // The cluster merge of one piece (both consumer warpgroups, after the EPI barrier that
-  // follows the last P V).  1) WG1's thread 0 expects the other CTA's rows on `got` and
-  // tells it that this CTA's K stages are free; 2) the warpgroup holding the other CTA's
-  // columns stages them, WG1 this CTA's (m, l), in slot `rank`; 3) once the other CTA's
-  // stages are free, one bulk copy (shared::cta -> shared::cluster, completing on its `got`)
-  // sends the slot; 4) the owning warpgroup waits for the other CTA's slot, weights both
-  // halves by exp2(m_k - M) (M the rows' max over the cluster), adds them (its own first:
-  // the same order in every call) and writes out / L, and rank 0 the lse; 5) its thread 0
-  // tells the other CTA that its copy landed, and waits for the same word on its own copy
-  // before the CTA may exit (the copy reads this CTA's shared memory).
+  // follows the last P V).  CTA k owns output columns [128 k, 128 k + 128) of each
+  // warpgroup's 256, so both warpgroups merge and write at once.  1) WG1's thread 0 expects
+  // the other CTA's slot on `got` and tells it that this CTA's K stages are free; 2) each
+  // warpgroup stages its quarter the other CTA owns (rank 1 first swaps its fragments'
+  // halves, so the owned quarter is always j < 16: compile-time register indices), WG1
+  // this CTA's (m, l), in slot `rank`; 3) once the other CTA's stages are free, one bulk
+  // copy (shared::cta -> shared::cluster, completing on its `got`) sends the slot; 4) when
+  // the other CTA's slot has landed, WG1's thread 0 tells it so at once (its slot may be
+  // let go), and each warpgroup weights both quarters by exp2(m_k - M) (M the rows' max
+  // over the cluster), adds them (its own first: the same order in every call) and writes
+  // out / L, rank 0's WG1 the lse; 5) before the CTA exits, thread 0 waits for the same
+  // word on its own slot (the copy reads this CTA's shared memory).
   static __device__ __forceinline__ void merge_out(const MlaParams& p, const Piece& pc,
                                                    const Smem& sm, float (&o)[128],
                                                    const float (&m)[2], const float (&l)[2],
@@ -586,18 +589,25 @@ struct WgmmaKernel {
     const int r0 = warp * 16 + lane / 4, c2 = 2 * (lane % 4);
     const uint32_t mine = sm90::smem_addr(sm.k) + rank * C::kMergeSlot;
     const uint32_t theirs = sm90::smem_addr(sm.k) + peer * C::kMergeSlot;
-    const bool owner = half == rank;
-    if (half == 0 && warp == 0 && lane == 0) {
+    const bool lead = half == 0 && warp == 0 && lane == 0;
+    if (lead) {
       sm90::mbar_arrive_expect_tx(sm.got, C::kMergeSlot);
       sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), peer));
     }
-    if (!owner) {
-      const uint32_t a = mine + r0 * C::kMergeRow + c2 * 4;
+    if (rank == 1) {   // owned columns to j < 16 (128 moves, not dynamic register indexing)
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        sm90::st_shared_v2_f32(a + j * 32, o[4 * j], o[4 * j + 1]);
-        sm90::st_shared_v2_f32(a + 8 * C::kMergeRow + j * 32, o[4 * j + 2], o[4 * j + 3]);
+      for (int i = 0; i < 64; ++i) {
+        const float x = o[i];
+        o[i] = o[i + 64];
+        o[i + 64] = x;
       }
+    }
+    const uint32_t a = mine + r0 * C::kMergeRow + half * 512 + c2 * 4;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      sm90::st_shared_v2_f32(a + j * 32, o[64 + 4 * j], o[64 + 4 * j + 1]);
+      sm90::st_shared_v2_f32(a + 8 * C::kMergeRow + j * 32, o[64 + 4 * j + 2],
+                             o[64 + 4 * j + 3]);
     }
     if (half == 0 && lane % 4 == 0) {
       sm90::st_shared_v2_f32(mine + r0 * C::kMergeRow + 1024, m[0], l[0]);
@@ -605,40 +615,38 @@ struct WgmmaKernel {
     }
     sm90::fence_proxy_async();   // the staging, for the bulk copy's reads
     sm90::bar_sync(C::kBarEpi, 256);
-    if (!owner) {
-      if (warp == 0 && lane == 0) {
-        sm90::mbar_wait<true>(sm.free_, 0);
-        sm90::bulk_copy_cluster(sm90::mapa(mine, peer), mine, C::kMergeSlot,
-                                sm90::mapa(sm90::smem_addr(sm.got), peer));
-      }
-      return;
+    if (lead) {
+      sm90::mbar_wait<true>(sm.free_, 0);
+      sm90::bulk_copy_cluster(sm90::mapa(mine, peer), mine, C::kMergeSlot,
+                              sm90::mapa(sm90::smem_addr(sm.got), peer));
     }
     sm90::mbar_wait(sm.got, 0);
+    if (lead) sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), peer));
     float w[2][2], L[2], M[2];   // w[k][h]: CTA k's weight on row h
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float2 a = sm90::ld_shared_v2_f32((rank == 0 ? mine : theirs) +
-                                              (r0 + 8 * h) * C::kMergeRow + 1024);
-      const float2 b = sm90::ld_shared_v2_f32((rank == 0 ? theirs : mine) +
-                                              (r0 + 8 * h) * C::kMergeRow + 1024);
-      M[h] = fmaxf(a.x, b.x);
-      w[0][h] = M[h] == -INFINITY ? 0.f : exp2f(a.x - M[h]);   // all empty: 0, not NaN
-      w[1][h] = M[h] == -INFINITY ? 0.f : exp2f(b.x - M[h]);
+      const float2 a0 = sm90::ld_shared_v2_f32((rank == 0 ? mine : theirs) +
+                                               (r0 + 8 * h) * C::kMergeRow + 1024);
+      const float2 b0 = sm90::ld_shared_v2_f32((rank == 0 ? theirs : mine) +
+                                               (r0 + 8 * h) * C::kMergeRow + 1024);
+      M[h] = fmaxf(a0.x, b0.x);
+      w[0][h] = M[h] == -INFINITY ? 0.f : exp2f(a0.x - M[h]);   // all empty: 0, not NaN
+      w[1][h] = M[h] == -INFINITY ? 0.f : exp2f(b0.x - M[h]);
       if (FAULT == kFaultBadSplitMerge) w[0][h] = w[1][h] = 1.f;   // summed unweighted
-      L[h] = a.y * w[0][h] + b.y * w[1][h];
+      L[h] = a0.y * w[0][h] + b0.y * w[1][h];
     }
-    const uint32_t a = theirs + r0 * C::kMergeRow + c2 * 4;
+    const uint32_t b = theirs + r0 * C::kMergeRow + half * 512 + c2 * 4;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < 16; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float2 v = sm90::ld_shared_v2_f32(a + 8 * h * C::kMergeRow + j * 32);
+        const float2 v = sm90::ld_shared_v2_f32(b + 8 * h * C::kMergeRow + j * 32);
         const float ws = rank == 0 ? w[0][h] : w[1][h], wp = rank == 0 ? w[1][h] : w[0][h];
         o[4 * j + 2 * h] = fmaf(v.x, wp, o[4 * j + 2 * h] * ws);
         o[4 * j + 2 * h + 1] = fmaf(v.y, wp, o[4 * j + 2 * h + 1] * ws);
       }
     }
-    if (rank == 0 && lane % 4 == 0) {
+    if (rank == 0 && half == 0 && lane % 4 == 0) {
       const int rows_total = p.s_q * p.h_q;
       const float kLn2 = 0.69314718055994531f;
 #pragma unroll
@@ -652,13 +660,10 @@ struct WgmmaKernel {
         }
       }
     }
-    scale_rows(o, L);
-    store_direct(p, pc, sm, o, row0, warp, lane, half);
+    scale_rows<16>(o, L);
+    store_direct<16>(p, pc, sm, o, row0, warp, lane, half, 128 * rank);
     sm90::bulk_wait_read();
-    if (warp == 0 && lane == 0) {
-      sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(sm.free_), peer));
-      sm90::mbar_wait<true>(sm.free_, 1);
-    }
+    if (lead) sm90::mbar_wait<true>(sm.free_, 1);
   }
 
   // O / l for this thread's 2 rows, columns [256 half, 256 half + 256), written through
@@ -710,24 +715,29 @@ struct WgmmaKernel {
   }
 
   // O / l, a row's l NaN (a bad piece) making the row NaN, 0 making it 0 (no keys).
+  // (NJ: the first NJ of the 32 8-column groups)
+  template <int NJ = 32>
   static __device__ __forceinline__ void scale_rows(float (&o)[128], const float (&l)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float lv = l[h];
       const float inv = lv != lv ? NAN : (lv > 0.f ? 1.f / lv : 0.f);
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
+      for (int j = 0; j < NJ; ++j) {
         o[4 * j + 2 * h] *= inv;
         o[4 * j + 2 * h + 1] *= inv;
       }
     }
   }
 
-  // The output columns [256 half, 256 half + 256) of this warp's 16 rows, in T, staged by
-  // stmatrix in the warp's part of the Q tile and copied out a row per lane (store_o).
+  // The output columns [256 half + col, + 8 NJ) of this warp's 16 rows (the fragments' first
+  // NJ 8-column groups), in T, staged by stmatrix in the warp's part of the Q tile and
+  // copied out a row per lane (store_o; merge_out: 16 groups, col = 128 rank).
+  template <int NJ = 32>
   static __device__ __forceinline__ void store_direct(const MlaParams& p, const Piece& pc,
                                                       const Smem& sm, float (&o)[128],
-                                                      int row0, int warp, int lane, int half) {
+                                                      int row0, int warp, int lane, int half,
+                                                      int col = 0) {
     const int rows_total = p.s_q * p.h_q;
     const uint32_t buf = sm90::smem_addr(sm.q) + (half * 4 + warp) * C::kStageBytes;
     const int gr = row0 + warp * 16 + lane;   // the row lane < 16 copies out
@@ -735,7 +745,7 @@ struct WgmmaKernel {
     const uint32_t a =
         buf + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kStageRow16 + (lane >> 4) * 16;
 #pragma unroll
-    for (int j = 0; j < 32; j += 2)
+    for (int j = 0; j < NJ; j += 2)
       sm90::stmatrix_x4(a + j * 16, sm90::pack2<T>(o[4 * j], o[4 * j + 1]),
                         sm90::pack2<T>(o[4 * j + 2], o[4 * j + 3]),
                         sm90::pack2<T>(o[4 * j + 4], o[4 * j + 5]),
@@ -744,8 +754,8 @@ struct WgmmaKernel {
     __syncwarp();
     if (lane < 16 && gr < rows_total)
       sm90::bulk_store(static_cast<T*>(p.out) + (static_cast<int64_t>(pc.req) * rows_total + gr) *
-                                                     kDV + half * 256,
-                       buf + lane * C::kStageRow16, 256 * sizeof(T));
+                                                     kDV + half * 256 + col,
+                       buf + lane * C::kStageRow16, NJ * 8 * sizeof(T));
     sm90::bulk_commit();
   }
 
