@@ -62,6 +62,7 @@ print("  merged -> stored        ", d(6, 7))
 print("  stored -> exit          ", d(7, 8))
 print("  merged -> wg2 stored    ", d(6, 10))
 print("  wg1 end -> stored       ", d(1, 7))
+skew = []
 for x in range(2):   # grid (2 row tiles, parts): CTA id = x + 2 y; a cluster is (x, y), (x, y^1)
     for y in range(0, 132, 2):
         a, bb = tr[x + 2 * y], tr[x + 2 * (y + 1)]
