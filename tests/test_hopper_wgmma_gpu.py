@@ -354,6 +354,38 @@ def test_cluster_bad_pages_give_nan_and_the_device_flag():
         a.check_device_errors()
 
 
+@pytest.mark.parametrize("knobs", [
+    dict(mainloop="wgmma", rows_per_tile=16, block_kv=64, buffers=2, warps=4),   # few rows
+    dict(mainloop="mma_sync", rows_per_tile=64, block_kv=32, buffers=3, warps=8),
+], ids=["rows", "mma_sync"])
+def test_cluster_metadata_given_to_another_kernel_gives_nan_and_flag_4(knobs):
+    """Metadata planned for the 64-row kernel's cluster merge (h_q = 64: one row tile on
+    every SM, parts / 2 requests) given to a decode that another kernel runs (the few-rows
+    wgmma kernel, the mma_sync one): those never merge, so each half would write the output
+    alone, a silently wrong answer; instead every piece is NaN and device flag 4 is set."""
+    from mlagen.backends.hopper import scheduler
+    from mlagen.backends.hopper.ops import sm_count
+
+    a = api()
+    lens = scheduler.cluster_lengths(64, sm_count(torch.device("cuda")))
+    b = len(lens)
+    assert b > 0
+    plan = inputs(b, lens, 1, 64, 64)
+    md, ns = a.get_mla_metadata(plan.cache_seqlens, 64, 1, schedule=wgmma())
+    assert all(m[5] == 2 for m in md.cpu().tolist()[:2 * b])
+    inp = inputs(b, lens, 1, 16, 64)
+    a.check_device_errors()                  # start clean
+    out, lse = a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table,
+                                        inp.cache_seqlens, 512, md, ns,
+                                        softmax_scale=inp.softmax_scale, causal=True,
+                                        schedule=Schedule.build(target="hopper", **knobs))
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all() and torch.isnan(lse).all()
+    assert int(a.device_error_flags().item()) == 4
+    with pytest.raises(InputError, match="tile_scheduler_metadata planned for another"):
+        a.check_device_errors()
+
+
 @pytest.mark.parametrize("fault", ["causal_off_by_one", "skip_partial_page", "bad_split_merge"])
 def test_planted_faults_are_caught_in_the_cluster_merge(fault):
     """Faults in the main loop and in the merge itself (bad_split_merge: the pieces summed
