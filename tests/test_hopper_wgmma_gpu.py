@@ -303,6 +303,29 @@ def test_cluster_merge_cases(batch, seqlens, s_q, h_q, dtype, causal, sharp):
     assert torch.equal(out, out2)                     # the merge's order is fixed
 
 
+@pytest.mark.parametrize("scale", [2.0 ** 20, 2.0 ** -40], ids=["large", "tiny"])
+def test_cluster_merge_keeps_the_range_of_v(scale):
+    """The merge sends its quarter in fp16 with a per-row power-of-two scale: V far beyond
+    fp16's range (2^20, bf16 values up to 1e6) and far below it (2^-40) give the output of
+    the unscaled inputs times the scale (q's first 512 columns scaled by 1 / scale, so the
+    scores are bit-identical)."""
+    inp = inputs(32, [1024 - 9 * i for i in range(32)], 1, 128, 64, seed=4)
+    c, md, ns = _cluster_of(inp)
+    _assert_cluster_plan(inp, md, ns, c)
+    base_out, base_lse = check(inp, True, wgmma())
+    inp.k_cache[..., :512] *= scale
+    inp.q[..., :512] /= scale
+    out, lse = run(inp, True, wgmma())
+    torch.cuda.synchronize()
+    assert torch.equal(lse, base_lse)
+    got = out.double() / scale
+    want = base_out.double()
+    assert torch.isfinite(got).all()
+    # the same element bound as the unscaled check (abs 8e-4 or 2.01 / 128 relative)
+    err = (got - want).abs()
+    assert bool(((err <= 8e-4) | (err <= 2.01 / 128 * want.abs())).all()), float(err.max())
+
+
 def test_cluster_plan_is_taken_on_the_graph_row():
     """b = 32, s_k = 1024, h_q = 128 (a graph row of issue 8): the cluster plan, so no
     partials and no combine work."""
