@@ -303,6 +303,29 @@ def test_cluster_merge_cases(batch, seqlens, s_q, h_q, dtype, causal, sharp):
     assert torch.equal(out, out2)                     # the merge's order is fixed
 
 
+@pytest.mark.parametrize("scale", [2.0 ** 20, 2.0 ** -40], ids=["large", "tiny"])
+def test_cluster_merge_keeps_the_range_of_v(scale):
+    """The merge sends its quarter in fp16 with a per-row power-of-two scale: V far beyond
+    fp16's range (2^20, bf16 values up to 1e6) and far below it (2^-40) give the output of
+    the unscaled inputs times the scale (q's first 512 columns scaled by 1 / scale, so the
+    scores are bit-identical)."""
+    inp = inputs(32, [1024 - 9 * i for i in range(32)], 1, 128, 64, seed=4)
+    c, md, ns = _cluster_of(inp)
+    _assert_cluster_plan(inp, md, ns, c)
+    base_out, base_lse = check(inp, True, wgmma())
+    inp.k_cache[..., :512] *= scale
+    inp.q[..., :512] /= scale
+    out, lse = run(inp, True, wgmma())
+    torch.cuda.synchronize()
+    assert torch.equal(lse, base_lse)
+    got = out.double() / scale
+    want = base_out.double()
+    assert torch.isfinite(got).all()
+    # the same element bound as the unscaled check (abs 8e-4 or 2.01 / 128 relative)
+    err = (got - want).abs()
+    assert bool(((err <= 8e-4) | (err <= 2.01 / 128 * want.abs())).all()), float(err.max())
+
+
 def test_cluster_plan_is_taken_on_the_graph_row():
     """b = 32, s_k = 1024, h_q = 128 (a graph row of issue 8): the cluster plan, so no
     partials and no combine work."""
@@ -351,6 +374,38 @@ def test_cluster_bad_pages_give_nan_and_the_device_flag():
     assert torch.isfinite(out[ok]).all() and torch.isfinite(lse[ok]).all()
     assert int(a.device_error_flags().item()) == 1
     with pytest.raises(InputError, match="block_table"):
+        a.check_device_errors()
+
+
+@pytest.mark.parametrize("knobs", [
+    dict(mainloop="wgmma", rows_per_tile=16, block_kv=64, buffers=2, warps=4),   # few rows
+    dict(mainloop="mma_sync", rows_per_tile=64, block_kv=32, buffers=3, warps=8),
+], ids=["rows", "mma_sync"])
+def test_cluster_metadata_given_to_another_kernel_gives_nan_and_flag_4(knobs):
+    """Metadata planned for the 64-row kernel's cluster merge (h_q = 64: one row tile on
+    every SM, parts / 2 requests) given to a decode that another kernel runs (the few-rows
+    wgmma kernel, the mma_sync one): those never merge, so each half would write the output
+    alone, a silently wrong answer; instead every piece is NaN and device flag 4 is set."""
+    from mlagen.backends.hopper import scheduler
+    from mlagen.backends.hopper.ops import sm_count
+
+    a = api()
+    lens = scheduler.cluster_lengths(64, sm_count(torch.device("cuda")))
+    b = len(lens)
+    assert b > 0
+    plan = inputs(b, lens, 1, 64, 64)
+    md, ns = a.get_mla_metadata(plan.cache_seqlens, 64, 1, schedule=wgmma())
+    assert all(m[5] == 2 for m in md.cpu().tolist()[:2 * b])
+    inp = inputs(b, lens, 1, 16, 64)
+    a.check_device_errors()                  # start clean
+    out, lse = a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table,
+                                        inp.cache_seqlens, 512, md, ns,
+                                        softmax_scale=inp.softmax_scale, causal=True,
+                                        schedule=Schedule.build(target="hopper", **knobs))
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all() and torch.isnan(lse).all()
+    assert int(a.device_error_flags().item()) == 4
+    with pytest.raises(InputError, match="tile_scheduler_metadata planned for another"):
         a.check_device_errors()
 
 

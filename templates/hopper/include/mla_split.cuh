@@ -284,7 +284,8 @@ struct SplitKernel {
   }
 
   static __device__ __forceinline__ void piece(const MlaParams& p, const Smem& sm, int req,
-                                               int start, int end, int slot, bool direct) {
+                                               int start, int end, int slot, bool direct,
+                                               bool bad_plan) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int rows_total = p.s_q * p.h_q;
     const int row0 = blockIdx.y * ROWS;
@@ -448,9 +449,10 @@ struct SplitKernel {
     cp_async_wait<0>();
     bad = __syncthreads_or(bad);
     const bool bad_len = p.seqlens[req] < 0;
-    if ((bad || bad_len) && tid == 0 && p.error != nullptr)
-      atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
-    bad |= bad_len;
+    if ((bad || bad_len || bad_plan) && tid == 0 && p.error != nullptr)
+      atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0) |
+                            (bad_plan ? kErrorBadPlan : 0));
+    bad |= bad_len || bad_plan;
 
     // lse, one thread per row
     const float kLn2 = 0.69314718055994531f;
@@ -515,7 +517,9 @@ struct SplitKernel {
       start = min(start, end);
       const int slot = p.num_splits[req] + (req == first ? md[4] : 0);
       const bool direct = p.num_splits[req + 1] - p.num_splits[req] == 1;
-      piece(p, sm, req, start, end, slot, direct);
+      // metadata planned for the 64-row wgmma kernel's cluster merge (another library's):
+      // this kernel never merges, so each half would write the output alone; NaN, flag 4
+      piece(p, sm, req, start, end, slot, direct, req == first && md[5] > 0);
       __syncthreads();   // shared memory is reused by the next piece
     }
   }

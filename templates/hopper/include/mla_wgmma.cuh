@@ -89,12 +89,14 @@ struct WgmmaConfig {
   // The cluster merge (mla_scheduler.cuh's cluster plan: clusters of 2 CTAs along the
   // parts, each with one piece of the same request and row tile): CTA k owns output columns
   // [128 k, 128 k + 128) of each warpgroup's 256.  Once both CTAs are done with their K
-  // stages, each stages the quarters of its unnormalised O (fp32) the other owns and its
-  // (m, l) per row in slot k of its own K stages, and one bulk copy puts it in slot k of the
-  // other CTA's.  A slot row: WG1's 128 floats, WG2's, then (m, l), padded to 1056 bytes (a
-  // warp's 8 rows of fragments on distinct banks).
+  // stages, each stages the quarters of its unnormalised O the other owns and its (m, l)
+  // per row in slot k of its own K stages, and one bulk copy puts it in slot k of the other
+  // CTA's.  The quarters travel in fp16, each (row, warpgroup) scaled by a power of two
+  // (merge_out).  A slot row: WG1's 128 halves, WG2's, then m, l and the two scales'
+  // inverses: 528 bytes (a warp's 8 rows of fragments on distinct banks).
   static constexpr int kMaxCluster = 2;
-  static constexpr int kMergeRow = 1056, kMergeSlot = 64 * kMergeRow;
+  static constexpr int kMergeRow = 528, kMergeSlot = 64 * kMergeRow;
+  static constexpr int kMergeStats = 512;   // m, l, then 1 / scale of WG1's and WG2's quarter
   static_assert(2 * kMergeSlot <= kStages * kTileBytes, "merge slots in the K stages");
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
 };
@@ -602,16 +604,32 @@ struct WgmmaKernel {
         o[i + 64] = x;
       }
     }
-    const uint32_t a = mine + r0 * C::kMergeRow + half * 512 + c2 * 4;
+    // The sent quarter in fp16: half the bytes of fp32 (the copy runs at the cluster
+    // network's rate, step 32), each (row, warpgroup) scaled by the power of two that puts
+    // its largest magnitude in [2^14, 2^15), so 11 significant bits relative to that row's
+    // largest value, whatever the range of V (NaN and inf pass through).
+    const uint32_t a = mine + r0 * C::kMergeRow + half * 256 + c2 * 2;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      sm90::st_shared_v2_f32(a + j * 32, o[64 + 4 * j], o[64 + 4 * j + 1]);
-      sm90::st_shared_v2_f32(a + 8 * C::kMergeRow + j * 32, o[64 + 4 * j + 2],
-                             o[64 + 4 * j + 3]);
-    }
-    if (half == 0 && lane % 4 == 0) {
-      sm90::st_shared_v2_f32(mine + r0 * C::kMergeRow + 1024, m[0], l[0]);
-      sm90::st_shared_v2_f32(mine + (r0 + 8) * C::kMergeRow + 1024, m[1], l[1]);
+    for (int h = 0; h < 2; ++h) {
+      float amax = 0.f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        amax = fmaxf(amax, fmaxf(fabsf(o[64 + 4 * j + 2 * h]), fabsf(o[64 + 4 * j + 2 * h + 1])));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      const int e = (__float_as_int(amax) >> 23) & 0xff;        // amax's biased exponent
+      const int sb = e == 0xff ? 127 : min(268 - e, 253);        // scale 2^(sb - 127)
+      const float sc = __int_as_float(sb << 23);
+      const uint32_t row = a + 8 * h * C::kMergeRow;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        sm90::st_shared_u32(row + j * 16, sm90::pack2<__half>(o[64 + 4 * j + 2 * h] * sc,
+                                                              o[64 + 4 * j + 2 * h + 1] * sc));
+      if (lane % 4 == 0) {
+        const uint32_t stats = mine + (r0 + 8 * h) * C::kMergeRow + C::kMergeStats;
+        if (half == 0) sm90::st_shared_v2_f32(stats, m[h], l[h]);
+        sm90::st_shared_f32(stats + 8 + 4 * half, __int_as_float((254 - sb) << 23));
+      }
     }
     sm90::fence_proxy_async();   // the staging, for the bulk copy's reads
     sm90::bar_sync(C::kBarEpi, 256);
@@ -626,24 +644,31 @@ struct WgmmaKernel {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float2 a0 = sm90::ld_shared_v2_f32((rank == 0 ? mine : theirs) +
-                                               (r0 + 8 * h) * C::kMergeRow + 1024);
+                                               (r0 + 8 * h) * C::kMergeRow + C::kMergeStats);
       const float2 b0 = sm90::ld_shared_v2_f32((rank == 0 ? theirs : mine) +
-                                               (r0 + 8 * h) * C::kMergeRow + 1024);
+                                               (r0 + 8 * h) * C::kMergeRow + C::kMergeStats);
       M[h] = fmaxf(a0.x, b0.x);
       w[0][h] = M[h] == -INFINITY ? 0.f : exp2f(a0.x - M[h]);   // all empty: 0, not NaN
       w[1][h] = M[h] == -INFINITY ? 0.f : exp2f(b0.x - M[h]);
       if (FAULT == kFaultBadSplitMerge) w[0][h] = w[1][h] = 1.f;   // summed unweighted
       L[h] = a0.y * w[0][h] + b0.y * w[1][h];
     }
-    const uint32_t b = theirs + r0 * C::kMergeRow + half * 512 + c2 * 4;
+    const uint32_t b = theirs + r0 * C::kMergeRow + half * 256 + c2 * 2;
+    float ws[2], wp[2];   // this CTA's weight; the other's, times its quarter's 1 / scale
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      ws[h] = rank == 0 ? w[0][h] : w[1][h];
+      wp[h] = (rank == 0 ? w[1][h] : w[0][h]) *
+              sm90::ld_shared_f32(theirs + (r0 + 8 * h) * C::kMergeRow + C::kMergeStats + 8 +
+                                  4 * half);
+    }
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float2 v = sm90::ld_shared_v2_f32(b + 8 * h * C::kMergeRow + j * 32);
-        const float ws = rank == 0 ? w[0][h] : w[1][h], wp = rank == 0 ? w[1][h] : w[0][h];
-        o[4 * j + 2 * h] = fmaf(v.x, wp, o[4 * j + 2 * h] * ws);
-        o[4 * j + 2 * h + 1] = fmaf(v.y, wp, o[4 * j + 2 * h + 1] * ws);
+        const float2 v = sm90::unpack_half2(sm90::ld_shared_u32(b + 8 * h * C::kMergeRow + j * 16));
+        o[4 * j + 2 * h] = fmaf(v.x, wp[h], o[4 * j + 2 * h] * ws[h]);
+        o[4 * j + 2 * h + 1] = fmaf(v.y, wp[h], o[4 * j + 2 * h + 1] * ws[h]);
       }
     }
     if (rank == 0 && half == 0 && lane % 4 == 0) {

@@ -422,6 +422,9 @@ struct WgmmaRowsKernel {
       }
       if constexpr (WG == 2) rg.skip_blocks(n);   // past the piece's blocks, both WGs alike
       const bool bad_len = p.seqlens[pc.req] < 0;
+      // metadata planned for the 64-row kernel's cluster merge (another library's): this
+      // kernel never merges, so each half would write the output alone; NaN and flag 4
+      const bool bad_plan = pc.merge > 0;
 
       // column sums: the 8 lanes of a column, then the 4 warps
 #pragma unroll
@@ -494,9 +497,10 @@ struct WgmmaRowsKernel {
         }
         if (wg == 1) continue;   // WG0 writes the piece's output
       }
-      if ((bad || bad_len) && t == 0 && p.error != nullptr)
-        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0));
-      bad |= bad_len;
+      if ((bad || bad_len || bad_plan) && t == 0 && p.error != nullptr)
+        atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0) |
+                              (bad_plan ? kErrorBadPlan : 0));
+      bad |= bad_len || bad_plan;
 
       const float kLn2 = 0.69314718055994531f;
       float inv[kCols];
