@@ -304,14 +304,20 @@ def test_cluster_merge_cases(batch, seqlens, s_q, h_q, dtype, causal, sharp):
 
 
 @pytest.mark.parametrize("scale", [2.0 ** 20, 2.0 ** -40], ids=["large", "tiny"])
-def test_cluster_merge_keeps_the_range_of_v(scale):
-    """The merge sends its quarter in fp16 with a per-row power-of-two scale: V far beyond
-    fp16's range (2^20, bf16 values up to 1e6) and far below it (2^-40) give the output of
-    the unscaled inputs times the scale (q's first 512 columns scaled by 1 / scale, so the
-    scores are bit-identical)."""
-    inp = inputs(32, [1024 - 9 * i for i in range(32)], 1, 128, 64, seed=4)
-    c, md, ns = _cluster_of(inp)
-    _assert_cluster_plan(inp, md, ns, c)
+@pytest.mark.parametrize("path", ["cluster_merge", "fp16_partials"])
+def test_fp16_exchange_keeps_the_range_of_v(path, scale):
+    """The cluster merge sends its quarter, and a split piece writes its partial, in fp16
+    with a per-row power-of-two scale: V far beyond fp16's range (2^20, bf16 values up to
+    1e6) and far below it (2^-40) give the output of the unscaled inputs times the scale
+    (q's first 512 columns scaled by 1 / scale, so the scores are bit-identical)."""
+    if path == "cluster_merge":
+        inp = inputs(32, [1024 - 9 * i for i in range(32)], 1, 128, 64, seed=4)
+        c, md, ns = _cluster_of(inp)
+        _assert_cluster_plan(inp, md, ns, c)
+    else:   # b = 16, s_q = 2, h_q = 64 (a graph row): 4 pieces a request, the combine
+        inp = inputs(16, [2048 - 9 * i for i in range(16)], 2, 64, 64, seed=4)
+        md, ns = api().get_mla_metadata(inp.cache_seqlens, 128, 1, schedule=wgmma())
+        assert int((ns[1:] - ns[:-1]).min()) >= 2, ns.tolist()   # every request split
     base_out, base_lse = check(inp, True, wgmma())
     inp.k_cache[..., :512] *= scale
     inp.q[..., :512] /= scale

@@ -42,6 +42,9 @@ def render(plan: Plan | Schedule) -> SourceSet:
     split = "split"
     if m.mainloop == "wgmma":
         split = "split_wgmma" if m.rows_per_tile == 64 else "split_wgmma_rows"
+    # the 64-row wgmma kernel writes its partials in fp16 with a scale per half-row
+    # (mla_wgmma.cuh store_o), which its combine reads
+    ctx["half_partials"] = split == "split_wgmma"
     if m.mainloop == "wgmma" and schedule.fault not in WGMMA_FAULTS:
         raise ValueError(f"fault {schedule.fault!r} is not planted in the wgmma main loop "
                          f"(it has {', '.join(WGMMA_FAULTS[1:])})")

@@ -233,7 +233,8 @@ class DecodePlan:
         self.error = error_flags(self.device).data_ptr()
 
     def workspace(self, stream: int) -> torch.Tensor:
-        """fp32 partial O then partial lse.  Eager calls reuse one per (device, stream):
+        """Partial O (fp32, or fp16 then its scales in the same floats: the 64-row wgmma
+        kernel, api.cu.j2), then partial lse.  Eager calls reuse one per (device, stream):
         calls on one stream run in order, so the next split cannot overwrite what the
         previous combine still reads.  A CUDA-graph capture gets its own (from the graph's
         pool), since its replays may run beside eager calls."""

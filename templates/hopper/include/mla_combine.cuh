@@ -1,4 +1,5 @@
-// The combine kernel: merges the fp32 partial results of requests that were split.
+// The combine kernel: merges the partial results of requests that were split (fp32, or
+// fp16 with a scale per half-row: kHalf).
 //   out = sum_i w_i o_i,  w_i = exp(lse_i - max) / sum_j exp(lse_j - max),
 //   lse = max + log(sum_j exp(lse_j - max))
 // One warp per query row, up to kCombineRows rows per CTA (grid: request x row groups; fewer
@@ -48,7 +49,21 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-template <typename T, int kCombineUnroll>
+// The four partial values of a lane at one split: fp32 (a float4), or fp16 (a uint2) whose
+// half-row scale the weight carries (kHalf: the 64-row wgmma kernel's partials).
+template <bool kHalf>
+struct PartialVec { using type = float4; };
+template <>
+struct PartialVec<true> { using type = uint2; };
+
+__device__ __forceinline__ float4 partial_values(float4 v) { return v; }
+__device__ __forceinline__ float4 partial_values(uint2 v) {
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <typename T, int kCombineUnroll, bool kHalf>
 __global__ void __launch_bounds__(kCombineThreads, combine_min_blocks<kCombineUnroll>())
 mla_combine_kernel(const __grid_constant__ MlaParams p) {
   static_assert(32 % kCombineUnroll == 0, "a step never crosses a 32-split chunk");
@@ -80,8 +95,13 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
   for (int j = 0; j < kCombineVec; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
   float sum = 0.f;
   if (live) {
+    using Vec = typename PartialVec<kHalf>::type;
     const int64_t step = static_cast<int64_t>(rows_total) * kDV;
-    const float* o0 = p.o_acc + (static_cast<int64_t>(first) * rows_total + gr) * kDV + 4 * lane;
+    const int64_t row0 = static_cast<int64_t>(first) * rows_total + gr;   // the first slot's row
+    // fp16 partials fill the first half of o_acc's floats (mla_common.cuh)
+    const Vec* o0 = reinterpret_cast<const Vec*>(
+        kHalf ? reinterpret_cast<const char*>(p.o_acc) + (row0 * kDV + 4 * lane) * 2
+              : reinterpret_cast<const char*>(p.o_acc + row0 * kDV + 4 * lane));
     for (int c0 = 0; c0 < n; c0 += 32) {
       // lane l holds the weight of split c0 + l (0 past the end)
       const int i = c0 + lane;
@@ -91,26 +111,34 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
       sum += wl;
       const int cn = min(32, n - c0);
       for (int u0 = 0; u0 < cn; u0 += kCombineUnroll) {
-        float w[kCombineUnroll];
-        float4 v[kCombineUnroll][kCombineVec];
+        float2 w[kCombineUnroll];   // the weight of each 256-column half of the row
+        Vec v[kCombineUnroll][kCombineVec];
 #pragma unroll
         for (int u = 0; u < kCombineUnroll; ++u) {
-          w[u] = __shfl_sync(0xffffffffu, wl, u0 + u);
+          const float wu = __shfl_sync(0xffffffffu, wl, u0 + u);
+          const int64_t k = c0 + u0 + u;   // the split
           // an empty split (o = 0, lse = -inf, weight 0) and a step past the end are not read
-          const float* o = o0 + static_cast<int64_t>(c0 + u0 + u) * step;
+          w[u] = make_float2(wu, wu);
+          if (kHalf && wu != 0.f) {
+            const float2 inv =
+                *reinterpret_cast<const float2*>(p.o_scale + (row0 + k * rows_total) * 2);
+            w[u] = make_float2(wu * inv.x, wu * inv.y);
+          }
+          const Vec* o = o0 + k * (step / 4);
 #pragma unroll
           for (int j = 0; j < kCombineVec; ++j)
-            v[u][j] = w[u] != 0.f ? *reinterpret_cast<const float4*>(o + 128 * j)
-                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+            v[u][j] = wu != 0.f ? o[32 * j] : Vec{};
         }
 #pragma unroll
         for (int u = 0; u < kCombineUnroll; ++u)
 #pragma unroll
           for (int j = 0; j < kCombineVec; ++j) {
-            acc[j].x += w[u] * v[u][j].x;
-            acc[j].y += w[u] * v[u][j].y;
-            acc[j].z += w[u] * v[u][j].z;
-            acc[j].w += w[u] * v[u][j].w;
+            const float4 x = partial_values(v[u][j]);
+            const float wj = j < kCombineVec / 2 ? w[u].x : w[u].y;
+            acc[j].x += wj * x.x;
+            acc[j].y += wj * x.y;
+            acc[j].z += wj * x.z;
+            acc[j].w += wj * x.w;
           }
       }
     }
@@ -132,7 +160,7 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
   }
 }
 
-template <typename T>
+template <typename T, bool kHalf>
 cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
   // launched as a programmatic dependent of the split kernel (PDL): its launch overlaps
   // the split's tail instead of following it
@@ -146,10 +174,10 @@ cudaError_t launch_combine_impl(const MlaParams& p, cudaStream_t stream) {
   // 4 or 8 rows a CTA are kept only when the grid has at least `fill` CTAs of them (batch x
   // rows >= 8 x SMs): the 2-split instance then (the 8-split one fits one 8-warp CTA an SM)
   if (rows >= kCombineRows / 2)
-    return launch_dependent(mla_combine_kernel<T, kCombineUnrollMany>, grid, 32 * rows, 0,
-                            stream, 1, p);
-  return launch_dependent(mla_combine_kernel<T, kCombineUnrollFew>, grid, 32 * rows, 0, stream,
-                          1, p);
+    return launch_dependent(mla_combine_kernel<T, kCombineUnrollMany, kHalf>, grid, 32 * rows,
+                            0, stream, 1, p);
+  return launch_dependent(mla_combine_kernel<T, kCombineUnrollFew, kHalf>, grid, 32 * rows, 0,
+                          stream, 1, p);
 }
 
 }  // namespace hopper

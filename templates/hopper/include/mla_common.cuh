@@ -43,7 +43,10 @@ struct MlaParams {
   const int* num_splits;     // [b + 1] prefix sums of splits per request
   void* out;                 // [b, s_q, h_q, 512] contiguous, q's dtype
   float* lse;                // [b, h_q, s_q] contiguous
-  float* o_acc;              // [slots, s_q*h_q, 512] fp32 partial outputs
+  float* o_acc;              // [slots, s_q*h_q, 512] fp32 partial outputs, or fp16 ones
+                             // (the 64-row wgmma kernel) in the first half of those floats
+  float* o_scale;            // [slots, s_q*h_q, 2] after the fp16 partials: 1 / the scale
+                             // of each row's two 256-column halves (kHalfPartials)
   float* lse_acc;            // [slots, s_q*h_q] fp32 partial lse (natural log)
   int64_t q_stride_b, q_stride_s, q_stride_h;   // elements
   int64_t k_stride_block, k_stride_token;       // elements

@@ -75,8 +75,7 @@ struct WgmmaConfig {
   // 256 16-bit or 128 fp32 columns, each padded so that 8 rows start on distinct banks
   static constexpr int kStageBytes = kTileBytes / 8;
   static constexpr int kStageRow16 = 256 * 2 + 16;
-  static constexpr int kStageRow32 = 128 * 4 + 32;
-  static_assert(16 * kStageRow16 <= kStageBytes && 16 * kStageRow32 <= kStageBytes, "stage");
+  static_assert(16 * kStageRow16 <= kStageBytes, "stage");
   // setmaxnreg: the producer warpgroup gives its registers to the consumers, most to WG1
   // (O half, scores, softmax copy, P fragments); ptxas honours it because
   // __launch_bounds__ fixes the entry count at 65536 / 384 = 168
@@ -604,31 +603,22 @@ struct WgmmaKernel {
         o[i + 64] = x;
       }
     }
-    // The sent quarter in fp16: half the bytes of fp32 (the copy runs at the cluster
-    // network's rate, step 32), each (row, warpgroup) scaled by the power of two that puts
-    // its largest magnitude in [2^14, 2^15), so 11 significant bits relative to that row's
-    // largest value, whatever the range of V (NaN and inf pass through).
+    // The sent quarter in fp16 (fp16_scales): half the bytes of fp32; the copy runs at the
+    // cluster network's rate (docs/hopper.md step 32).
     const uint32_t a = mine + r0 * C::kMergeRow + half * 256 + c2 * 2;
+    float sc[2], inv[2];
+    fp16_scales<16, 16>(o, sc, inv, make_float2(1.f, 1.f));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float amax = 0.f;
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-        amax = fmaxf(amax, fmaxf(fabsf(o[64 + 4 * j + 2 * h]), fabsf(o[64 + 4 * j + 2 * h + 1])));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      const int e = (__float_as_int(amax) >> 23) & 0xff;        // amax's biased exponent
-      const int sb = e == 0xff ? 127 : min(268 - e, 253);        // scale 2^(sb - 127)
-      const float sc = __int_as_float(sb << 23);
       const uint32_t row = a + 8 * h * C::kMergeRow;
 #pragma unroll
       for (int j = 0; j < 16; ++j)
-        sm90::st_shared_u32(row + j * 16, sm90::pack2<__half>(o[64 + 4 * j + 2 * h] * sc,
-                                                              o[64 + 4 * j + 2 * h + 1] * sc));
+        sm90::st_shared_u32(row + j * 16, sm90::pack2<__half>(o[64 + 4 * j + 2 * h] * sc[h],
+                                                              o[64 + 4 * j + 2 * h + 1] * sc[h]));
       if (lane % 4 == 0) {
         const uint32_t stats = mine + (r0 + 8 * h) * C::kMergeRow + C::kMergeStats;
         if (half == 0) sm90::st_shared_v2_f32(stats, m[h], l[h]);
-        sm90::st_shared_f32(stats + 8 + 4 * half, __int_as_float((254 - sb) << 23));
+        sm90::st_shared_f32(stats + 8 + 4 * half, inv[h]);
       }
     }
     sm90::fence_proxy_async();   // the staging, for the bulk copy's reads
@@ -695,58 +685,85 @@ struct WgmmaKernel {
   // shared memory: each warp stages its 16 rows in its own 9 KiB of the Q tile (free once
   // the piece's last S is done) and lanes 0-15 copy one row each to global memory with a
   // bulk copy.  (Direct 4-byte stores from the fragments were a quarter of the one-token
-  // kernel's stall samples, lg throttle: 8 half-filled sectors per instruction.)  bf16/fp16
-  // rows go in one round by stmatrix; fp32 partial rows in two rounds of 128 columns.  The
-  // padding of a staged row (16 or 32 bytes) keeps the fragment stores free of bank
-  // conflicts.  Every lane waits until its copies have read the tile before returning: the
-  // next piece's Q load overwrites it.
+  // kernel's stall samples, lg throttle: 8 half-filled sectors per instruction.)  Rows go
+  // in one round by stmatrix: the output in T, a partial in fp16 with a power-of-two scale
+  // per (row, warpgroup) whose inverse goes to o_scale (fp16_scales; half the bytes of fp32
+  // partials for the split to write and the combine to read).  Every lane waits until its
+  // copies have read the tile before returning: the next piece's Q load overwrites it.
   static __device__ __forceinline__ void store_o(const MlaParams& p, const Piece& pc,
                                                  const Smem& sm, float (&o)[128],
                                                  const float (&l)[2], int row0, int warp,
                                                  int lane, int half) {
-    const int rows_total = p.s_q * p.h_q;
-    scale_rows(o, l);
-    const uint32_t buf = sm90::smem_addr(sm.q) + (half * 4 + warp) * C::kStageBytes;
-    const int gr = row0 + warp * 16 + lane;   // the row lane < 16 copies out
-    const bool copy = lane < 16 && gr < rows_total;
-    const int64_t grow = static_cast<int64_t>(pc.slot) * rows_total + gr;
+    const float2 il = inv_rows(l);
+    float mul[2] = {il.x, il.y}, inv[2];   // a partial's: 1 / l times its fp16 scale
+    if (!pc.direct) fp16_scales<0, 32>(o, mul, inv, il);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j + 2 * h] *= mul[h];
+        o[4 * j + 2 * h + 1] *= mul[h];
+      }
     if (pc.direct) {
       store_direct(p, pc, sm, o, row0, warp, lane, half);
     } else {
-      const uint32_t a = buf + (lane >> 2) * C::kStageRow32 + (lane & 3) * 8;
-      // the combine reads these partials right after: kept in L2 over the streamed K
-      const uint64_t policy = sm90::l2_policy_evict_last();
+      const int rows_total = p.s_q * p.h_q;
+      const uint32_t buf = stage16<__half, 32>(sm, o, warp, lane, half);
+      const int gr = row0 + warp * 16 + lane;   // the row lane < 16 copies out
+      const int64_t slot0 = static_cast<int64_t>(pc.slot) * rows_total;
+      if (lane < 16 && gr < rows_total)   // the combine reads it right after: kept in L2
+        sm90::bulk_store_hint(reinterpret_cast<__half*>(p.o_acc) + (slot0 + gr) * kDV +
+                                  half * 256,
+                              buf + lane * C::kStageRow16, 256 * 2, sm90::l2_policy_evict_last());
+      sm90::bulk_commit();
+      if (lane % 4 == 0) {
 #pragma unroll
-      for (int round = 0; round < 2; ++round) {
-        if (round) {   // the first round's copies have read the stage
-          sm90::bulk_wait_read();
-          __syncwarp();
+        for (int h = 0; h < 2; ++h) {
+          const int r = row0 + warp * 16 + lane / 4 + 8 * h;
+          if (r < rows_total) p.o_scale[(slot0 + r) * 2 + half] = inv[h];
         }
-#pragma unroll
-        for (int jj = 0; jj < 16; ++jj) {
-          const int j = 16 * round + jj;
-          sm90::st_shared_v2_f32(a + jj * 32, o[4 * j], o[4 * j + 1]);
-          sm90::st_shared_v2_f32(a + 8 * C::kStageRow32 + jj * 32, o[4 * j + 2], o[4 * j + 3]);
-        }
-        sm90::fence_proxy_async();
-        __syncwarp();
-        if (copy)
-          sm90::bulk_store_hint(p.o_acc + grow * kDV + half * 256 + round * 128,
-                                buf + lane * C::kStageRow32, 128 * 4, policy);
-        sm90::bulk_commit();
       }
     }
     sm90::bulk_wait_read();
   }
 
-  // O / l, a row's l NaN (a bad piece) making the row NaN, 0 making it 0 (no keys).
-  // (NJ: the first NJ of the 32 8-column groups)
-  template <int NJ = 32>
-  static __device__ __forceinline__ void scale_rows(float (&o)[128], const float (&l)[2]) {
+  // For each row h of this thread, the power of two s that puts the row's largest |pre[h] o|
+  // over its quad and the fragments' 8-column groups [J0, J0 + NJ) in [2^14, 2^15): in fp16,
+  // s pre[h] o then keeps 11 significant bits relative to that largest value, whatever V's
+  // range (NaN and inf pass through, with s = 1).  mul[h] = s pre[h], inv[h] = 1 / s.
+  template <int J0, int NJ>
+  static __device__ __forceinline__ void fp16_scales(const float (&o)[128], float (&mul)[2],
+                                                     float (&inv)[2], float2 pre) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float lv = l[h];
-      const float inv = lv != lv ? NAN : (lv > 0.f ? 1.f / lv : 0.f);
+      float amax = 0.f;
+#pragma unroll
+      for (int j = J0; j < J0 + NJ; ++j)
+        amax = fmaxf(amax, fmaxf(fabsf(o[4 * j + 2 * h]), fabsf(o[4 * j + 2 * h + 1])));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      const float ph = h ? pre.y : pre.x;
+      const int e = (__float_as_int(amax * fabsf(ph)) >> 23) & 0xff;   // the biased exponent
+      const int sb = e == 0xff ? 127 : min(268 - e, 253);               // s = 2^(sb - 127)
+      mul[h] = __int_as_float(sb << 23) * ph;
+      inv[h] = __int_as_float((254 - sb) << 23);
+    }
+  }
+
+  // O / l, a row's l NaN (a bad piece) making the row NaN, 0 making it 0 (no keys).
+  // (NJ: the first NJ of the 32 8-column groups)
+  static __device__ __forceinline__ float2 inv_rows(const float (&l)[2]) {
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) inv[h] = l[h] != l[h] ? NAN : (l[h] > 0.f ? 1.f / l[h] : 0.f);
+    return make_float2(inv[0], inv[1]);
+  }
+  template <int NJ = 32>
+  static __device__ __forceinline__ void scale_rows(float (&o)[128], const float (&l)[2]) {
+    const float2 inv2 = inv_rows(l);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float inv = h ? inv2.y : inv2.x;
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
         o[4 * j + 2 * h] *= inv;
@@ -764,24 +781,34 @@ struct WgmmaKernel {
                                                       int row0, int warp, int lane, int half,
                                                       int col = 0) {
     const int rows_total = p.s_q * p.h_q;
-    const uint32_t buf = sm90::smem_addr(sm.q) + (half * 4 + warp) * C::kStageBytes;
+    const uint32_t buf = stage16<T, NJ>(sm, o, warp, lane, half);
     const int gr = row0 + warp * 16 + lane;   // the row lane < 16 copies out
-    // matrices (row half, 8-column block): (0, j), (1, j), (0, j + 1), (1, j + 1)
-    const uint32_t a =
-        buf + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kStageRow16 + (lane >> 4) * 16;
-#pragma unroll
-    for (int j = 0; j < NJ; j += 2)
-      sm90::stmatrix_x4(a + j * 16, sm90::pack2<T>(o[4 * j], o[4 * j + 1]),
-                        sm90::pack2<T>(o[4 * j + 2], o[4 * j + 3]),
-                        sm90::pack2<T>(o[4 * j + 4], o[4 * j + 5]),
-                        sm90::pack2<T>(o[4 * j + 6], o[4 * j + 7]));
-    sm90::fence_proxy_async();
-    __syncwarp();
     if (lane < 16 && gr < rows_total)
       sm90::bulk_store(static_cast<T*>(p.out) + (static_cast<int64_t>(pc.req) * rows_total + gr) *
                                                      kDV + half * 256 + col,
                        buf + lane * C::kStageRow16, NJ * 8 * sizeof(T));
     sm90::bulk_commit();
+  }
+
+  // The fragments' first NJ 8-column groups of this warp's 16 rows, in the 16-bit type TT,
+  // by stmatrix into the warp's part of the Q tile; returns its address (row i at
+  // + i kStageRow16), ready for the bulk copies.
+  template <typename TT, int NJ>
+  static __device__ __forceinline__ uint32_t stage16(const Smem& sm, const float (&o)[128],
+                                                     int warp, int lane, int half) {
+    const uint32_t buf = sm90::smem_addr(sm.q) + (half * 4 + warp) * C::kStageBytes;
+    // matrices (row half, 8-column block): (0, j), (1, j), (0, j + 1), (1, j + 1)
+    const uint32_t a =
+        buf + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kStageRow16 + (lane >> 4) * 16;
+#pragma unroll
+    for (int j = 0; j < NJ; j += 2)
+      sm90::stmatrix_x4(a + j * 16, sm90::pack2<TT>(o[4 * j], o[4 * j + 1]),
+                        sm90::pack2<TT>(o[4 * j + 2], o[4 * j + 3]),
+                        sm90::pack2<TT>(o[4 * j + 4], o[4 * j + 5]),
+                        sm90::pack2<TT>(o[4 * j + 6], o[4 * j + 7]));
+    sm90::fence_proxy_async();
+    __syncwarp();
+    return buf;
   }
 
   // ---------------------------------------------------------------- WG2
