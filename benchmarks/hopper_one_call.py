@@ -1,6 +1,10 @@
 """One workload's decode call, repeated: a target for ncu / nsys (GPU only).
 
     python benchmarks/hopper_one_call.py b s_q s_k h_q [--split-kv N] [--mainloop M] [--calls 5]
+        [--varlen] [--api-defaults]
+
+--varlen: the anchor's varlen lengths (mean s_k); --api-defaults: the API's per-shape default
+(the tuned table, by batch) instead of default_schedule(s_q * h_q).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ def main() -> None:
     ap.add_argument("--split-kv", default="auto")
     ap.add_argument("--mainloop", default="")
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--varlen", action="store_true")
+    ap.add_argument("--api-defaults", action="store_true")
     a = ap.parse_args()
     s = defaults.default_schedule(a.s_q * a.h_q)
     if a.mainloop == "mma_sync":
@@ -27,7 +33,7 @@ def main() -> None:
                                          buffers=3, warps=8))
     if a.split_kv != "auto":
         s = s.replace(split_kv=int(a.split_kv))
-    c = Caller(a.b, a.s_q, a.sk, a.h_q, False, s)
+    c = Caller(a.b, a.s_q, a.sk, a.h_q, a.varlen, None if a.api_defaults else s)
     for _ in range(a.calls):
         c()
     torch.cuda.synchronize()
