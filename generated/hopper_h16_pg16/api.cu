@@ -54,7 +54,10 @@ int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
   p.out = out;
   p.lse = lse;
   p.o_acc = workspace;
-  p.lse_acc = workspace + shape[15];
+  const long long lse_offset = shape[15];
+  p.lse_acc = workspace + lse_offset;
+  // fp16 partials fill half of the fp32 ones' floats: their scales go in the other half
+  p.o_scale = workspace + lse_offset / 2;
   p.error = error;
   p.q_stride_b = shape[0];
   p.q_stride_s = shape[1];

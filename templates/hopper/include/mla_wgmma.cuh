@@ -40,6 +40,7 @@
 #include <cudaTypedefs.h>   // CUtensorMap, PFN_cuTensorMapEncodeTiled (header only)
 
 #include "mla_common.cuh"
+#include "mla_fp16_scale.cuh"
 #include "mla_scheduler.cuh"
 #include "mla_sm90.cuh"
 
@@ -743,8 +744,7 @@ struct WgmmaKernel {
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
       const float ph = h ? pre.y : pre.x;
-      const int e = (__float_as_int(amax * fabsf(ph)) >> 23) & 0xff;   // the biased exponent
-      const int sb = e == 0xff ? 127 : min(268 - e, 253);               // s = 2^(sb - 127)
+      const int sb = fp16_scale_biased((__float_as_int(amax * fabsf(ph)) >> 23) & 0xff);
       mul[h] = __int_as_float(sb << 23) * ph;
       inv[h] = __int_as_float((254 - sb) << 23);
     }
