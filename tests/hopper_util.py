@@ -1,9 +1,13 @@
-"""Helpers of the Hopper tests: a small fp32 torch reference, FlashMLA's tolerances, and the
-random interleaver of the pipeline model tests."""
+"""Helpers of the Hopper tests: a small fp32 torch reference, FlashMLA's tolerances, the
+random interleaver of the pipeline model tests, and a g++ build of host-side header code."""
 
 from __future__ import annotations
 
+import ctypes
 import math
+import shutil
+import subprocess
+from pathlib import Path
 
 import torch
 
@@ -134,3 +138,21 @@ def interleave(actors: list, inflight: list, land, rng, steps: int, deadlock: st
         except StopIteration:
             actors.remove(a)
     raise AssertionError(f"deadlock: {deadlock}")
+
+
+def build_header_harness(directory: Path, source: str) -> ctypes.CDLL:
+    """Compile a C++ harness over templates/hopper/include (the headers' host-side code,
+    MLAGEN_HD) into a shared library with g++ and load it; skips the test without a
+    compiler."""
+    import pytest
+
+    from mlagen.paths import TEMPLATES_DIR
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler")
+    (directory / "h.cpp").write_text(source)
+    subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC",
+                    f"-I{TEMPLATES_DIR / 'hopper' / 'include'}", str(directory / "h.cpp"), "-o",
+                    str(directory / "h.so")], check=True)
+    return ctypes.CDLL(str(directory / "h.so"))

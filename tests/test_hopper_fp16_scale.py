@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import ctypes
 import math
-import shutil
 import struct
-import subprocess
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlagen.paths import TEMPLATES_DIR
+from hopper_util import build_header_harness
 
 HARNESS = r"""
 #include "mla_fp16_scale.cuh"
@@ -28,15 +26,7 @@ extern "C" int scale_biased(int e) { return mlagen::hopper::fp16_scale_biased(e)
 
 @pytest.fixture(scope="module")
 def scale_biased(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("needs a C++ compiler")
-    d = tmp_path_factory.mktemp("scale")
-    (d / "h.cpp").write_text(HARNESS)
-    subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC",
-                    f"-I{TEMPLATES_DIR / 'hopper' / 'include'}", str(d / "h.cpp"), "-o",
-                    str(d / "h.so")], check=True)
-    lib = ctypes.CDLL(str(d / "h.so"))
+    lib = build_header_harness(tmp_path_factory.mktemp("scale"), HARNESS)
     lib.scale_biased.restype = ctypes.c_int
     return lib.scale_biased
 

@@ -6,8 +6,6 @@ input checks of the API that run without a GPU."""
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 
 import pytest
 import torch
@@ -16,8 +14,9 @@ from hypothesis import strategies as st
 
 from mlagen.backends.hopper import scheduler
 from mlagen.errors import InputError, ScheduleError
-from mlagen.paths import TEMPLATES_DIR
 from mlagen.schedule.records import Schedule
+
+from hopper_util import build_header_harness
 
 HARNESS = r"""
 #include "mla_scheduler.cuh"
@@ -41,15 +40,7 @@ extern "C" int cluster(int batch, int parts, int max_c) {
 
 @pytest.fixture(scope="module")
 def cpp_plan(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("needs a C++ compiler")
-    d = tmp_path_factory.mktemp("sched")
-    (d / "h.cpp").write_text(HARNESS)
-    subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC",
-                    f"-I{TEMPLATES_DIR / 'hopper' / 'include'}", str(d / "h.cpp"), "-o",
-                    str(d / "h.so")], check=True)
-    lib = ctypes.CDLL(str(d / "h.so"))
+    lib = build_header_harness(tmp_path_factory.mktemp("sched"), HARNESS)
 
     def plan(seqlens, parts, fixed_splits=0, cost=scheduler.FIXED_COST, cluster=1):
         b = len(seqlens)
