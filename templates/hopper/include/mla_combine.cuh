@@ -58,8 +58,7 @@ struct PartialVec<true> { using type = uint2; };
 
 __device__ __forceinline__ float4 partial_values(float4 v) { return v; }
 __device__ __forceinline__ float4 partial_values(uint2 v) {
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
-  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+  const float2 a = unpack_half2(v.x), b = unpack_half2(v.y);
   return make_float4(a.x, a.y, b.x, b.y);
 }
 

@@ -33,6 +33,12 @@ constexpr int kFaultSkipPartialPage = 3;  // the last, partial page of a sequenc
 constexpr int kFaultBadSplitMerge = 4;    // partials merged without their lse weights
 constexpr int kFaultEarlyBufferSwap = 5;  // a K stage read one cp.async group too early
 
+// The two fp16 halves of a 32-bit word as floats, the low half first (the 64-row kernel's
+// fp16 partials and cluster-merge exchange).
+__device__ __forceinline__ float2 unpack_half2(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
 // Everything the split and combine kernels read; filled by the C entry point.
 struct MlaParams {
   const void* q;             // [b, s_q, h_q, 576], last dim contiguous

@@ -454,11 +454,6 @@ __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// The two halves of a 32-bit register as floats (low half first).
-__device__ __forceinline__ float2 unpack_half2(uint32_t v) {
-  return __half22float2(*reinterpret_cast<__half2*>(&v));
-}
-
 }  // namespace sm90
 }  // namespace hopper
 }  // namespace mlagen

@@ -72,8 +72,9 @@ struct WgmmaConfig {
   // arrivals that free a slice: one per warp of each warpgroup reading it
   static __host__ __device__ constexpr int slice_readers(int j) { return j >= 4 && j < 8 ? 8 : 4; }
   static constexpr int kSmem = kBarOff + kBars * 8 + 1024;   // + alignment slack
-  // the epilogue's staging (store_o): 9 KiB of the Q tile per consumer warp, 16 rows of
-  // 256 16-bit or 128 fp32 columns, each padded so that 8 rows start on distinct banks
+  // the epilogue's staging (store_o): 9 KiB of the Q tile per consumer warp, 16 rows of 256
+  // 16-bit columns (the output, or an fp16 partial), padded so that 8 rows start on
+  // distinct banks
   static constexpr int kStageBytes = kTileBytes / 8;
   static constexpr int kStageRow16 = 256 * 2 + 16;
   static_assert(16 * kStageRow16 <= kStageBytes, "stage");
@@ -657,7 +658,8 @@ struct WgmmaKernel {
     for (int j = 0; j < 16; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float2 v = sm90::unpack_half2(sm90::ld_shared_u32(b + 8 * h * C::kMergeRow + j * 16));
+        const float2 v =
+            unpack_half2(sm90::ld_shared_u32(b + 8 * h * C::kMergeRow + j * 16));
         o[4 * j + 2 * h] = fmaf(v.x, wp[h], o[4 * j + 2 * h] * ws[h]);
         o[4 * j + 2 * h + 1] = fmaf(v.y, wp[h], o[4 * j + 2 * h + 1] * ws[h]);
       }
