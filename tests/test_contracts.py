@@ -108,6 +108,27 @@ def test_scheme_numbers_and_faults_match_the_headers(probe):
 
 
 # ---------------------------------------------------------------- Hopper ---------------
+def test_hopper_combine_reads_the_partials_its_split_kernel_writes():
+    """The 64-row wgmma kernel (mla_wgmma.cuh) writes fp16 partials with row scales, the
+    other split kernels fp32 ones: each library's combine is built for its own split
+    kernel's format (half_partials), or it would read garbage."""
+    from mlagen.backends.hopper import render
+    from mlagen.examples import example_schedules
+    from mlagen.schedule import load
+
+    seen = set()
+    for path in example_schedules():
+        sched = load(path)
+        if sched.target.kind != "hopper":
+            continue
+        files = render(sched).files
+        half = '#include "mla_wgmma.cuh"' in files["split.cu"]
+        assert ("launch_combine_impl<" in files["combine.cu"]
+                and (", true>(p, stream)" in files["combine.cu"]) == half), sched.name
+        seen.add(half)
+    assert seen == {True, False}     # the examples cover both formats
+
+
 def test_hopper_shape_array_is_read_at_the_declared_indices():
     """api.cu.j2 reads every shape[] entry at the index abi.py declares, each exactly once,
     and the host fills the array by the same names."""
