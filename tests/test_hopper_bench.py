@@ -165,14 +165,10 @@ def test_flashmla_call_refuses_other_pages_before_the_gpu():
         FlashMLACall(None, SimpleNamespace(q=q, k=k, bt=bt, seqlens=seqlens))
 
 
-def test_graph_time_is_the_median_replay_over_its_calls(monkeypatch):
-    """time_graph on a stand-in torch.cuda (no GPU): three eager warm-up calls, GRAPH_CALLS
-    calls captured into one graph on a side stream, three warm replays, then `replays`
-    timed ones; each timed replay's ms over GRAPH_CALLS, their median."""
+def stand_in_cuda(monkeypatch, log, elapsed):
+    """torch.cuda's graph capture, streams and events as stand-ins (no GPU): a capture and
+    a replay write to `log`, the events' elapsed times come from the iterator `elapsed`."""
     from contextlib import contextmanager
-
-    log = []
-    elapsed = iter([4.0, 2.0, 6.0, 40.0, 8.0])     # ms of the five timed replays
 
     class Graph:
         def replay(self):
@@ -209,7 +205,66 @@ def test_graph_time_is_the_median_replay_over_its_calls(monkeypatch):
                             CUDAGraph=Graph, graph=capturing, synchronize=lambda: None,
                             Event=Event).items():
         monkeypatch.setattr(torch.cuda, name, value)
+
+
+def test_graph_time_is_the_median_replay_over_its_calls(monkeypatch):
+    """time_graph on a stand-in torch.cuda (no GPU): three eager warm-up calls, GRAPH_CALLS
+    calls captured into one graph on a side stream, three warm replays, then `replays`
+    timed ones; each timed replay's ms over GRAPH_CALLS, their median."""
+    log = []
+    stand_in_cuda(monkeypatch, log, iter([4.0, 2.0, 6.0, 40.0, 8.0]))   # ms of 5 replays
     ms = bench.time_graph(lambda: log.append("call"), replays=5)
     n = bench.GRAPH_CALLS
     assert log == ["call"] * 3 + ["capture"] + ["call"] * n + ["captured"] + ["replay"] * 8
     assert ms == pytest.approx(6.0 / n)        # the median of 4, 2, 6, 40, 8 over n calls
+
+
+def test_serving_step_is_its_graph_less_the_gemms_on_distinct_layers(monkeypatch):
+    """time_step (stand-in torch.cuda, CPU tensors): one graph of the GEMMs alone, one of
+    GEMM + decode per layer (and FlashMLA's, given its library); the decode's us per layer is
+    the difference.  Each captured layer has its own q and K cache (copies of the Caller's,
+    at other addresses, the same values) and its own weight, and its GEMM comes first."""
+    from types import SimpleNamespace
+
+    from mlagen.backends.hopper import flashmla_live
+
+    n = bench.GRAPH_CALLS
+    log, used = [], []
+    # per graph: 10 timed replays (ms per replay); GEMMs alone 2 ms, ours 5, FlashMLA's 9
+    stand_in_cuda(monkeypatch, log, iter([2.0] * 10 + [5.0] * 10 + [9.0] * 10))
+    monkeypatch.setattr(bench, "STEP_WEIGHT", (64, 8))
+    mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda x, w: (log.append(("mm", w.data_ptr())), mm(x, w)))
+    q, k, bt, seqlens, _ = bench.workload(2, 1, 100, 16, False, device="cpu")
+
+    def decode(q_, k_, *a, **kw):
+        used.append((q_, k_))
+        log.append("decode")
+
+    class FM:
+        def __init__(self, lib, c):
+            self.c = c
+
+        def __call__(self):
+            used.append((self.c.q, self.c.k))
+            log.append("fm")
+
+    monkeypatch.setattr(flashmla_live, "FlashMLACall", FM)
+    c = SimpleNamespace(q=q, k=k, bt=bt, seqlens=seqlens, md=None, ns=None, schedule=None,
+                        api=SimpleNamespace(flash_mla_with_kvcache=decode))
+    ours, theirs = bench.time_step(c, live=object())
+    assert ours == pytest.approx((5.0 - 2.0) / n * 1e3)
+    assert theirs == pytest.approx((9.0 - 2.0) / n * 1e3)
+    # ours and FlashMLA's each saw 3 warm-up calls and n captured ones, cycling the layers
+    assert len(used) == 2 * (3 + n)
+    for run in (used[:3 + n], used[3 + n:]):
+        captured = run[3:]
+        assert {id(x) for x, _ in captured} == {id(x) for x, _ in captured[:n]}
+        assert len({x.data_ptr() for x, _ in captured}) == n
+        assert len({y.data_ptr() for _, y in captured}) == n
+        assert all(torch.equal(x, q) and torch.equal(y, k) for x, y in captured)
+    weights = [e[1] for e in log if isinstance(e, tuple)]
+    assert len(set(weights)) == n                       # a weight per layer
+    for kind in ("decode", "fm"):                       # each decode right after its GEMM
+        at = [i for i, e in enumerate(log) if e == kind]
+        assert at and all(isinstance(log[i - 1], tuple) for i in at)

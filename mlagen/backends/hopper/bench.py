@@ -124,6 +124,10 @@ class Row:
     flashmla_now_graph_us: Optional[float] = None
     ratio_now: Optional[float] = None        # flashmla_now_ms / eager_ms
     ratio_now_graph: Optional[float] = None  # flashmla_now_graph_us / graph us
+    # the serving step (graph rows): us per layer the decode adds (time_step)
+    step_us: Optional[float] = None
+    flashmla_now_step_us: Optional[float] = None
+    ratio_now_step: Optional[float] = None   # flashmla_now_step_us / step_us
     error: str = ""
 
     def label(self) -> str:
@@ -254,6 +258,74 @@ def time_graph(c: Caller, replays: int = 10) -> float:
     return statistics.median(times)
 
 
+# The serving step (graph rows): a decode step's layers each read their own q and K cache,
+# and other kernels run between their attention calls.  GRAPH_CALLS layers in one graph,
+# each a GEMM on its own bf16 weight of STEP_WEIGHT (DeepSeek-V3's hidden size by 4096
+# columns, 56 MiB: the L2 keeps no layer's K for the next) and then the layer's decode; the
+# decode's share of a layer is the graph's time less that of the GEMMs alone.  The anchor's
+# graph method replays one q and K with nothing between (docs/hopper.md step 33).
+STEP_WEIGHT = (7168, 4096)
+
+
+class Step:
+    """GRAPH_CALLS layers of one Caller's workload: copies of q and K, and a weight each."""
+
+    def __init__(self, c: Caller):
+        import torch
+
+        self.c = c
+        self.qs = [c.q] + [c.q.clone() for _ in range(GRAPH_CALLS - 1)]
+        self.ks = [c.k] + [c.k.clone() for _ in range(GRAPH_CALLS - 1)]
+        self.ws = [torch.randn(*STEP_WEIGHT, dtype=c.q.dtype, device=c.q.device)
+                   for _ in range(GRAPH_CALLS)]
+        self.x = torch.randn(max(c.q.shape[0] * c.q.shape[1], 16), STEP_WEIGHT[0],
+                             dtype=c.q.dtype, device=c.q.device)
+
+    def calls(self, decode=None, gemm: bool = True):
+        """The call capture_graph records GRAPH_CALLS times: the next layer's GEMM, then
+        decode(layer) (None: the GEMMs alone; gemm=False: the decodes alone)."""
+        import torch
+
+        n = [0]
+
+        def call():
+            layer = n[0] % GRAPH_CALLS
+            n[0] += 1
+            if gemm:
+                torch.mm(self.x, self.ws[layer])
+            if decode is not None:
+                decode(layer)
+        return call
+
+    def flashmla(self, live):
+        """FlashMLA's decode of a layer (its library `live`), as ours takes them."""
+        from types import SimpleNamespace
+
+        from .flashmla_live import FlashMLACall
+
+        c = self.c
+        fms = [FlashMLACall(live, SimpleNamespace(q=q, k=k, bt=c.bt, seqlens=c.seqlens))
+               for q, k in zip(self.qs, self.ks)]
+        return lambda layer: fms[layer]()
+
+    def ours(self, layer: int):
+        c = self.c
+        return c.api.flash_mla_with_kvcache(self.qs[layer], self.ks[layer], c.bt, c.seqlens, DV,
+                                            c.md, c.ns, causal=True, schedule=c.schedule)
+
+
+def time_step(c: Caller, live=None) -> tuple[float, Optional[float]]:
+    """us per layer that the decode adds to a serving step (Step): ours, and FlashMLA's on
+    the same layers when `live` (its library) is given."""
+    step = Step(c)
+    gemms = time_graph(step.calls())
+    ours = time_graph(step.calls(step.ours)) - gemms
+    theirs = None
+    if live is not None:
+        theirs = (time_graph(step.calls(step.flashmla(live))) - gemms) * 1e3
+    return ours * 1e3, theirs
+
+
 def time_kernels(c: Caller, calls: int = 10) -> float:
     """ms per call that the GPU is busy with kernels (torch profiler): the union of the
     kernels' intervals, so that the combine, launched early by programmatic dependent launch
@@ -362,8 +434,9 @@ def measure_now(row: Row, c: Caller, live, modes) -> None:
         row.flashmla_now_check = f"{type(e).__name__}: {e}"
 
 
-def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels"),
+def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "step"),
                 live=None) -> Row:
+    """modes: eager, graph, kernels; step (graph rows only: time_step)."""
     import torch
 
     try:
@@ -391,7 +464,12 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels"),
             except Exception as e:         # the profiler is optional to the record
                 row.error = f"profiler: {type(e).__name__}: {e}"
         if live is not None:
-            measure_now(row, c, live, [m for m in modes if m != "kernels"])
+            measure_now(row, c, live, [m for m in modes if m not in ("kernels", "step")])
+        if "step" in modes and row.kind == "graph":
+            row.step_us, row.flashmla_now_step_us = time_step(
+                c, live if row.flashmla_now_check == "ok" else None)
+            if row.flashmla_now_step_us:
+                row.ratio_now_step = row.flashmla_now_step_us / row.step_us
     except Exception as e:
         row.error = f"{type(e).__name__}: {e}"
     finally:
@@ -479,10 +557,15 @@ def markdown(rep: Report) -> str:
                      f"{_f(r.kernel_ms, '.4f')} | {_f(r.tflops, '.1f')} | {_f(r.gbps, '.0f')} | "
                      f"{r.anchor_ms:.4f} ({r.anchor_by}) | {_f(r.ratio, '.3f')} | "
                      f"{_f(r.ratio_flashmla, '.3f')} |" + (_now_cells(r, "ms") if now else ""))
-    extra = " FlashMLA now us | ratio now |" if now else ""
+    extra = (" FlashMLA now us | ratio now | FlashMLA now step us | step ratio now |"
+             if now else "")
     lines += ["", "CUDA-graph rows (20 calls per graph, us per call) against FlashMLA's graph "
-              "figure:", "", "| b | s_q | sk | h_q | varlen | check | graph us | FlashMLA us | "
-              "ratio | eager us | kernels us |" + extra, "|" + "---|" * (13 if now else 11)]
+              "figure; step = us per layer that the decode adds to a serving step (a graph of "
+              "20 layers, each a GEMM on its own 56 MiB weight, then the decode on its own q "
+              "and K cache; less the GEMMs alone):", "",
+              "| b | s_q | sk | h_q | varlen | check | graph us | FlashMLA us | "
+              "ratio | eager us | kernels us | step us |" + extra,
+              "|" + "---|" * (16 if now else 12)]
     for r in rep.rows:
         if r.kind != "graph":
             continue
@@ -490,8 +573,9 @@ def markdown(rep: Report) -> str:
                      f"{r.check or r.error} | {_f(r.graph_ms and r.graph_ms * 1e3, '.1f')} | "
                      f"{r.flashmla_graph_us} | {_f(r.ratio_graph, '.2f')} | "
                      f"{_f(r.eager_ms and r.eager_ms * 1e3, '.1f')} | "
-                     f"{_f(r.kernel_ms and r.kernel_ms * 1e3, '.1f')} |"
-                     + (_now_cells(r, "us") if now else ""))
+                     f"{_f(r.kernel_ms and r.kernel_ms * 1e3, '.1f')} | {_f(r.step_us, '.1f')} |"
+                     + (_now_cells(r, "us") + f" {_f(r.flashmla_now_step_us, '.1f')} | "
+                        f"{_f(r.ratio_now_step, '.2f')} |" if now else ""))
     variants = sorted({r.variant for r in rep.rows if r.variant})
     lines += ["", "Variants the defaults picked: " + ", ".join(f"`{v}`" for v in variants), ""]
     return "\n".join(lines)
@@ -551,7 +635,8 @@ def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = N
             rep.rows.append(measure_row(r, schedule, live=live))
             print(f"{r.label()}: {r.check or r.error} eager {_f(r.eager_ms, '.4f')} graph "
                   f"{_f(r.graph_ms, '.4f')} kernels {_f(r.kernel_ms, '.4f')} ratio "
-                  f"{_f(r.ratio, '.3f')} graph ratio {_f(r.ratio_graph, '.2f')}", flush=True)
+                  f"{_f(r.ratio, '.3f')} graph ratio {_f(r.ratio_graph, '.2f')} step "
+                  f"{_f(r.step_us, '.1f')} us", flush=True)
     summarize(rep)
     rep.elapsed_s = time.perf_counter() - t0
     if out_prefix is not None:
