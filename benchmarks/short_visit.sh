@@ -17,7 +17,7 @@ echo "1 build rc=$? $(el) $(tail -1 $W/build.log)" | tee -a $W/steps.txt; pack
 timeout 80 python3 -m pytest -q -p no:cacheprovider tests/test_hopper_gpu.py \
   -k "planted_split_merge or (test_cases and wgmma)" > $W/pytest_gpu.log 2>&1
 echo "2 gpu tests rc=$? $(el) $(tail -1 $W/pytest_gpu.log)" | tee -a $W/steps.txt; pack
-t=$(left); [[ $t -gt 130 ]] && t=130
+t=$(left); [[ $t -gt 180 ]] && t=180
 timeout $t python3 -m mlagen.cli bench --target hopper --no-progress ${FM_LIB:+--flashmla "$(readlink -f "$FM_LIB")"} --output $W/hopper_bench > $W/bench.log 2>&1
 echo "3 bench rc=$? $(el) (limit $t)" | tee -a $W/steps.txt; grep -iE "geomean|host" $W/hopper_bench.md | head -3; pack
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
