@@ -27,21 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mlagen.backends.hopper import bench  # noqa: E402
 
 
-def b2b_us(fn, calls: int = 50) -> float:
-    import torch
-
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0.record()
-    for _ in range(calls):
-        fn()
-    t1.record()
-    t1.synchronize()
-    return t0.elapsed_time(t1) / calls * 1e3
-
-
 def timed(c, call, step, modes, pre, r):
     """Modes of one side (ours: pre "", FlashMLA's: "fm_") into the row dict r; `call` is
     the side's single call, step.calls takes its per-layer decode."""
@@ -56,7 +41,7 @@ def timed(c, call, step, modes, pre, r):
     if "flush" in modes:
         r[pre + "flush"] = bench.time_eager(call) * 1e3
     if "b2b" in modes:
-        r[pre + "b2b"] = b2b_us(call)
+        r[pre + "b2b"] = bench.time_back_to_back(call)
 
 
 def main() -> int:

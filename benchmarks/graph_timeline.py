@@ -37,21 +37,6 @@ def replay_events(fn, calls: int):
     return sorted(ev)
 
 
-def back_to_back(fn, calls: int) -> float:
-    """us per call of `calls` eager calls in a row, no cache flush between them."""
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0.record()
-    for _ in range(calls):
-        fn()
-    t1.record()
-    t1.synchronize()
-    return t0.elapsed_time(t1) / calls * 1e3
-
-
 def summary(ev, calls: int) -> str:
     per = len(ev) // calls
     if per * calls != len(ev) or per == 0:
@@ -93,14 +78,14 @@ def main() -> int:
         b, s_q, sk, h_q = (int(x) for x in f[:4])
         c = bench.Caller(b, s_q, sk, h_q, len(f) > 4)
         print(f"row {row}: ours {bench.check_output(c)[0]}, eager {bench.time_eager(c) * 1e3:.1f} us, "
-              f"eager back to back {back_to_back(c, a.calls):.1f} us, "
+              f"eager back to back {bench.time_back_to_back(c, a.calls):.1f} us, "
               f"graph {bench.time_graph(c) * 1e3:.1f} us")
         print(summary(replay_events(c, a.calls), a.calls))
         if live is not None:
             fm = FlashMLACall(live, c)
             print(f"row {row}: FlashMLA {bench.check_output(fm)[0]}, eager "
                   f"{bench.time_eager(fm) * 1e3:.1f} us, eager back to back "
-                  f"{back_to_back(fm, a.calls):.1f} us, graph {bench.time_graph(fm) * 1e3:.1f} us")
+                  f"{bench.time_back_to_back(fm, a.calls):.1f} us, graph {bench.time_graph(fm) * 1e3:.1f} us")
             print(summary(replay_events(fm, a.calls), a.calls))
         sys.stdout.flush()
     return 0

@@ -268,3 +268,12 @@ def test_serving_step_is_its_graph_less_the_gemms_on_distinct_layers(monkeypatch
     for kind in ("decode", "fm"):                       # each decode right after its GEMM
         at = [i for i, e in enumerate(log) if e == kind]
         assert at and all(isinstance(log[i - 1], tuple) for i in at)
+
+
+def test_back_to_back_time_is_one_span_over_its_calls(monkeypatch):
+    """time_back_to_back (stand-in torch.cuda): one warm-up call, then `calls` calls between
+    two events, their elapsed ms over the calls in us."""
+    log = []
+    stand_in_cuda(monkeypatch, log, iter([10.0]))
+    us = bench.time_back_to_back(lambda: log.append("call"), calls=50)
+    assert log == ["call"] * 51 and us == pytest.approx(200.0)

@@ -258,6 +258,22 @@ def time_graph(c: Caller, replays: int = 10) -> float:
     return statistics.median(times)
 
 
+def time_back_to_back(fn, calls: int = 50) -> float:
+    """us per call of `calls` eager calls in a row (after one warm-up), no cache flush
+    between them: do_bench's figure without its L2 flush."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0.record()
+    for _ in range(calls):
+        fn()
+    t1.record()
+    t1.synchronize()
+    return t0.elapsed_time(t1) / calls * 1e3
+
+
 # The serving step (graph rows): a decode step's layers each read their own q and K cache,
 # and other kernels run between their attention calls.  GRAPH_CALLS layers in one graph,
 # each a GEMM on its own bf16 weight of STEP_WEIGHT (DeepSeek-V3's hidden size by 4096
