@@ -5,6 +5,12 @@
 # submodule pin: with CUTLASS of 2026-08 the split kernel spills 4.9 M requests and runs 1.4x
 # slower)> OUT=<dir> build.sh
 # ~3 minutes and ~3 GB of memory for splitkv_mla.cu (FlashMLA's own figure: 182 s).
+# The sources from git mirrors of the two repositories (session 21, on the CPU machine, nvcc
+# 13.0: 2 min 18 s; the library then travels to the GPU machine in .dev/fmlib):
+#   mkdir -p /tmp/fmsrc/csrc/cutlass
+#   git --git-dir=<FlashMLA mirror> archive 9edee0c | tar xf - -C /tmp/fmsrc
+#   git --git-dir=<CUTLASS mirror> archive e94e888 include | tar xf - -C /tmp/fmsrc/csrc/cutlass
+#   SRC=/tmp/fmsrc OUT=.dev/fmlib bash benchmarks/flashmla/build.sh
 set -euo pipefail
 : "${SRC:?FlashMLA source tree}" "${OUT:?output directory}"
 here=$(cd "$(dirname "$0")" && pwd)
