@@ -186,9 +186,12 @@ class Caller:
                                         page_size=page)
 
     def __call__(self):
-        return self.api.flash_mla_with_kvcache(self.q, self.k, self.bt, self.seqlens, DV,
-                                               self.md, self.ns, causal=True,
-                                               schedule=self.schedule)
+        return self.decode(self.q, self.k)
+
+    def decode(self, q, k_cache):
+        """The call on another q and K cache of the same shapes (bench.Step's layers)."""
+        return self.api.flash_mla_with_kvcache(q, k_cache, self.bt, self.seqlens, DV, self.md,
+                                               self.ns, causal=True, schedule=self.schedule)
 
 
 def check_output(c: Caller) -> tuple[str, float, float]:
@@ -325,9 +328,7 @@ class Step:
         return lambda layer: fms[layer]()
 
     def ours(self, layer: int):
-        c = self.c
-        return c.api.flash_mla_with_kvcache(self.qs[layer], self.ks[layer], c.bt, c.seqlens, DV,
-                                            c.md, c.ns, causal=True, schedule=c.schedule)
+        return self.c.decode(self.qs[layer], self.ks[layer])
 
 
 def time_step(c: Caller, live=None) -> tuple[float, Optional[float]]:
