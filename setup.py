@@ -22,5 +22,6 @@ setup(
     packages=find_packages(include=["mlagen", "mlagen.*"]) + data,
     package_dir={f"mlagen._data.{top}": top for top in DATA},
     package_data={**{p: ["*"] for p in data},
-                  "mlagen.backends.hopper": ["tuned.json"]},   # the shipped tuned defaults
+                  # the shipped tuned defaults; the C++ call path's source (fastcall.py)
+                  "mlagen.backends.hopper": ["tuned.json", "fastcall.cpp"]},
 )

@@ -1,6 +1,7 @@
 """Where the host time of one eager decode call goes (b=1, s_k=1024, h_q=16): the whole call
-in loops of 30 and 300 (a queue that fills shows as a larger per-call time at 300), and
-each step of the cached path timed alone.
+in loops of 30 and 300 (a queue that fills shows as a larger per-call time at 300), the
+same call on the Python path (the C++ one, fastcall.cpp, skipped), and each step of both
+paths timed alone.
 
     python benchmarks/hopper_host_breakdown.py
 """
@@ -44,8 +45,19 @@ def main():
     lib = plan.lib.lib
     ptrs = (c.q.data_ptr(), c.k.data_ptr(), c.bt.data_ptr(), c.seqlens.data_ptr(),
             c.md.data_ptr(), c.ns.data_ptr(), out.data_ptr(), lse.data_ptr(), ws.data_ptr())
+    last = api._LAST
+
+    def python_path():
+        last[0] = None          # the next call looks its plan up and launches from Python
+        c()
+
+    fast = plan.fast
+    args6 = (c.q, c.k, c.bt, c.seqlens, c.md, c.ns)
     steps = {
         "call x300": lambda: c(),
+        "call x300, Python path": python_path,
+        "C++ path: plan.run_fast": lambda: plan.run_fast(*args6),
+        "C++ path: the extension's run alone": lambda: fast.run(*args6, stream, ws),
         "signature": lambda: api._signature(*a),
         "signature+lookup": lambda: api._DECODE_PLANS.get(api._signature(*a)),
         "2 x q.new_empty": lambda: (c.q.new_empty(plan.out_shape),
@@ -59,10 +71,11 @@ def main():
         "plan.run": lambda: plan.run(c.q, c.k, c.bt, c.seqlens, c.md, c.ns),
         "metadata": lambda: api.get_mla_metadata(c.seqlens, 16, 1),
     }
+    print(f"C++ call path: {'on' if fast is not None else 'OFF'}")
     print(f"call x30: {per_call(c, 30):.2f} us")
     for name, fn in steps.items():
-        n = 300 if name == "call x300" else 2000
-        if "launch" in name or "run" in name or "metadata" in name:
+        n = 2000
+        if "x300" in name or "launch" in name or "run" in name or "metadata" in name:
             n = 300
         print(f"{name}: {per_call(fn, n):.2f} us", flush=True)
     print(f"call with a sync after each: {per_call(c, 100, True):.2f} us")

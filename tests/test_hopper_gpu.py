@@ -303,6 +303,96 @@ def test_repeated_calls_reuse_the_plan_and_still_reject_wrong_tensors():
                                  inp.cache_seqlens, 512, md, ns)
 
 
+@pytest.fixture
+def python_path_fails(monkeypatch):
+    """Once called, the Python call path of a cached plan raises: what follows must go
+    through the C++ one (fastcall.cpp)."""
+    from mlagen.backends.hopper import ops
+
+    def forbid():
+        def python_path(*args, **kw):
+            raise AssertionError("the Python call path ran")
+        monkeypatch.setattr(ops.DecodePlan, "run", python_path)
+    return forbid
+
+
+@pytest.mark.parametrize("batch,seqlens,s_q,h_q,page,dtype,causal", CASES)
+def test_cases_through_the_cpp_call_path(batch, seqlens, s_q, h_q, page, dtype, causal,
+                                         python_path_fails):
+    """Each case's second call (other data, same signature) goes through the C++ path and
+    matches the reference."""
+    a = api()
+    check(inputs(batch, seqlens, s_q, h_q, page, dtype), causal)      # makes the plan
+    assert a._LAST[0] is not None and a._LAST[0].fast is not None
+    python_path_fails()
+    check(inputs(batch, seqlens, s_q, h_q, page, dtype, seed=7), causal)
+
+
+@pytest.mark.parametrize("fault", ["page_high", "len_negative"])
+def test_the_cpp_call_path_flags_bad_input_on_the_device(fault, python_path_fails):
+    a = api()
+    check(inputs(2, [100, 5000], 1, 128, 64))
+    a.check_device_errors()
+    python_path_fails()
+    inp = inputs(2, [100, 5000], 1, 128, 64, seed=3)
+    if fault == "page_high":
+        inp.block_table[1, 3] = 1 << 30
+    else:
+        inp.cache_seqlens[1] = -5
+    out, lse = run(inp)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1]).all() and torch.isfinite(out[0]).all()
+    with pytest.raises(InputError):
+        a.check_device_errors()
+
+
+def test_calls_the_cpp_path_does_not_take_fall_back_to_python():
+    """Another signature after a C++ call, a misaligned q, another softmax scale, strict
+    mode and out=: each takes the Python path and is still right; then the C++ path again."""
+    from mlagen.backends.hopper import ops
+
+    a = api()
+    inp = inputs(3, [100, 2000, 65], 1, 16, 64)
+    check(inp)
+    check(inp)                                           # the C++ path
+    check(inputs(2, [700, 1], 1, 16, 64))                # another batch
+    q = inp.q
+    base = torch.empty(q.numel() + 8, dtype=q.dtype, device=q.device)
+    inp.q = base[1:1 + q.numel()].view(q.shape).copy_(q)  # same strides, 2 bytes off
+    assert inp.q.data_ptr() % 16
+    check(inp)
+    inp.q = q
+    inp.softmax_scale = inp.softmax_scale * 0.5
+    check(inp)
+    a.set_strict(True)
+    try:
+        check(inp)
+    finally:
+        a.set_strict(False)
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, 16, 1)
+    out = torch.empty(3, 1, 16, 512, dtype=q.dtype, device=q.device)
+    lse = torch.empty(3, 16, 1, dtype=torch.float32, device=q.device)
+    a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens, 512,
+                             md, ns, softmax_scale=inp.softmax_scale, causal=True,
+                             out=(out, lse))
+    torch.cuda.synchronize()
+    check_against_reference(out, lse, inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
+                            inp.softmax_scale, True)
+    calls = []
+    real = ops.DecodePlan.run_fast
+
+    def counted(self, *args):
+        r = real(self, *args)
+        calls.append(r is not None)
+        return r
+    ops.DecodePlan.run_fast = counted
+    try:
+        check(inp)
+    finally:
+        ops.DecodePlan.run_fast = real
+    assert calls and calls[-1]
+
+
 def test_the_plan_carries_the_device_sm_count():
     """The combine sizes its grid by the device's SMs (twice them: the CTAs that fill it), read
     once per device on the host and passed in shape[]; b = 1 at h_q = 16 gives it a single

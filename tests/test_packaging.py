@@ -41,8 +41,9 @@ def test_wheel_ships_every_data_file(wheel):
     assert not missing, missing
 
 
-def test_wheel_ships_the_tuned_defaults(wheel):
+def test_wheel_ships_the_tuned_defaults_and_the_cpp_call_path(wheel):
     assert "mlagen/backends/hopper/tuned.json" in wheel.namelist()
+    assert "mlagen/backends/hopper/fastcall.cpp" in wheel.namelist()
 
 
 def test_wheel_metadata_has_the_spdx_license(wheel):

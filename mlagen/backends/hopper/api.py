@@ -43,6 +43,7 @@ ops.STRICT = os.environ.get("MLAGEN_HOPPER_STRICT", "0") not in ("", "0")
 _DECODE_PLANS: dict = {}
 _METADATA_PLANS: dict = {}
 _PLAN_LIMIT = 4096         # plans kept per kind (a serving engine sees a handful of shapes)
+_LAST: list = [None]       # the plan of the last cached call that has the C++ call path
 
 
 def set_strict(on: bool = True) -> None:
@@ -288,6 +289,19 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
 
     Beyond FlashMLA: ``out=(out, lse)`` writes into given contiguous tensors (eager only)."""
     if out is None and not ops.STRICT and not torch.compiler.is_compiling():
+        last = _LAST[0]
+        try:
+            hit = last is not None and last.tail == (head_dim_v, softmax_scale, causal,
+                                                      schedule)
+        except (RuntimeError, TypeError, ValueError):   # e.g. a tensor softmax_scale
+            hit = False
+        if hit:
+            # the last plan's C++ path: it checks the tensors' signature itself (None: not
+            # this plan's call)
+            r = last.run_fast(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                              num_splits)
+            if r is not None:
+                return r
         try:
             plan = _DECODE_PLANS.get(_signature(q, k_cache, block_table, cache_seqlens,
                                                 head_dim_v, tile_scheduler_metadata,
@@ -295,6 +309,8 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
         except (AttributeError, TypeError):     # not tensors: the full checks say why
             plan = None
         if plan is not None:
+            if plan.fast is not None:
+                _LAST[0] = plan
             return plan.run(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
                             num_splits)
     check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
@@ -329,6 +345,10 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
         _DECODE_PLANS[_signature(q, k_cache, block_table, cache_seqlens, head_dim_v,
                                  tile_scheduler_metadata, num_splits, softmax_scale, causal,
                                  schedule)] = plan
+        plan.attach_fast([q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                          num_splits], (head_dim_v, softmax_scale, causal, schedule))
+        if plan.fast is not None:
+            _LAST[0] = plan
     return plan.run(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
                     num_splits)
 

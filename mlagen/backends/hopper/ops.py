@@ -168,6 +168,16 @@ except AttributeError:   # pragma: no cover - older torch
     pass
 
 
+def _get_device() -> int:
+    return torch.cuda.current_device()
+
+
+try:   # the C function behind it, without the lazy-init wrapper (once per call)
+    _get_device = torch._C._cuda_getDevice     # noqa: F811
+except AttributeError:   # pragma: no cover - older torch
+    pass
+
+
 def _capturing() -> bool:
     return torch.cuda.is_current_stream_capturing()
 
@@ -208,7 +218,7 @@ class DecodePlan:
     call only reads pointers, allocates its outputs and launches."""
 
     __slots__ = ("lib", "idx", "device", "out_shape", "lse_shape", "ws_numel",
-                 "shape", "scale_log2", "error")
+                 "shape", "scale_log2", "error", "fast", "tail")
 
     def __init__(self, q, k_cache, block_table, parts: int, softmax_scale: float,
                  causal: bool, kernel: str):
@@ -231,6 +241,31 @@ class DecodePlan:
             num_sms=sm_count(self.device), lse_offset=o_numel))
         self.scale_log2 = softmax_scale * math.log2(math.e)
         self.error = error_flags(self.device).data_ptr()
+        self.fast = None     # the C++ call path (attach_fast)
+        self.tail = None     # the call's other arguments it was attached for
+
+    def attach_fast(self, like: list, tail: tuple) -> None:
+        """Give this plan the C++ call path (fastcall.py) for calls with exactly the tensors'
+        signature of `like` (q, k_cache, block_table, cache_seqlens, metadata, num_splits)
+        and the other arguments `tail` (head_dim_v, softmax_scale, causal, schedule)."""
+        from . import fastcall
+
+        self.fast = fastcall.plan(like, self.lib.lib, self.shape, self.out_shape,
+                                  self.lse_shape, self.ws_numel, self.error, self.scale_log2)
+        self.tail = tail
+
+    def run_fast(self, q, k_cache, block_table, cache_seqlens, sched, num_splits):
+        """(out, lse) through the C++ path, or None when this call is not the plan's exact
+        signature, another device is current, a graph is being captured or the stream has
+        no workspace yet (the caller's Python path handles each)."""
+        if _get_device() != self.idx or _capturing():
+            return None
+        stream = _raw_stream(self.idx)
+        ws = _WORKSPACES.get((self.idx, stream))
+        if ws is None:
+            return None
+        return self.fast.run(q, k_cache, block_table, cache_seqlens, sched, num_splits,
+                             stream, ws)
 
     def workspace(self, stream: int) -> torch.Tensor:
         """Partial O (fp32, or fp16 then its scales in the same floats: the 64-row wgmma

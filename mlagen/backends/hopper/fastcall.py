@@ -1,0 +1,80 @@
+"""The eager decode call's host path in C++ (fastcall.cpp), built as a torch extension with
+torch.utils.cpp_extension (ninja, a lock, its own staleness check) into mlagen's cache, once
+per torch version and Python: ~15 s on a 2-core CPU, then a load per process.
+
+A repeated call with a cached plan's exact signature goes through one C++ call (check the
+six tensors, allocate out and lse, launch) instead of Python building the signature, two
+``new_empty`` and a ctypes call.  MLAGEN_HOPPER_FASTCALL=0 turns it off; a failed build
+warns once and the Python path serves every call.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from mlagen.paths import cache_dir
+
+SOURCE = Path(__file__).resolve().parent / "fastcall.cpp"
+NAME = "mlagen_hopper_fastcall"
+_LOCK = threading.Lock()
+_MODULE: list = []       # [module or None] once tried in this process
+
+
+def enabled() -> bool:
+    return os.environ.get("MLAGEN_HOPPER_FASTCALL", "1") not in ("", "0")
+
+
+def build_dir() -> Path:
+    """One folder per torch version and Python (the extension links against both)."""
+    tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+    return cache_dir() / "torch_ext" / f"fastcall-{tag.replace('+', '_')}"
+
+
+def module(build: bool = True):
+    """The built extension, or None (turned off, or its build failed: warned once)."""
+    if _MODULE:
+        return _MODULE[0]
+    if not enabled():
+        return None
+    with _LOCK:
+        if not _MODULE:
+            _MODULE.append(_load() if build else None)
+    return _MODULE[0]
+
+
+def _load():
+    from torch.utils import cpp_extension
+
+    d = build_dir()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        return cpp_extension.load(NAME, [str(SOURCE)], build_directory=str(d),
+                                  extra_cflags=["-O2"], verbose=False)
+    except Exception as e:    # no compiler, headers or ninja: the Python path still works
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        warnings.warn(f"mlagen: the C++ decode call path did not build in {d} ({first}); "
+                      "eager calls take the Python path (~2x the host time). "
+                      "MLAGEN_HOPPER_FASTCALL=0 silences this.", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def plan(like: list, lib, shape, out_shape, lse_shape, ws_numel: int, error: int,
+         scale_log2: float) -> Optional[object]:
+    """A C++ plan for one call signature (like: q, k_cache, block_table, cache_seqlens,
+    metadata, num_splits of that signature) over a loaded ctypes library, or None."""
+    m = module()
+    if m is None:
+        return None
+    import ctypes
+
+    addr = ctypes.cast(lib.mlagen_hopper_decode, ctypes.c_void_p).value
+    err = ctypes.cast(lib.mlagen_hopper_error_string, ctypes.c_void_p).value
+    return m.Plan(like, addr, err, list(shape), list(out_shape), list(lse_shape),
+                  int(ws_numel), int(error), float(scale_log2))

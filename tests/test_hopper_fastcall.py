@@ -1,0 +1,173 @@
+"""The C++ call path (mlagen/backends/hopper/fastcall.cpp) on the CPU: built as a torch
+extension against this torch, driven with a stub C entry that records what it was given.
+A plan takes exactly its signature's tensors (anything else: None, and the entry is never
+called), allocates out and lse as the Python path does and passes the entry every pointer,
+shape[], the scale, the error flags and the stream; a failed launch raises with the
+library's own message.  The GPU tests (test_hopper_gpu.py) drive it through the API."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from mlagen.backends.hopper import fastcall
+
+STUB = r"""
+#include <string.h>
+long long g_shape[32]; const void* g_ptr[10]; float g_scale; void* g_stream; int g_calls;
+int g_code;
+int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
+    const int* bt, const int* sl, const int* sched, const int* ns, void* out, float* lse,
+    float* ws, int* error, float scale_log2, void* stream) {
+  memcpy(g_shape, shape, sizeof(g_shape));
+  const void* p[10] = {q, k, bt, sl, sched, ns, out, lse, ws, error};
+  memcpy(g_ptr, p, sizeof(p));
+  g_scale = scale_log2; g_stream = stream; ++g_calls;
+  return g_code;
+}
+const char* mlagen_hopper_error_string(int code) { return code ? "stub error" : "no error"; }
+"""
+
+B, S_Q, H_Q, PAGE, NB, MAXB, PARTS = 3, 2, 16, 64, 10, 4, 5
+OUT_SHAPE, LSE_SHAPE = (B, S_Q, H_Q, 512), (B, H_Q, S_Q)
+SHAPE = list(range(100, 132))          # shape[]: any 32 values the entry must get verbatim
+WS = 4096
+
+
+@pytest.fixture(scope="module")
+def ext(tmp_path_factory):
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler")
+    m = fastcall.module()
+    assert m is not None, "the extension did not build (see the warning)"
+    d = tmp_path_factory.mktemp("stub")
+    (d / "stub.c").write_text(STUB)
+    subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-O1", "-o",
+                    str(d / "stub.so"), str(d / "stub.c")], check=True)
+    return m, ctypes.CDLL(str(d / "stub.so"))
+
+
+def inputs(dtype=torch.bfloat16):
+    q = torch.randn(B, S_Q, H_Q, 576).to(dtype)
+    k = torch.randn(NB, PAGE, 1, 576).to(dtype)
+    bt = torch.arange(B * MAXB, dtype=torch.int32).reshape(B, MAXB) % NB
+    sl = torch.tensor([1, 64, 200], dtype=torch.int32)
+    md = torch.zeros(PARTS, 8, dtype=torch.int32)
+    ns = torch.zeros(B + 1, dtype=torch.int32)
+    return [q, k, bt, sl, md, ns]
+
+
+def make_plan(ext, like, scale_log2=0.25, error=0x1230):
+    m, stub = ext
+    return fastcall.plan(like, stub, SHAPE, OUT_SHAPE, LSE_SHAPE, WS, error, scale_log2)
+
+
+def calls(stub) -> int:
+    return ctypes.c_int.in_dll(stub, "g_calls").value
+
+
+def test_a_matching_call_reaches_the_entry_with_everything(ext):
+    m, stub = ext
+    like = inputs()
+    plan = make_plan(ext, like, scale_log2=0.1)
+    args = inputs()                       # other tensors, same signature
+    ws = torch.empty(WS, dtype=torch.float32)
+    n0 = calls(stub)
+    out, lse = plan.run(*args, 0xABC0, ws)
+    assert calls(stub) == n0 + 1
+    assert out.shape == OUT_SHAPE and out.dtype == torch.bfloat16 and out.is_contiguous()
+    assert lse.shape == LSE_SHAPE and lse.dtype == torch.float32 and lse.is_contiguous()
+    got = list((ctypes.c_longlong * 32).in_dll(stub, "g_shape"))
+    assert got == SHAPE
+    ptrs = [p or 0 for p in (ctypes.c_void_p * 10).in_dll(stub, "g_ptr")]
+    assert ptrs == [t.data_ptr() for t in args] + [out.data_ptr(), lse.data_ptr(),
+                                                   ws.data_ptr(), 0x1230]
+    assert ctypes.c_float.in_dll(stub, "g_scale").value == pytest.approx(0.1, rel=1e-7)
+    assert ctypes.c_void_p.in_dll(stub, "g_stream").value == 0xABC0
+    out2, _ = plan.run(*args, 0xABC0, ws)   # fresh outputs each call
+    assert out2.data_ptr() != out.data_ptr()
+
+
+def test_fp16_outputs_follow_q(ext):
+    like = inputs(torch.float16)
+    out, lse = make_plan(ext, like).run(*inputs(torch.float16), 0,
+                                        torch.empty(WS, dtype=torch.float32))
+    assert out.dtype == torch.float16 and lse.dtype == torch.float32
+
+
+def _variants(t: torch.Tensor):
+    """Tensors that differ from t in one way each: size, stride, dtype."""
+    yield "size", torch.zeros(*t.shape[:-1], t.shape[-1] + 1, dtype=t.dtype)[..., :].clone()
+    wide = torch.zeros(*t.shape[:-1], t.shape[-1] * 2 + 8, dtype=t.dtype)
+    yield "stride", wide[..., :t.shape[-1]] if t.dim() > 1 else wide[::2][:t.shape[0]]
+    other = torch.float16 if t.dtype != torch.float16 else torch.bfloat16
+    yield "dtype", t.to(torch.int64 if t.dtype == torch.int32 else other)
+
+
+@pytest.mark.parametrize("which", range(6))
+def test_any_other_signature_is_not_this_plans(ext, which):
+    """size, stride or dtype of any one of the six inputs changed: None, the entry not called
+    (the Python path then checks the call and says what is wrong, or makes its plan)."""
+    m, stub = ext
+    plan = make_plan(ext, inputs())
+    ws = torch.empty(WS, dtype=torch.float32)
+    for what, t in _variants(inputs()[which]):
+        args = inputs()
+        args[which] = t
+        n0 = calls(stub)
+        assert plan.run(*args, 0, ws) is None, what
+        assert calls(stub) == n0, what
+
+
+def test_misaligned_rows_and_small_workspace_are_not_taken(ext):
+    m, stub = ext
+    plan = make_plan(ext, inputs())
+    ws = torch.empty(WS, dtype=torch.float32)
+    n0 = calls(stub)
+    for which in (0, 1):      # q or k_cache starting 2 bytes off a 16-byte boundary
+        args = inputs()
+        t = args[which]
+        base = torch.zeros(t.numel() + 8, dtype=t.dtype)
+        args[which] = base[1:1 + t.numel()].view(t.shape)
+        assert args[which].stride() == t.stride() and args[which].data_ptr() % 16
+        assert plan.run(*args, 0, ws) is None
+    assert plan.run(*inputs(), 0, torch.empty(WS - 1, dtype=torch.float32)) is None
+    assert plan.run(*inputs(), 0, torch.empty(WS, dtype=torch.float16)) is None
+    assert calls(stub) == n0
+    assert plan.run(*inputs(), 0, ws) is not None
+
+
+def test_a_failed_launch_raises_with_the_librarys_message(ext):
+    m, stub = ext
+    plan = make_plan(ext, inputs())
+    ctypes.c_int.in_dll(stub, "g_code").value = 7
+    try:
+        with pytest.raises(RuntimeError, match="CUDA error 7: stub error"):
+            plan.run(*inputs(), 0, torch.empty(WS, dtype=torch.float32))
+    finally:
+        ctypes.c_int.in_dll(stub, "g_code").value = 0
+
+
+def test_turned_off_means_no_module(monkeypatch):
+    monkeypatch.setenv("MLAGEN_HOPPER_FASTCALL", "0")
+    monkeypatch.setattr(fastcall, "_MODULE", [])
+    assert fastcall.module() is None
+
+
+def test_a_failed_build_warns_once_and_leaves_the_python_path(monkeypatch, tmp_path):
+    """No compiler: one RuntimeWarning naming the folder, then None for every plan."""
+    from torch.utils import cpp_extension
+
+    def broken(*a, **k):
+        raise RuntimeError("Error building extension 'mlagen_hopper_fastcall'\ndetails")
+
+    monkeypatch.setattr(fastcall, "_MODULE", [])
+    monkeypatch.setattr(cpp_extension, "load", broken)
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path))
+    with pytest.warns(RuntimeWarning, match="did not build in .*Error building extension"):
+        assert fastcall.module() is None
+    assert fastcall.plan(inputs(), None, SHAPE, OUT_SHAPE, LSE_SHAPE, WS, 0, 1.0) is None
