@@ -51,6 +51,10 @@ def main():
         last[0] = None          # the next call looks its plan up and launches from Python
         c()
 
+    def metadata_python_path():
+        api._LAST_METADATA[0] = None
+        return api.get_mla_metadata(c.seqlens, 16, 1)
+
     fast = plan.fast
     args6 = (c.q, c.k, c.bt, c.seqlens, c.md, c.ns)
     steps = {
@@ -70,6 +74,7 @@ def main():
             plan.shape, *ptrs, plan.error, plan.scale_log2, stream),
         "plan.run": lambda: plan.run(c.q, c.k, c.bt, c.seqlens, c.md, c.ns),
         "metadata": lambda: api.get_mla_metadata(c.seqlens, 16, 1),
+        "metadata, Python path": metadata_python_path,
     }
     print(f"C++ call path: {'on' if fast is not None else 'OFF'}")
     print(f"call x30: {per_call(c, 30):.2f} us")

@@ -1,9 +1,9 @@
 """The C++ call path (mlagen/backends/hopper/fastcall.cpp) on the CPU: built as a torch
-extension against this torch, driven with a stub C entry that records what it was given.
-A plan takes exactly its signature's tensors (anything else: None, and the entry is never
-called), allocates out and lse as the Python path does and passes the entry every pointer,
-shape[], the scale, the error flags and the stream; a failed launch raises with the
-library's own message.  The GPU tests (test_hopper_gpu.py) drive it through the API."""
+extension against this torch, driven with stub C entries that record what they were given.
+A decode plan takes exactly its signature's tensors (anything else: None, and the entry is
+never called), allocates out and lse as the Python path does and passes the entry every
+pointer, shape[], the scale, the error flags and the stream; a metadata plan likewise for
+cache_seqlens; a failed launch raises with the library's own message.  The GPU tests (test_hopper_gpu.py) drive it through the API."""
 
 from __future__ import annotations
 
@@ -30,6 +30,16 @@ int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
   return g_code;
 }
 const char* mlagen_hopper_error_string(int code) { return code ? "stub error" : "no error"; }
+const void* g_mptr[3]; int g_mint[4]; void* g_mstream; int g_mcalls;
+int mlagen_hopper_metadata(const int* seqlens, int batch, int num_parts, int fixed_cost,
+    int fixed_splits, int* sched, int* num_splits, void* stream) {
+  const void* p[3] = {seqlens, sched, num_splits};
+  memcpy(g_mptr, p, sizeof(p));
+  int v[4] = {batch, num_parts, fixed_cost, fixed_splits};
+  memcpy(g_mint, v, sizeof(v));
+  g_mstream = stream; ++g_mcalls;
+  return g_code;
+}
 """
 
 B, S_Q, H_Q, PAGE, NB, MAXB, PARTS = 3, 2, 16, 64, 10, 4, 5
@@ -63,7 +73,7 @@ def inputs(dtype=torch.bfloat16):
 
 def make_plan(ext, like, scale_log2=0.25, error=0x1230):
     m, stub = ext
-    return fastcall.plan(like, stub, SHAPE, OUT_SHAPE, LSE_SHAPE, WS, error, scale_log2)
+    return fastcall.decode_plan(like, stub, SHAPE, OUT_SHAPE, LSE_SHAPE, WS, error, scale_log2)
 
 
 def calls(stub) -> int:
@@ -170,4 +180,34 @@ def test_a_failed_build_warns_once_and_leaves_the_python_path(monkeypatch, tmp_p
     monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path))
     with pytest.warns(RuntimeWarning, match="did not build in .*Error building extension"):
         assert fastcall.module() is None
-    assert fastcall.plan(inputs(), None, SHAPE, OUT_SHAPE, LSE_SHAPE, WS, 0, 1.0) is None
+    assert fastcall.decode_plan(inputs(), None, SHAPE, OUT_SHAPE, LSE_SHAPE, WS, 0, 1.0) is None
+    assert fastcall.metadata_plan(inputs()[3], None, 4, 0, 5) is None
+
+
+def test_metadata_plan_reaches_the_entry_with_everything(ext):
+    from mlagen.backends.hopper import scheduler
+
+    m, stub = ext
+    assert m.META_INTS == scheduler.META_INTS      # the C++ copy of the metadata row size
+    sl = inputs()[3]
+    plan = fastcall.metadata_plan(sl, stub, 7, 2, 5)
+    other = torch.tensor([5, 6, 7], dtype=torch.int32)
+    n0 = ctypes.c_int.in_dll(stub, "g_mcalls").value
+    sched, ns = plan.run(other, 0x77)
+    assert ctypes.c_int.in_dll(stub, "g_mcalls").value == n0 + 1
+    assert sched.shape == (7, scheduler.META_INTS) and sched.dtype == torch.int32
+    assert ns.shape == (B + 1,) and ns.dtype == torch.int32
+    ptrs = [p or 0 for p in (ctypes.c_void_p * 3).in_dll(stub, "g_mptr")]
+    assert ptrs == [other.data_ptr(), sched.data_ptr(), ns.data_ptr()]
+    assert list((ctypes.c_int * 4).in_dll(stub, "g_mint")) == [B, 7, 5, 2]
+    assert ctypes.c_void_p.in_dll(stub, "g_mstream").value == 0x77
+    wide = torch.zeros(2 * B, dtype=torch.int32)
+    for t in (torch.zeros(B + 1, dtype=torch.int32), wide[::2], sl.long()):
+        assert plan.run(t, 0) is None
+    assert ctypes.c_int.in_dll(stub, "g_mcalls").value == n0 + 1
+    ctypes.c_int.in_dll(stub, "g_code").value = 7
+    try:
+        with pytest.raises(RuntimeError, match="scheduler launch: CUDA error 7: stub error"):
+            plan.run(other, 0)
+    finally:
+        ctypes.c_int.in_dll(stub, "g_code").value = 0

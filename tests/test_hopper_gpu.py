@@ -313,18 +313,25 @@ def python_path_fails(monkeypatch):
         def python_path(*args, **kw):
             raise AssertionError("the Python call path ran")
         monkeypatch.setattr(ops.DecodePlan, "run", python_path)
+        monkeypatch.setattr(ops.MetadataPlan, "run", python_path)
     return forbid
 
 
 @pytest.mark.parametrize("batch,seqlens,s_q,h_q,page,dtype,causal", CASES)
 def test_cases_through_the_cpp_call_path(batch, seqlens, s_q, h_q, page, dtype, causal,
                                          python_path_fails):
-    """Each case's second call (other data, same signature) goes through the C++ path and
-    matches the reference."""
+    """Each case's second call (other data, same signature; metadata and decode) goes
+    through the C++ path and matches the reference; the metadata it made equals the
+    Python path's."""
     a = api()
-    check(inputs(batch, seqlens, s_q, h_q, page, dtype), causal)      # makes the plan
+    inp = inputs(batch, seqlens, s_q, h_q, page, dtype)
+    check(inp, causal)      # makes the plans
     assert a._LAST[0] is not None and a._LAST[0].fast is not None
+    assert a._LAST_METADATA[0] is not None and a._LAST_METADATA[0].fast is not None
+    md0, ns0 = a._LAST_METADATA[0].run(inp.cache_seqlens)
     python_path_fails()
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, s_q * h_q, 1)
+    assert torch.equal(md, md0) and torch.equal(ns, ns0)
     check(inputs(batch, seqlens, s_q, h_q, page, dtype, seed=7), causal)
 
 

@@ -44,6 +44,7 @@ _DECODE_PLANS: dict = {}
 _METADATA_PLANS: dict = {}
 _PLAN_LIMIT = 4096         # plans kept per kind (a serving engine sees a handful of shapes)
 _LAST: list = [None]       # the plan of the last cached call that has the C++ call path
+_LAST_METADATA: list = [None]   # likewise for get_mla_metadata
 
 
 def set_strict(on: bool = True) -> None:
@@ -180,6 +181,16 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
     """The split of a decode step, computed on the GPU: (tile_scheduler_metadata int32
     [num_sm_parts, 8], num_splits int32 [b + 1]).  Once per step, shared by all layers."""
     if not torch.compiler.is_compiling():
+        last = _LAST_METADATA[0]
+        try:
+            hit = last is not None and last.tail == (num_heads_per_head_k, num_heads_k,
+                                                      schedule)
+        except (RuntimeError, TypeError, ValueError):
+            hit = False
+        if hit:
+            r = last.run_fast(cache_seqlens)      # None: not this plan's call
+            if r is not None:
+                return r
         try:
             key = (cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype,
                    cache_seqlens.get_device(), num_heads_per_head_k, num_heads_k, schedule)
@@ -187,7 +198,9 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
         except (AttributeError, TypeError):
             plan = None
         if plan is not None:
-            return ops.get_mla_metadata_impl(cache_seqlens, *plan)
+            if plan.fast is not None:
+                _LAST_METADATA[0] = plan
+            return plan.run(cache_seqlens)
     _int_vector("cache_seqlens", cache_seqlens)
     if not (cache_seqlens.shape[0] >= 1):
         raise InputError("cache_seqlens must hold at least one sequence")
@@ -202,13 +215,17 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
     if torch.compiler.is_compiling():
         plan = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule)
         return ops.get_mla_metadata_op(cache_seqlens, *plan)
-    plan = _metadata_plan(cache_seqlens, num_heads_per_head_k, schedule)
+    plan = ops.MetadataPlan(cache_seqlens,
+                            *_metadata_plan(cache_seqlens, num_heads_per_head_k, schedule))
     if len(_METADATA_PLANS) >= _PLAN_LIMIT:
         _METADATA_PLANS.clear()
     _METADATA_PLANS[(cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype,
                      cache_seqlens.get_device(), num_heads_per_head_k, num_heads_k,
                      schedule)] = plan
-    return ops.get_mla_metadata_impl(cache_seqlens, *plan)
+    plan.attach_fast(cache_seqlens, (num_heads_per_head_k, num_heads_k, schedule))
+    if plan.fast is not None:
+        _LAST_METADATA[0] = plan
+    return plan.run(cache_seqlens)
 
 
 def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,

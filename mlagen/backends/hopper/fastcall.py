@@ -1,15 +1,16 @@
-"""The eager decode call's host path in C++ (fastcall.cpp), built as a torch extension with
+"""The eager calls' host path in C++ (fastcall.cpp), built as a torch extension with
 torch.utils.cpp_extension (ninja, a lock, its own staleness check) into mlagen's cache, once
 per torch version and Python: ~15 s on a 2-core CPU, then a load per process.
 
-A repeated call with a cached plan's exact signature goes through one C++ call (check the
-six tensors, allocate out and lse, launch) instead of Python building the signature, two
-``new_empty`` and a ctypes call.  MLAGEN_HOPPER_FASTCALL=0 turns it off; a failed build
+A repeated decode (or metadata) call with a cached plan's exact signature goes through one
+C++ call (check the tensors, allocate the outputs, launch) instead of Python building the
+signature, allocating each output and making a ctypes call.  MLAGEN_HOPPER_FASTCALL=0 turns it off; a failed build
 warns once and the Python path serves every call.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
@@ -65,16 +66,30 @@ def _load():
         return None
 
 
-def plan(like: list, lib, shape, out_shape, lse_shape, ws_numel: int, error: int,
-         scale_log2: float) -> Optional[object]:
-    """A C++ plan for one call signature (like: q, k_cache, block_table, cache_seqlens,
-    metadata, num_splits of that signature) over a loaded ctypes library, or None."""
+def _address(fn) -> int:
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def decode_plan(like: list, lib, shape, out_shape, lse_shape, ws_numel: int, error: int,
+                scale_log2: float) -> Optional[object]:
+    """A C++ decode plan for one call signature (like: q, k_cache, block_table,
+    cache_seqlens, metadata, num_splits of that signature) over a loaded ctypes library,
+    or None."""
     m = module()
     if m is None:
         return None
-    import ctypes
+    return m.DecodePlan(like, _address(lib.mlagen_hopper_decode),
+                        _address(lib.mlagen_hopper_error_string), list(shape),
+                        list(out_shape), list(lse_shape), int(ws_numel), int(error),
+                        float(scale_log2))
 
-    addr = ctypes.cast(lib.mlagen_hopper_decode, ctypes.c_void_p).value
-    err = ctypes.cast(lib.mlagen_hopper_error_string, ctypes.c_void_p).value
-    return m.Plan(like, addr, err, list(shape), list(out_shape), list(lse_shape),
-                  int(ws_numel), int(error), float(scale_log2))
+
+def metadata_plan(like, lib, num_parts: int, fixed_splits: int, split_cost: int
+                  ) -> Optional[object]:
+    """A C++ get_mla_metadata plan for cache_seqlens of like's signature, or None."""
+    m = module()
+    if m is None:
+        return None
+    return m.MetadataPlan(like, _address(lib.mlagen_hopper_metadata),
+                          _address(lib.mlagen_hopper_error_string), int(num_parts),
+                          int(fixed_splits), int(split_cost))

@@ -127,6 +127,43 @@ def get_mla_metadata_impl(cache_seqlens: torch.Tensor, num_parts: int, fixed_spl
     return sched, num_splits
 
 
+class MetadataPlan:
+    """get_mla_metadata for one cache_seqlens signature and split: its arguments to
+    get_mla_metadata_impl, and the C++ call path (attach_fast) once the caller has one."""
+
+    __slots__ = ("args", "idx", "fast", "tail")
+
+    def __init__(self, cache_seqlens: torch.Tensor, num_parts: int, fixed_splits: int,
+                 kernel: str, split_cost: int):
+        self.args = (num_parts, fixed_splits, kernel, split_cost)
+        self.idx = cache_seqlens.get_device()
+        self.fast = None
+        self.tail = None
+
+    def run(self, cache_seqlens):
+        return get_mla_metadata_impl(cache_seqlens, *self.args)
+
+    def attach_fast(self, like: torch.Tensor, tail: tuple) -> None:
+        """The C++ path for cache_seqlens of like's signature and the other arguments tail
+        (num_heads_per_head_k, num_heads_k, schedule)."""
+        from . import fastcall
+
+        num_parts, fixed_splits, kernel, split_cost = self.args
+        self.fast = fastcall.metadata_plan(like, get(kernel).lib, num_parts, fixed_splits,
+                                           split_cost)
+        self.tail = tail
+
+    def run_fast(self, cache_seqlens):
+        """(metadata, num_splits) through the C++ path, or None (another signature, another
+        device current, a graph being captured: the Python path)."""
+        if _get_device() != self.idx or _capturing():
+            return None
+        try:
+            return self.fast.run(cache_seqlens, _raw_stream(self.idx))
+        except TypeError:      # not a tensor: the Python path's checks say so
+            return None
+
+
 # The torch ops: what torch.compile traces.  Eager calls go to the *_impl functions directly
 # (api.py), skipping the dispatcher's tens of microseconds per call.
 get_mla_metadata_op = torch.library.custom_op("mlagen_hopper::get_mla_metadata",
@@ -250,8 +287,9 @@ class DecodePlan:
         and the other arguments `tail` (head_dim_v, softmax_scale, causal, schedule)."""
         from . import fastcall
 
-        self.fast = fastcall.plan(like, self.lib.lib, self.shape, self.out_shape,
-                                  self.lse_shape, self.ws_numel, self.error, self.scale_log2)
+        self.fast = fastcall.decode_plan(like, self.lib.lib, self.shape, self.out_shape,
+                                         self.lse_shape, self.ws_numel, self.error,
+                                         self.scale_log2)
         self.tail = tail
 
     def run_fast(self, q, k_cache, block_table, cache_seqlens, sched, num_splits):
@@ -264,8 +302,11 @@ class DecodePlan:
         ws = _WORKSPACES.get((self.idx, stream))
         if ws is None:
             return None
-        return self.fast.run(q, k_cache, block_table, cache_seqlens, sched, num_splits,
-                             stream, ws)
+        try:
+            return self.fast.run(q, k_cache, block_table, cache_seqlens, sched, num_splits,
+                                 stream, ws)
+        except TypeError:      # not tensors: the Python path's checks say what is wrong
+            return None
 
     def workspace(self, stream: int) -> torch.Tensor:
         """Partial O (fp32, or fp16 then its scales in the same floats: the 64-row wgmma
