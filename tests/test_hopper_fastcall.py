@@ -211,3 +211,15 @@ def test_metadata_plan_reaches_the_entry_with_everything(ext):
             plan.run(other, 0)
     finally:
         ctypes.c_int.in_dll(stub, "g_code").value = 0
+
+
+def test_the_build_folder_names_the_source_torch_and_python(monkeypatch, tmp_path):
+    import hashlib
+    import sys
+
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path))
+    d = fastcall.build_dir()
+    assert d.parent == tmp_path / "torch_ext"
+    assert hashlib.sha256(fastcall.SOURCE.read_bytes()).hexdigest()[:12] in d.name
+    assert f"py{sys.version_info[0]}{sys.version_info[1]}" in d.name
+    assert torch.__version__.replace("+", "_") in d.name

@@ -11,6 +11,7 @@ warns once and the Python path serves every call.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import sys
 import threading
@@ -33,9 +34,12 @@ def enabled() -> bool:
 
 
 def build_dir() -> Path:
-    """One folder per torch version and Python (the extension links against both)."""
+    """One folder per source, torch version and Python (what the compiler sees and what
+    the extension links against), so two installs sharing a cache never rebuild each
+    other's."""
+    src = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
     tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
-    return cache_dir() / "torch_ext" / f"fastcall-{tag.replace('+', '_')}"
+    return cache_dir() / "torch_ext" / f"fastcall-{src}-{tag.replace('+', '_')}"
 
 
 def module(build: bool = True):
