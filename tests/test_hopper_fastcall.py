@@ -223,3 +223,72 @@ def test_the_build_folder_names_the_source_torch_and_python(monkeypatch, tmp_pat
     assert hashlib.sha256(fastcall.SOURCE.read_bytes()).hexdigest()[:12] in d.name
     assert f"py{sys.version_info[0]}{sys.version_info[1]}" in d.name
     assert torch.__version__.replace("+", "_") in d.name
+
+
+class _FakePlan:
+    """A cached plan as api.py sees it: its tail and a run_fast that records its calls."""
+
+    def __init__(self, tail, result):
+        self.tail, self.result, self.calls = tail, result, 0
+        self.fast = object()
+
+    def run_fast(self, *args):
+        self.calls += 1
+        return self.result
+
+
+def _decode_args():
+    q = torch.zeros(2, 1, 16, 576, dtype=torch.bfloat16)
+    k = torch.zeros(4, 64, 1, 576, dtype=torch.bfloat16)
+    bt = torch.zeros(2, 2, dtype=torch.int32)
+    sl = torch.ones(2, dtype=torch.int32)
+    md = torch.zeros(3, 8, dtype=torch.int32)
+    ns = torch.zeros(3, dtype=torch.int32)
+    return q, k, bt, sl, 512, md, ns
+
+
+def test_the_api_takes_the_last_plans_cpp_path_only_for_its_own_calls(monkeypatch):
+    """Routing in api.py, on CPU tensors (the Python path then refuses them, which shows it
+    ran): the last plan's run_fast answers a call with its tail (head_dim_v, scale, causal,
+    schedule); another tail, a None from run_fast, strict mode or out= go to the Python path."""
+    from mlagen.backends.hopper import api, ops
+    from mlagen.errors import InputError
+
+    sentinel = (torch.zeros(1), torch.zeros(1))
+    plan = _FakePlan((512, None, True, None), sentinel)
+    monkeypatch.setattr(api, "_LAST", [plan])
+    args = _decode_args()
+    assert api.flash_mla_with_kvcache(*args, causal=True) is sentinel
+    assert plan.calls == 1
+    for kw in (dict(causal=False), dict(causal=True, softmax_scale=0.5)):
+        with pytest.raises(InputError, match="CUDA"):
+            api.flash_mla_with_kvcache(*args, **kw)
+    assert plan.calls == 1
+    with pytest.raises(InputError, match="out="):
+        api.flash_mla_with_kvcache(*args, causal=True, out=(torch.zeros(1), torch.zeros(1)))
+    monkeypatch.setattr(ops, "STRICT", True)
+    with pytest.raises(InputError, match="CUDA"):
+        api.flash_mla_with_kvcache(*args, causal=True)
+    assert plan.calls == 1
+    monkeypatch.setattr(ops, "STRICT", False)
+    plan.result = None                       # not the plan's signature
+    with pytest.raises(InputError, match="CUDA"):
+        api.flash_mla_with_kvcache(*args, causal=True)
+    assert plan.calls == 2
+
+
+def test_the_metadata_call_takes_the_last_plans_cpp_path_only_for_its_own_calls(monkeypatch):
+    from mlagen.backends.hopper import api
+    from mlagen.errors import InputError
+
+    sentinel = (torch.zeros(1), torch.zeros(1))
+    plan = _FakePlan((16, 1, None), sentinel)
+    monkeypatch.setattr(api, "_LAST_METADATA", [plan])
+    sl = torch.ones(2, dtype=torch.int32)
+    assert api.get_mla_metadata(sl, 16, 1) is sentinel
+    with pytest.raises(InputError, match="CUDA"):
+        api.get_mla_metadata(sl, 32, 1)       # another tail
+    plan.result = None
+    with pytest.raises(InputError, match="CUDA"):
+        api.get_mla_metadata(sl, 16, 1)
+    assert plan.calls == 2
