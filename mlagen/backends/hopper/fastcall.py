@@ -4,8 +4,8 @@ per torch version and Python: ~15 s on a 2-core CPU, then a load per process.
 
 A repeated decode (or metadata) call with a cached plan's exact signature goes through one
 C++ call (check the tensors, allocate the outputs, launch) instead of Python building the
-signature, allocating each output and making a ctypes call.  MLAGEN_HOPPER_FASTCALL=0 turns it off; a failed build
-warns once and the Python path serves every call.
+signature, allocating each output and making a ctypes call.  MLAGEN_HOPPER_FASTCALL=0 turns
+it off; a failed build warns once and the Python path serves every call.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def build_dir() -> Path:
     return cache_dir() / "torch_ext" / f"fastcall-{src}-{tag.replace('+', '_')}"
 
 
-def module(build: bool = True):
+def module():
     """The built extension, or None (turned off, or its build failed: warned once)."""
     if _MODULE:
         return _MODULE[0]
@@ -50,7 +50,7 @@ def module(build: bool = True):
         return None
     with _LOCK:
         if not _MODULE:
-            _MODULE.append(_load() if build else None)
+            _MODULE.append(_load())
     return _MODULE[0]
 
 
@@ -64,8 +64,8 @@ def _load():
                                   extra_cflags=["-O2"], verbose=False)
     except Exception as e:    # no compiler, headers or ninja: the Python path still works
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        warnings.warn(f"mlagen: the C++ decode call path did not build in {d} ({first}); "
-                      "eager calls take the Python path (~2x the host time). "
+        warnings.warn(f"mlagen: the C++ call path did not build in {d} ({first}); "
+                      "eager calls take the Python path (~1.5x the host time). "
                       "MLAGEN_HOPPER_FASTCALL=0 silences this.", RuntimeWarning, stacklevel=3)
         return None
 
