@@ -3,6 +3,7 @@ counts reproduce the anchor's published TFLOPS and GB/s on every row), and its r
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -230,8 +231,10 @@ def test_serving_step_is_its_graph_less_the_gemms_on_distinct_layers(monkeypatch
 
     n = bench.GRAPH_CALLS
     log, used = [], []
-    # per graph: 10 timed replays (ms per replay); GEMMs alone 2 ms, ours 5, FlashMLA's 9
-    stand_in_cuda(monkeypatch, log, iter([2.0] * 10 + [5.0] * 10 + [9.0] * 10))
+    # per graph: GRAPH_REPLAYS timed replays (ms per replay); GEMMs alone 2 ms, ours 5,
+    # FlashMLA's 9
+    r = bench.GRAPH_REPLAYS
+    stand_in_cuda(monkeypatch, log, iter([2.0] * r + [5.0] * r + [9.0] * r))
     monkeypatch.setattr(bench, "STEP_WEIGHT", (64, 8))
     mm = torch.mm
     monkeypatch.setattr(torch, "mm", lambda x, w: (log.append(("mm", w.data_ptr())), mm(x, w)))
@@ -278,3 +281,14 @@ def test_back_to_back_time_is_one_span_over_its_calls(monkeypatch):
     stand_in_cuda(monkeypatch, log, iter([10.0]))
     us = bench.time_back_to_back(lambda: log.append("call"), calls=50)
     assert log == ["call"] * 51 and us == pytest.approx(200.0)
+
+
+def test_graph_timing_follows_the_graph_anchors_method():
+    """The graph rows are compared with FlashMLA's figures, so they are timed as those were:
+    GRAPH_CALLS calls a graph, replayed GRAPH_REPLAYS times (the anchor file says how)."""
+    import json
+
+    method = json.loads((bench.ANCHORS / "hopper-graph-anchor.json").read_text())["method"]
+    assert f"graph of {bench.GRAPH_CALLS} back-to-back" in method
+    assert f"replayed {bench.GRAPH_REPLAYS} times, median us per call" in method
+    assert inspect.signature(bench.time_graph).parameters["replays"].default == bench.GRAPH_REPLAYS

@@ -40,6 +40,7 @@ D, DV, PAGE = 576, 512, 64
 ANCHORS = DATA_ROOT / "benchmarks" / "anchors"
 RESULTS = DATA_ROOT / "benchmarks" / "results"
 GRAPH_CALLS = 20
+GRAPH_REPLAYS = 20   # the graph anchor's method: 20 calls a graph, replayed 20 times, median
 HOST_SHAPE = (1, 1, 1024, 16)      # b, s_q, s_k, h_q of the host-time measurement
 HOST_CALLS = 300
 HOST_ROUND = 10      # calls per round of the queue-free host figure (a sync between rounds)
@@ -244,7 +245,7 @@ def capture_graph(fn, calls: int = GRAPH_CALLS):
     return g
 
 
-def time_graph(c: Caller, replays: int = 10) -> float:
+def time_graph(c: Caller, replays: int = GRAPH_REPLAYS) -> float:
     """ms per call: one graph of GRAPH_CALLS back-to-back calls, replayed; the median."""
     import torch
 
@@ -543,7 +544,8 @@ def markdown(rep: Report) -> str:
              "Workloads exactly as shared/anchors/hopper-flashmla.md counts them (seed 0, "
              "random.Random varlen lengths, 256-token padded tables, randperm pages, causal); "
              "each output checked against the fp32 reference before timing. eager = do_bench "
-             "median (warmup 25, rep 200); graph = CUDA graph of 20 calls, median per call; "
+             f"median (warmup 25, rep 200); graph = CUDA graph of {GRAPH_CALLS} calls replayed "
+             f"{GRAPH_REPLAYS} times, median per call; "
              "kernels = sum of kernel times (torch profiler). ratio = anchor time / eager "
              "time (> 1: faster than the better of FlashMLA and FA3).", ""]
     if rep.geomean is not None:
