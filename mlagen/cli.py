@@ -121,13 +121,22 @@ def cmd_generate(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from . import build
+    from . import build, console
+    from .schedule import plan_of
 
+    backends = []
     for _, s in _schedules(args.schedules):
         t0 = time.perf_counter()
         a = build(s)
         how = "built" if a.built else "cached"
         print(f"{s.name}: {how} in {time.perf_counter() - t0:.2f} s -> {a.path}")
+        b = plan_of(s).backend
+        if b not in backends:
+            backends.append(b)
+    for b in backends:             # what each target's runtime builds on first use
+        line = b.prebuild(console.PROGRESS)
+        if line:
+            print(line)
     return 0
 
 

@@ -225,6 +225,83 @@ def test_the_build_folder_names_the_source_torch_and_python(monkeypatch, tmp_pat
     assert torch.__version__.replace("+", "_") in d.name
 
 
+def _cli_build(monkeypatch, capsys, schedules):
+    """`mlagen build` with the kernel libraries' build stubbed (no nvcc needed): the lines
+    it prints and its status."""
+    from types import SimpleNamespace
+
+    import mlagen
+    from mlagen import cli
+
+    monkeypatch.setattr(mlagen, "build", lambda s, progress=None: SimpleNamespace(
+        built=False, path=f"/cache/{s.name}.so"))
+    rc = cli.main(["build", *schedules])
+    return rc, capsys.readouterr().out.splitlines()
+
+
+def test_mlagen_build_builds_the_cpp_call_path_ahead_once_per_target(monkeypatch, capsys,
+                                                                     tmp_path):
+    """The first eager call would build the extension (~15 s): `mlagen build` does it
+    instead, once for however many Hopper schedules, and says where it lies; an SC11
+    schedule adds nothing."""
+    from mlagen.paths import DATA_ROOT
+
+    calls = []
+
+    def load(*a, **k):
+        calls.append(k["build_directory"])
+        return object()
+
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(fastcall, "_MODULE", [])
+    monkeypatch.setattr(cpp_extension, "load", load)
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path))
+    sch = DATA_ROOT / "schedules"
+    rc, lines = _cli_build(monkeypatch, capsys, [str(sch / "hopper_wgmma.toml"),
+                                                 str(sch / "hopper_wgmma_r16.toml"),
+                                                 str(sch / "sc11_fused_tp4.toml")])
+    assert rc == 0 and calls == [str(fastcall.build_dir())]
+    assert [ln.split(":")[0] for ln in lines] == ["hopper_wgmma", "hopper_wgmma_r16",
+                                                  "sc11_fused_tp4", "C++ call path"]
+    assert lines[-1].startswith("C++ call path: built in ")
+    assert lines[-1].endswith(str(fastcall.library_path()))
+    # built before (its .so in the folder): said so
+    fastcall.library_path().parent.mkdir(parents=True, exist_ok=True)
+    fastcall.library_path().write_bytes(b"")
+    monkeypatch.setattr(fastcall, "_MODULE", [])
+    rc, lines = _cli_build(monkeypatch, capsys, [str(sch / "hopper_wgmma.toml")])
+    assert rc == 0 and lines[-1].startswith("C++ call path: cached in ")
+    rc, lines = _cli_build(monkeypatch, capsys, [str(sch / "sc11_fused_tp4.toml")])
+    assert rc == 0 and len(lines) == 1 and len(calls) == 2
+
+
+def test_mlagen_build_says_why_the_cpp_call_path_did_not_build(monkeypatch, capsys, tmp_path):
+    """A failed extension build is not a failed `mlagen build` (the Python path serves every
+    call): status 0 and one line naming the compiler's first line; turned off, it says so."""
+    from torch.utils import cpp_extension
+
+    from mlagen.paths import DATA_ROOT
+
+    def broken(*a, **k):
+        raise RuntimeError("Error building extension 'mlagen_hopper_fastcall'\ndetails")
+
+    monkeypatch.setattr(fastcall, "_MODULE", [])
+    monkeypatch.setattr(fastcall, "_ERROR", [])
+    monkeypatch.setattr(cpp_extension, "load", broken)
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path))
+    hopper = str(DATA_ROOT / "schedules" / "hopper_wgmma.toml")
+    with pytest.warns(RuntimeWarning):
+        rc, lines = _cli_build(monkeypatch, capsys, [hopper])
+    assert rc == 0
+    assert lines[-1] == ("C++ call path: not built (Error building extension "
+                         "'mlagen_hopper_fastcall'); eager calls take the Python path")
+    monkeypatch.setenv("MLAGEN_HOPPER_FASTCALL", "0")
+    monkeypatch.setattr(fastcall, "_MODULE", [])
+    rc, lines = _cli_build(monkeypatch, capsys, [hopper])
+    assert rc == 0 and lines[-1] == "C++ call path: off (MLAGEN_HOPPER_FASTCALL=0)"
+
+
 class _FakePlan:
     """A cached plan as api.py sees it: its tail and a run_fast that records its calls."""
 

@@ -13,6 +13,8 @@ target's subclass lives in mlagen/backends/<kind>/backend.py as ``BACKEND``.
     verify_paths(s, device)       inputs for run-time paths that drawn problems never reach
     rounded                       intermediates its kernels round to the storage dtype
     run_point, report(...)        `mlagen run`'s default workload and its extra report
+    prebuild(progress)            what else its runtime builds on first use, built ahead by
+                                  `mlagen build` (a line saying so, or None)
     bench_main(args)              `mlagen bench --target <kind>`
     tune_main(args)               `mlagen tune --target <kind>` (default: no tuner)
 """
@@ -68,6 +70,12 @@ class Backend:
 
     def runner(self, plan: "Plan", progress: "bool | None" = None):
         raise NotImplementedError
+
+    def prebuild(self, progress: bool = False) -> str | None:
+        """Build what the runtime would build on its first call besides a schedule's own
+        library (`mlagen build` calls it once per target); a line saying what, or None.
+        progress: say on stderr what a wait is for."""
+        return None
 
     def device_check(self) -> str | None:
         """None when this machine can run the kernels; else one line saying why not."""

@@ -52,6 +52,28 @@ class HopperBackend(Backend):
         return (f"target hopper needs an NVIDIA sm_90 GPU ({found}); `mlagen check`, "
                 f"`generate` and `build` work without one")
 
+    def prebuild(self, progress: bool = False):
+        # the eager calls' C++ path (fastcall.py) is built on a process's first call (~15 s
+        # cold); `mlagen build` builds it ahead, beside the kernel libraries
+        import time
+
+        from ...console import status
+        from . import fastcall
+
+        if not fastcall.enabled():
+            return "C++ call path: off (MLAGEN_HOPPER_FASTCALL=0)"
+        cached = fastcall.library_path().exists()
+        t0 = time.perf_counter()
+        with status(f"mlagen: building the C++ call path in {fastcall.build_dir()} ...",
+                    progress and not cached):
+            m = fastcall.module()
+        if m is None:
+            return (f"C++ call path: not built ({fastcall.build_error()}); eager calls take "
+                    "the Python path")
+        how = "cached" if cached else "built"
+        return (f"C++ call path: {how} in {time.perf_counter() - t0:.2f} s -> "
+                f"{fastcall.library_path()}")
+
     def tuning_space(self):
         return {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "warps": (4, 8),
                 "rows_per_tile": (16, 32, 64), "split_kv": ("auto", 1, 2, 3, 4, 8),

@@ -27,6 +27,7 @@ SOURCE = Path(__file__).resolve().parent / "fastcall.cpp"
 NAME = "mlagen_hopper_fastcall"
 _LOCK = threading.Lock()
 _MODULE: list = []       # [module or None] once tried in this process
+_ERROR: list = []        # why the build failed (its first line), once it has
 
 
 def enabled() -> bool:
@@ -40,6 +41,16 @@ def build_dir() -> Path:
     src = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
     tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
     return cache_dir() / "torch_ext" / f"fastcall-{src}-{tag.replace('+', '_')}"
+
+
+def library_path() -> Path:
+    """Where the built extension lies (torch.utils.cpp_extension names it after NAME)."""
+    return build_dir() / f"{NAME}.so"
+
+
+def build_error() -> Optional[str]:
+    """The first line of the build's error in this process, or None."""
+    return _ERROR[0] if _ERROR else None
 
 
 def module():
@@ -64,6 +75,7 @@ def _load():
                                   extra_cflags=["-O2"], verbose=False)
     except Exception as e:    # no compiler, headers or ninja: the Python path still works
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        _ERROR.append(first)
         warnings.warn(f"mlagen: the C++ call path did not build in {d} ({first}); "
                       "eager calls take the Python path (~1.5x the host time). "
                       "MLAGEN_HOPPER_FASTCALL=0 silences this.", RuntimeWarning, stacklevel=3)
