@@ -243,3 +243,19 @@ def test_bench_flashmla_library_is_checked_before_the_device(tmp_path, clean, ca
     refused(capsys, ["bench", "--target", "sc11", "--flashmla", str(notlib)],
             "target sc11 has no FlashMLA reference to time")
     assert clean() == []
+
+
+# ------------------------------------------------------------- bench --shape ----------
+def test_bench_shapes_are_checked_before_the_device(clean, capsys):
+    """A malformed --shape, --shape with --quick, and --shape for a target that benchmarks
+    a grid are refused in one line on any machine, GPU or not, before anything runs."""
+    line = refused(capsys, ["bench", "--target", "hopper", "--shape", "16,2,2048"],
+                   "shape '16,2,2048': expected b,s_q,s_k,h_q[,varlen]")
+    assert "GPU" not in line
+    refused(capsys, ["bench", "--target", "hopper", "--shape", "1,1,1024,16",
+                     "--shape", "8,1,4096,256"], "shape '8,1,4096,256': needs", "h_q 1..128")
+    refused(capsys, ["bench", "--target", "hopper", "--quick", "--shape", "1,1,1024,16"],
+            "--quick", "give one or the other")
+    refused(capsys, ["bench", "--target", "sc11", "--shape", "1,1,1024,16"],
+            "--shape: target sc11's bench is its scheme grid")
+    assert clean() == []

@@ -292,3 +292,47 @@ def test_graph_timing_follows_the_graph_anchors_method():
     assert f"graph of {bench.GRAPH_CALLS} back-to-back" in method
     assert f"replayed {bench.GRAPH_REPLAYS} times, median us per call" in method
     assert inspect.signature(bench.time_graph).parameters["replays"].default == bench.GRAPH_REPLAYS
+
+
+def test_bench_of_given_shapes(monkeypatch, tmp_path):
+    """`mlagen bench --shape`: the shapes given are the rows (none of the record's), each
+    measured as a record's row is; the report is their own table, FlashMLA's "now" columns
+    and its geomean over them under --flashmla."""
+    from mlagen.backends.hopper.tune import parse_shape
+
+    shapes = [parse_shape("16,2,2048,64"), parse_shape("8,1,8192,16,varlen")]
+    rows = bench.plan_rows(shapes=shapes)
+    assert [(r.b, r.s_q, r.sk, r.h_q, r.varlen, r.kind) for r in rows] == \
+        [(16, 2, 2048, 64, False, "shape"), (8, 1, 8192, 16, True, "shape")]
+    measured = []
+
+    def measure(r, schedule=None, live=None):
+        measured.append(r.label())
+        r.check, r.variant, r.eager_ms, r.graph_ms, r.kernel_ms = "ok", "v", 0.04, 0.03, 0.028
+        r.flashmla_now_check, r.flashmla_now_ms, r.ratio_now = "ok", 0.05, 1.25
+        r.flashmla_now_graph_us, r.ratio_now_graph = 36.0, 1.2
+        return r
+
+    class Cuda:
+        @staticmethod
+        def get_device_name():
+            return "H200"
+
+    monkeypatch.setattr(bench, "measure_row", measure)
+    monkeypatch.setattr(bench, "host_time", lambda schedule: {"decode_us": 12.0,
+                                                              "decode_rounds_us": 13.0})
+    monkeypatch.setattr(torch, "cuda", Cuda)
+    rep = bench.run_bench(shapes=shapes, progress=False, out_prefix=tmp_path / "r",
+                          flashmla=None)
+    assert measured == ["b=16 s_q=2 sk=2048 h_q=64", "b=8 s_q=1 sk=8192 h_q=16 varlen"]
+    assert rep.counted == 0 and rep.geomean is None
+    md = (tmp_path / "r.md").read_text()
+    assert "the shapes given" in md and "anchor" not in md.split("\n| b |")[1]
+    assert "| 16 | 2 | 2048 | 64 | no | ok | 0.0400 | 30.0 | 0.0280 |" in md
+    assert "| 8 | 1 | 8192 | 16 | yes | ok |" in md and "12.0 us" in md
+    rep.flashmla_lib = "/x/libflashmla.so"
+    bench.summarize(rep)
+    assert rep.geomean_now == pytest.approx(1.25) and rep.won_now == 2
+    md = bench.markdown(rep)
+    assert "geomean of its time / ours 1.250; shapes won 2/2" in md
+    assert "| 0.0500 | 1.250 | 36.0 | 1.20 |" in md

@@ -495,7 +495,11 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "st
     return row
 
 
-def plan_rows(quick: bool = False) -> list[Row]:
+def plan_rows(quick: bool = False, shapes=()) -> list[Row]:
+    """The benchmark of record's rows (the 51 anchor rows, then the 8 graph rows), or the
+    caller's shapes (tune.Shape records: `mlagen bench --shape`), timed the same way."""
+    if shapes:
+        return [Row(s.b, s.s_q, s.sk, s.h_q, s.varlen, "shape") for s in shapes]
     rows = [Row(r["b"], r["s_q"], r["sk"], r["h_q"], bool(r["varlen"]), "anchor",
                 anchor_ms=r["best_ms"], anchor_by=r["best"], flashmla_ms=r["flashmla_ms"])
             for r in anchor_rows()]
@@ -517,9 +521,11 @@ def summarize(rep: Report) -> None:
     if fl and len(fl) == len(anchored):
         rep.geomean_flashmla = math.exp(sum(math.log(x) for x in fl) / len(fl))
     rep.won = sum(1 for x in ratios if x >= 1.0)
-    now = [r.ratio_now for r in anchored if r.ratio_now]
+    # FlashMLA now / ours over the anchor rows, or over the caller's shapes (--shape)
+    counted = anchored or [r for r in rep.rows if r.kind == "shape"]
+    now = [r.ratio_now for r in counted if r.ratio_now]
     rep.geomean_now = (math.exp(sum(math.log(x) for x in now) / len(now))
-                       if now and len(now) == len(anchored) else None)
+                       if now and len(now) == len(counted) else None)
     rep.won_now = sum(1 for x in now if x >= 1.0)
 
 
@@ -538,6 +544,8 @@ def _now_cells(r: Row, unit: str) -> str:
 
 
 def markdown(rep: Report) -> str:
+    if any(r.kind == "shape" for r in rep.rows):
+        return _shapes_markdown(rep)
     lines = [f"# Hopper benchmark of record: {rep.device}", "",
              f"commit `{rep.commit}`, mlagen {rep.mlagen}, torch {rep.torch}; "
              f"command `{rep.command}`; {rep.elapsed_s:.0f} s.", "",
@@ -600,6 +608,40 @@ def markdown(rep: Report) -> str:
     return "\n".join(lines)
 
 
+def _shapes_markdown(rep: Report) -> str:
+    """`mlagen bench --shape ...`: the caller's shapes, timed as the record's rows are, with
+    FlashMLA beside them under --flashmla (no anchor figures exist for them)."""
+    now = bool(rep.flashmla_lib)
+    lines = [f"# Hopper benchmark: {rep.device}, the shapes given", "",
+             f"commit `{rep.commit}`, mlagen {rep.mlagen}, torch {rep.torch}; "
+             f"command `{rep.command}`; {rep.elapsed_s:.0f} s.", "",
+             "Inputs as the benchmark of record makes them (seed 0, varlen lengths "
+             "random.Random(0).normalvariate(s_k, s_k / 2) floored at s_q, 256-token padded "
+             "tables, randperm pages, causal); each output checked against the fp32 reference "
+             f"before timing. eager = do_bench median (warmup 25, rep 200); graph = CUDA graph "
+             f"of {GRAPH_CALLS} calls replayed {GRAPH_REPLAYS} times, median per call; kernels = "
+             "sum of kernel times (torch profiler).", ""]
+    if now:
+        lines.append(f"**FlashMLA timed in this run** (`{rep.flashmla_lib}`, same tensors, right "
+                     f"after ours): geomean of its time / ours {_f(rep.geomean_now, '.3f')}; "
+                     f"shapes won {rep.won_now}/{len(rep.rows)}.")
+    extra = (" FlashMLA now ms | vs FlashMLA now | FlashMLA now graph us | graph vs FlashMLA now |"
+             if now else "")
+    lines += ["", "| b | s_q | sk | h_q | varlen | check | eager ms | graph us | kernels ms | "
+              "TFLOPS | GB/s | variant |" + extra, "|" + "---|" * (16 if now else 12)]
+    for r in rep.rows:
+        lines.append(f"| {r.b} | {r.s_q} | {r.sk} | {r.h_q} | {'yes' if r.varlen else 'no'} | "
+                     f"{r.check or r.error} | {_f(r.eager_ms, '.4f')} | "
+                     f"{_f(r.graph_ms and r.graph_ms * 1e3, '.1f')} | {_f(r.kernel_ms, '.4f')} | "
+                     f"{_f(r.tflops, '.1f')} | {_f(r.gbps, '.0f')} | `{r.variant}` |"
+                     + (_now_cells(r, "ms") + _now_cells(r, "us") if now else ""))
+    if rep.host:
+        lines += ["", f"Host time per eager decode call (b=1, s_k=1024, h_q=16): "
+                  f"{rep.host.get('decode_us')} us ({rep.host.get('decode_rounds_us')} us in "
+                  f"rounds of {HOST_ROUND})."]
+    return "\n".join(lines + [""])
+
+
 def rich_table(rep: Report):
     from rich.table import Table
 
@@ -620,7 +662,7 @@ def rich_table(rep: Report):
 
 def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = None,
               progress: bool = True, command: str = "mlagen bench --target hopper",
-              flashmla: Optional[str] = None) -> Report:
+              flashmla: Optional[str] = None, shapes=()) -> Report:
     import torch
 
     from ...version import __version__
@@ -634,7 +676,7 @@ def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = N
     rep = Report(device=torch.cuda.get_device_name(), torch=torch.__version__,
                  commit=_commit(), mlagen=__version__, command=command,
                  flashmla_lib=flashmla or "")
-    rows = plan_rows(quick)
+    rows = plan_rows(quick, shapes)
     # host time first, in a fresh process: measured after all the rows (59 profiler runs,
     # a full caching allocator) the same loop took 48 us per call, in a fresh process 19
     # (benchmarks/results/hopper_host_breakdown_6768d1b.log); which of the two costs it is
@@ -673,6 +715,12 @@ def bench_main(args) -> int:
     from .defaults import check_overrides
 
     check_overrides()            # a malformed MLAGEN_HOPPER_* table is refused first
+    from .tune import parse_shape
+
+    shapes = [parse_shape(t) for t in (getattr(args, "shape", None) or [])]
+    if shapes and args.quick:
+        raise MlagenError("--quick cuts the benchmark of record's rows; with --shape the "
+                          "shapes given are the rows: give one or the other")
     flashmla = getattr(args, "flashmla", None)
     if flashmla:
         from .flashmla_live import load as load_flashmla
@@ -688,23 +736,28 @@ def bench_main(args) -> int:
 
         schedule = load(args.schedule)
     name = torch.cuda.get_device_name().replace(" ", "_")
-    prefix = Path(args.output) if args.output else RESULTS / f"hopper_bench_{name}"
+    prefix = (Path(args.output) if args.output else
+              RESULTS / f"hopper_bench_{name}{'_shapes' if shapes else ''}")
     if prefix.suffix in (".json", ".md"):
         prefix = prefix.with_suffix("")
     rep = run_bench(schedule, quick=args.quick, out_prefix=prefix,
                     progress=not getattr(args, "no_progress", False),
                     command="mlagen bench --target hopper" + (" --quick" if args.quick else "")
-                    + (f" --flashmla {flashmla}" if flashmla else ""), flashmla=flashmla)
+                    + "".join(f" --shape {s.label()}" for s in shapes)
+                    + (f" --flashmla {flashmla}" if flashmla else ""), flashmla=flashmla,
+                    shapes=shapes)
     from rich.console import Console
 
     con = Console()
     con.print(rich_table(rep))
-    con.print(f"geomean {_f(rep.geomean, '.3f')} of the best anchor "
-              f"({_f(rep.geomean_flashmla, '.3f')} of FlashMLA), rows won {rep.won}/"
-              f"{rep.counted}; host {rep.host.get('decode_us')} us per decode call")
+    if not shapes:
+        con.print(f"geomean {_f(rep.geomean, '.3f')} of the best anchor "
+                  f"({_f(rep.geomean_flashmla, '.3f')} of FlashMLA), rows won {rep.won}/"
+                  f"{rep.counted}; host {rep.host.get('decode_us')} us per decode call")
     if flashmla:
         con.print(f"FlashMLA timed in this run: geomean of its time / ours "
-                  f"{_f(rep.geomean_now, '.3f')}, rows won {rep.won_now}/{rep.counted}")
+                  f"{_f(rep.geomean_now, '.3f')}, rows won {rep.won_now}/"
+                  f"{rep.counted or len(rep.rows)}")
     con.print(f"written: {prefix.with_suffix('.json')}, {prefix.with_suffix('.md')}")
     bad = [r for r in rep.rows if r.check != "ok"]
     return 1 if bad else 0
