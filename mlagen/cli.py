@@ -270,7 +270,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="print rows instead of a bar")
     p.add_argument("--shape", action="append", metavar="B,S_Q,S_K,H_Q[,varlen]",
                    help="time this shape instead of the benchmark of record's rows "
-                        "(repeatable; hopper)")
+                        "(repeatable; targets whose bench has rows of shapes)")
     p.add_argument("--flashmla", default=None, metavar="LIB",
                    help="also time FlashMLA, built by benchmarks/flashmla/build.sh, on each "
                    "row's tensors (the 'now' columns; targets with a FlashMLA reference)")

@@ -298,7 +298,7 @@ def test_bench_of_given_shapes(monkeypatch, tmp_path):
     """`mlagen bench --shape`: the shapes given are the rows (none of the record's), each
     measured as a record's row is; the report is their own table, FlashMLA's "now" columns
     and its geomean over them under --flashmla."""
-    from mlagen.backends.hopper.tune import parse_shape
+    from mlagen.backends.hopper.shapes import parse_shape
 
     shapes = [parse_shape("16,2,2048,64"), parse_shape("8,1,8192,16,varlen")]
     rows = bench.plan_rows(shapes=shapes)

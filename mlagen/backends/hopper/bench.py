@@ -497,7 +497,7 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "st
 
 def plan_rows(quick: bool = False, shapes=()) -> list[Row]:
     """The benchmark of record's rows (the 51 anchor rows, then the 8 graph rows), or the
-    caller's shapes (tune.Shape records: `mlagen bench --shape`), timed the same way."""
+    caller's shapes (shapes.Shape records: `mlagen bench --shape`), timed the same way."""
     if shapes:
         return [Row(s.b, s.s_q, s.sk, s.h_q, s.varlen, "shape") for s in shapes]
     rows = [Row(r["b"], r["s_q"], r["sk"], r["h_q"], bool(r["varlen"]), "anchor",
@@ -715,7 +715,7 @@ def bench_main(args) -> int:
     from .defaults import check_overrides
 
     check_overrides()            # a malformed MLAGEN_HOPPER_* table is refused first
-    from .tune import parse_shape
+    from .shapes import parse_shape
 
     shapes = [parse_shape(t) for t in (getattr(args, "shape", None) or [])]
     if shapes and args.quick:

@@ -19,44 +19,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from ...errors import MlagenError
 from ...version import __version__
 
+from .shapes import Shape, parse_shape
 from .tuned import KNOBS, forget_tables, shape_key, table_key, user_table
-
-
-@dataclass(frozen=True)
-class Shape:
-    b: int
-    s_q: int
-    sk: int
-    h_q: int
-    varlen: bool
-
-    @property
-    def rows(self) -> int:
-        return self.s_q * self.h_q
-
-    def label(self) -> str:
-        return f"{self.b},{self.s_q},{self.sk},{self.h_q}{',varlen' if self.varlen else ''}"
-
-
-def parse_shape(text: str) -> Shape:
-    """"b,s_q,s_k,h_q" or "b,s_q,s_k,h_q,varlen"."""
-    parts = [x.strip() for x in text.split(",")]
-    try:
-        if len(parts) not in (4, 5) or (len(parts) == 5 and parts[4] != "varlen"):
-            raise ValueError
-        b, s_q, sk, h_q = (int(x) for x in parts[:4])
-    except ValueError:
-        raise MlagenError(f"shape {text!r}: expected b,s_q,s_k,h_q[,varlen]") from None
-    if not (b >= 1 and 1 <= s_q <= 8 and sk >= 1 and 1 <= h_q <= 128):
-        raise MlagenError(f"shape {text!r}: needs b >= 1, s_q 1..8, s_k >= 1, h_q 1..128")
-    return Shape(b, s_q, sk, h_q, len(parts) == 5)
 
 
 def default_shapes() -> list[Shape]:
