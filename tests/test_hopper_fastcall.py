@@ -278,7 +278,8 @@ def test_mlagen_build_builds_the_cpp_call_path_ahead_once_per_target(monkeypatch
 
 def test_mlagen_build_says_why_the_cpp_call_path_did_not_build(monkeypatch, capsys, tmp_path):
     """A failed extension build is not a failed `mlagen build` (the Python path serves every
-    call): status 0 and one line naming the compiler's first line; turned off, it says so."""
+    call): status 0 and one line naming the compiler's first line (not the API's warning
+    too); turned off, it says so."""
     from torch.utils import cpp_extension
 
     from mlagen.paths import DATA_ROOT
@@ -291,9 +292,12 @@ def test_mlagen_build_says_why_the_cpp_call_path_did_not_build(monkeypatch, caps
     monkeypatch.setattr(cpp_extension, "load", broken)
     monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path))
     hopper = str(DATA_ROOT / "schedules" / "hopper_wgmma.toml")
-    with pytest.warns(RuntimeWarning):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         rc, lines = _cli_build(monkeypatch, capsys, [hopper])
-    assert rc == 0
+    assert rc == 0 and not [w for w in caught if issubclass(w.category, RuntimeWarning)]
     assert lines[-1] == ("C++ call path: not built (Error building extension "
                          "'mlagen_hopper_fastcall'); eager calls take the Python path")
     monkeypatch.setenv("MLAGEN_HOPPER_FASTCALL", "0")

@@ -56,6 +56,7 @@ class HopperBackend(Backend):
         # the eager calls' C++ path (fastcall.py) is built on a process's first call (~15 s
         # cold); `mlagen build` builds it ahead, beside the kernel libraries
         import time
+        import warnings
 
         from ...console import status
         from . import fastcall
@@ -65,7 +66,8 @@ class HopperBackend(Backend):
         cached = fastcall.library_path().exists()
         t0 = time.perf_counter()
         with status(f"mlagen: building the C++ call path in {fastcall.build_dir()} ...",
-                    progress and not cached):
+                    progress and not cached), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)   # the line below says it once
             m = fastcall.module()
         if m is None:
             return (f"C++ call path: not built ({fastcall.build_error()}); eager calls take "
