@@ -543,6 +543,13 @@ def _now_cells(r: Row, unit: str) -> str:
     return f" {_f(r.flashmla_now_graph_us, '.1f')} | {_f(r.ratio_now_graph, '.2f')} |"
 
 
+# how every row is checked and timed, said in both reports
+_TIMING = ("each output checked against the fp32 reference before timing. eager = do_bench "
+           f"median (warmup 25, rep 200); graph = CUDA graph of {GRAPH_CALLS} calls replayed "
+           f"{GRAPH_REPLAYS} times, median per call; kernels = sum of kernel times (torch "
+           "profiler).")
+
+
 def markdown(rep: Report) -> str:
     if any(r.kind == "shape" for r in rep.rows):
         return _shapes_markdown(rep)
@@ -551,11 +558,8 @@ def markdown(rep: Report) -> str:
              f"command `{rep.command}`; {rep.elapsed_s:.0f} s.", "",
              "Workloads exactly as shared/anchors/hopper-flashmla.md counts them (seed 0, "
              "random.Random varlen lengths, 256-token padded tables, randperm pages, causal); "
-             "each output checked against the fp32 reference before timing. eager = do_bench "
-             f"median (warmup 25, rep 200); graph = CUDA graph of {GRAPH_CALLS} calls replayed "
-             f"{GRAPH_REPLAYS} times, median per call; "
-             "kernels = sum of kernel times (torch profiler). ratio = anchor time / eager "
-             "time (> 1: faster than the better of FlashMLA and FA3).", ""]
+             + _TIMING + " ratio = anchor time / eager time (> 1: faster than the better of "
+             "FlashMLA and FA3).", ""]
     if rep.geomean is not None:
         lines.append(f"**geomean over the {rep.counted} anchor rows: {rep.geomean:.3f}** of the "
                      f"best anchor ({_f(rep.geomean_flashmla, '.3f')} of FlashMLA); rows won "
@@ -617,10 +621,7 @@ def _shapes_markdown(rep: Report) -> str:
              f"command `{rep.command}`; {rep.elapsed_s:.0f} s.", "",
              "Inputs as the benchmark of record makes them (seed 0, varlen lengths "
              "random.Random(0).normalvariate(s_k, s_k / 2) floored at s_q, 256-token padded "
-             "tables, randperm pages, causal); each output checked against the fp32 reference "
-             f"before timing. eager = do_bench median (warmup 25, rep 200); graph = CUDA graph "
-             f"of {GRAPH_CALLS} calls replayed {GRAPH_REPLAYS} times, median per call; kernels = "
-             "sum of kernel times (torch profiler).", ""]
+             "tables, randperm pages, causal); " + _TIMING, ""]
     if now:
         lines.append(f"**FlashMLA timed in this run** (`{rep.flashmla_lib}`, same tensors, right "
                      f"after ours): geomean of its time / ours {_f(rep.geomean_now, '.3f')}; "

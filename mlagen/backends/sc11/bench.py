@@ -414,12 +414,8 @@ def bench_main(args) -> int:
     from ...console import progress_rows, status, table
 
     if getattr(args, "flashmla", None):
-        from ...errors import MlagenError
-
         raise MlagenError("--flashmla: target sc11 has no FlashMLA reference to time")
     if getattr(args, "shape", None):
-        from ...errors import MlagenError
-
         raise MlagenError("--shape: target sc11's bench is its scheme grid (batch x seqlen); "
                           "`mlagen run SCHEDULE --batch B --seqlen S` times one point")
     tty = sys.stdout.isatty()
