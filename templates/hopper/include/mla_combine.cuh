@@ -35,8 +35,10 @@ constexpr int kCombineVec = kDV / 128;             // float4 per lane: columns 4
 // With 2 (78 registers) three 8-warp CTAs fit an SM: graph rows b = 64 and b = 32 1.095x; 4
 // splits at two CTAs an SM, 1.08x; at 4 rows a CTA (b = 16, s_q = 2, h_q = 64) 1.03-1.06x.
 constexpr int kCombineUnrollFew = 8, kCombineUnrollMany = 2;
-template <int kUnroll>
-constexpr int combine_min_blocks() { return kUnroll >= 8 ? 1 : 3; }
+// (fp16 partials, 8 splits: two CTAs an SM holds it at the 128 registers it took before its
+// first step's loads moved above the lse reduction)
+template <int kUnroll, bool kHalf>
+constexpr int combine_min_blocks() { return kUnroll >= 8 ? (kHalf ? 2 : 1) : 3; }
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -63,7 +65,7 @@ __device__ __forceinline__ float4 partial_values(uint2 v) {
 }
 
 template <typename T, int kCombineUnroll, bool kHalf>
-__global__ void __launch_bounds__(kCombineThreads, combine_min_blocks<kCombineUnroll>())
+__global__ void __launch_bounds__(kCombineThreads, combine_min_blocks<kCombineUnroll, kHalf>())
 mla_combine_kernel(const __grid_constant__ MlaParams p) {
   static_assert(32 % kCombineUnroll == 0, "a step never crosses a 32-split chunk");
   const int req = blockIdx.x, lane = threadIdx.x % 32;
@@ -77,6 +79,34 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
   // whole warps leave (n and gr are warp-uniform): the shuffles below see full warps
   if (n <= 1 || gr >= rows_total) return;
   const float* lse_col = p.lse_acc + static_cast<int64_t>(first) * rows_total + gr;
+
+  using Vec = typename PartialVec<kHalf>::type;
+  const int64_t step = static_cast<int64_t>(rows_total) * kDV;
+  const int64_t row0 = static_cast<int64_t>(first) * rows_total + gr;   // the first slot's row
+  // fp16 partials fill the first half of o_acc's floats (mla_common.cuh)
+  const Vec* o0 = reinterpret_cast<const Vec*>(
+      kHalf ? reinterpret_cast<const char*>(p.o_acc) + (row0 * kDV + 4 * lane) * 2
+            : reinterpret_cast<const char*>(p.o_acc + row0 * kDV + 4 * lane));
+  // one step's partials (and fp16 scales): splits k0 .. k0 + kCombineUnroll - 1 that exist,
+  // loaded whatever their weight (an empty split's slot is read and then not used)
+  Vec v[kCombineUnroll][kCombineVec];
+  float2 sc[kCombineUnroll];
+  auto load_step = [&](int k0) {
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u) {
+      const int64_t k = k0 + u;
+      sc[u] = make_float2(1.f, 1.f);
+      if (k < n) {
+        if (kHalf) sc[u] = *reinterpret_cast<const float2*>(p.o_scale + (row0 + k * rows_total) * 2);
+        const Vec* o = o0 + k * (step / 4);
+#pragma unroll
+        for (int j = 0; j < kCombineVec; ++j) v[u][j] = o[32 * j];
+      }
+    }
+  };
+  // the first step's loads go out beside the lse loads: one L2 round trip before the sums,
+  // not two (the weights need the lse, the loads do not)
+  load_step(0);
 
   float mx = -INFINITY;
   bool nan = false;
@@ -94,13 +124,6 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
   for (int j = 0; j < kCombineVec; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
   float sum = 0.f;
   if (live) {
-    using Vec = typename PartialVec<kHalf>::type;
-    const int64_t step = static_cast<int64_t>(rows_total) * kDV;
-    const int64_t row0 = static_cast<int64_t>(first) * rows_total + gr;   // the first slot's row
-    // fp16 partials fill the first half of o_acc's floats (mla_common.cuh)
-    const Vec* o0 = reinterpret_cast<const Vec*>(
-        kHalf ? reinterpret_cast<const char*>(p.o_acc) + (row0 * kDV + 4 * lane) * 2
-              : reinterpret_cast<const char*>(p.o_acc + row0 * kDV + 4 * lane));
     for (int c0 = 0; c0 < n; c0 += 32) {
       // lane l holds the weight of split c0 + l (0 past the end)
       const int i = c0 + lane;
@@ -110,35 +133,24 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
       sum += wl;
       const int cn = min(32, n - c0);
       for (int u0 = 0; u0 < cn; u0 += kCombineUnroll) {
-        float2 w[kCombineUnroll];   // the weight of each 256-column half of the row
-        Vec v[kCombineUnroll][kCombineVec];
+        if (c0 + u0 > 0) load_step(c0 + u0);
 #pragma unroll
         for (int u = 0; u < kCombineUnroll; ++u) {
           const float wu = __shfl_sync(0xffffffffu, wl, u0 + u);
-          const int64_t k = c0 + u0 + u;   // the split
-          // an empty split (o = 0, lse = -inf, weight 0) and a step past the end are not read
-          w[u] = make_float2(wu, wu);
-          if (kHalf && wu != 0.f) {
-            const float2 inv =
-                *reinterpret_cast<const float2*>(p.o_scale + (row0 + k * rows_total) * 2);
-            w[u] = make_float2(wu * inv.x, wu * inv.y);
-          }
-          const Vec* o = o0 + k * (step / 4);
-#pragma unroll
-          for (int j = 0; j < kCombineVec; ++j)
-            v[u][j] = wu != 0.f ? o[32 * j] : Vec{};
-        }
-#pragma unroll
-        for (int u = 0; u < kCombineUnroll; ++u)
+          // an empty split (lse = -inf, weight 0; its slot may hold anything) and a step
+          // past the end add nothing (wu is warp-uniform)
+          if (wu == 0.f) continue;
+          const float2 w = make_float2(wu * sc[u].x, wu * sc[u].y);   // per 256-column half
 #pragma unroll
           for (int j = 0; j < kCombineVec; ++j) {
             const float4 x = partial_values(v[u][j]);
-            const float wj = j < kCombineVec / 2 ? w[u].x : w[u].y;
+            const float wj = j < kCombineVec / 2 ? w.x : w.y;
             acc[j].x += wj * x.x;
             acc[j].y += wj * x.y;
             acc[j].z += wj * x.z;
             acc[j].w += wj * x.w;
           }
+        }
       }
     }
     sum = warp_sum(sum);
