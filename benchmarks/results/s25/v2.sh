@@ -15,12 +15,6 @@ CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader; echo "commit ${COMMIT:-?}"; } > $W/env.txt 2>&1
 timeout 90 python3 benchmarks/build_defaults.py > $W/build.log 2>&1
 echo "1 build rc=$? $(el) $(tail -1 $W/build.log)" | tee -a $W/steps.txt
-timeout 100 python3 benchmarks/graph_timeline.py --flashmla "$FM" --row 128,2,1024,16 \
-  --row 128,2,2048,16 --row 128,1,2048,32 2>&1 | grep -v -i warn > $W/timeline.log
-echo "2 timeline rc=$? $(el)" | tee -a $W/steps.txt; pack
-timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_hopper_gpu.py tests/test_hopper_faults.py \
-  -k "split_merge or combine or test_cases or cuda_graph" > $W/pytest_gpu.log 2>&1
-echo "3 gpu tests rc=$? $(el) $(tail -1 $W/pytest_gpu.log)" | tee -a $W/steps.txt; pack
 cat > /tmp/one.py <<'PY'
 import sys
 sys.path.insert(0, "tests")
@@ -35,6 +29,12 @@ for tool in memcheck synccheck; do
   timeout 80 "$CS" --tool $tool python3 /tmp/one.py 2>&1 | grep -E "one ok|ERROR SUMMARY" | sed "s/^/$tool: /"
 done | tee $W/sanitizers.txt
 echo "4 sanitizers $(el)" | tee -a $W/steps.txt; pack
+timeout 100 python3 benchmarks/graph_timeline.py --flashmla "$FM" --row 128,2,1024,16 \
+  --row 128,2,2048,16 --row 128,1,2048,32 2>&1 | grep -v -i warn > $W/timeline.log
+echo "2 timeline rc=$? $(el)" | tee -a $W/steps.txt; pack
+timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_hopper_gpu.py tests/test_hopper_faults.py \
+  -k "split_merge or combine or test_cases or cuda_graph" > $W/pytest_gpu.log 2>&1
+echo "3 gpu tests rc=$? $(el) $(tail -1 $W/pytest_gpu.log)" | tee -a $W/steps.txt; pack
 timeout 230 python3 -m mlagen.cli bench --target hopper --no-progress --flashmla "$FM" --output $W/hopper_bench > $W/bench.log 2>&1
 echo "5 bench rc=$? $(el)" | tee -a $W/steps.txt; pack
 cat $W/steps.txt; tail -2 $W/pytest_gpu.log; cat $W/sanitizers.txt; grep -E "^row|kernel|span" $W/timeline.log
