@@ -311,6 +311,10 @@ def test_bench_of_given_shapes(monkeypatch, tmp_path):
         r.check, r.variant, r.eager_ms, r.graph_ms, r.kernel_ms = "ok", "v", 0.04, 0.03, 0.028
         r.flashmla_now_check, r.flashmla_now_ms, r.ratio_now = "ok", 0.05, 1.25
         r.flashmla_now_graph_us, r.ratio_now_graph = 36.0, 1.2
+        if r.varlen:
+            r.step_note = "step not timed: its 20 layers need 90.0 GiB, 100.0 GiB free"
+        else:
+            r.step_us, r.flashmla_now_step_us, r.ratio_now_step = 29.0, 34.8, 1.2
         return r
 
     class Cuda:
@@ -328,11 +332,65 @@ def test_bench_of_given_shapes(monkeypatch, tmp_path):
     assert rep.counted == 0 and rep.geomean is None
     md = (tmp_path / "r.md").read_text()
     assert "the shapes given" in md and "anchor" not in md.split("\n| b |")[1]
-    assert "| 16 | 2 | 2048 | 64 | no | ok | 0.0400 | 30.0 | 0.0280 |" in md
+    assert "| 16 | 2 | 2048 | 64 | no | ok | 0.0400 | 30.0 | 0.0280 | 29.0 |" in md
+    assert "| 8 | 1 | 8192 | 16 | yes | ok | 0.0400 | 30.0 | 0.0280 | - |" in md
+    assert "- b=8 s_q=1 sk=8192 h_q=16 varlen: step not timed: its 20 layers need" in md
+    assert "In the table, step = us per layer" in md
     assert "| 8 | 1 | 8192 | 16 | yes | ok |" in md and "12.0 us" in md
     rep.flashmla_lib = "/x/libflashmla.so"
     bench.summarize(rep)
     assert rep.geomean_now == pytest.approx(1.25) and rep.won_now == 2
     md = bench.markdown(rep)
     assert "geomean of its time / ours 1.250; shapes won 2/2" in md
-    assert "| 0.0500 | 1.250 | 36.0 | 1.20 |" in md
+    assert "| 0.0500 | 1.250 | 36.0 | 1.20 | 34.8 | 1.20 |" in md
+
+
+class _FakeCaller:
+    """A Caller's tensors and lengths on the CPU: what measure_row and step_bytes read."""
+
+    def __init__(self, b, s_q, sk, h_q, varlen, schedule=None, page=64):
+        self.variant, self.lens = "v", [sk] * b
+        self.q = torch.empty(b, s_q, h_q, 576, dtype=torch.bfloat16)
+        self.k = torch.empty(b * sk // page, page, 1, 576, dtype=torch.bfloat16)
+
+
+def _fake_timing(monkeypatch, free_bytes):
+    steps = []
+    monkeypatch.setattr(bench, "Caller", _FakeCaller)
+    monkeypatch.setattr(bench, "check_output", lambda c: ("ok", 1.0, 0.0))
+    monkeypatch.setattr(bench, "time_eager", lambda c: 0.05)
+    monkeypatch.setattr(bench, "time_graph", lambda c: 0.04)
+    monkeypatch.setattr(bench, "time_kernels", lambda c: 0.035)
+    monkeypatch.setattr(bench, "time_step", lambda c, live=None: steps.append(c) or (41.0, None))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (free_bytes, 2 * free_bytes))
+    return steps
+
+
+@pytest.mark.parametrize("kind", ["graph", "shape"])
+def test_the_serving_step_is_timed_on_graph_and_shape_rows(monkeypatch, kind):
+    steps = _fake_timing(monkeypatch, 100 * 2**30)
+    r = bench.measure_row(bench.Row(16, 2, 2048, 64, False, kind))
+    assert r.error == "" and r.step_us == 41.0 and len(steps) == 1 and r.step_note == ""
+
+
+def test_the_record_rows_are_not_stepped(monkeypatch):
+    steps = _fake_timing(monkeypatch, 100 * 2**30)
+    r = bench.measure_row(bench.Row(128, 1, 8192, 128, False, "anchor"))
+    assert r.eager_ms == 0.05 and r.step_us is None and steps == []
+
+
+def test_a_step_that_does_not_fit_in_free_memory_is_said_not_timed(monkeypatch):
+    """20 layers of b = 128 at 32768 keys: ~4.5 GiB of K each, ~86 GiB for the step's 19
+    copies; with 100 GiB free (70 % may be used) the row says why it has no step."""
+    c = _FakeCaller(128, 1, 32768, 128, False)
+    need = bench.step_bytes(c)
+    assert need == 19 * (c.k.nbytes + c.q.nbytes) + 20 * 7168 * 4096 * 2
+    steps = _fake_timing(monkeypatch, 100 * 2**30)
+    r = bench.measure_row(bench.Row(128, 1, 32768, 128, False, "shape"))
+    assert steps == [] and r.step_us is None and r.error == ""
+    assert r.step_note == (f"step not timed: its 20 layers need {need / 2**30:.1f} GiB, "
+                           "100.0 GiB free")
+    steps = _fake_timing(monkeypatch, int(need / bench.STEP_MEM_SHARE) + 1)
+    r = bench.measure_row(bench.Row(128, 1, 32768, 128, False, "shape"))
+    assert len(steps) == 1 and r.step_note == "" and r.step_us == 41.0

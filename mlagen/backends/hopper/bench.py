@@ -125,8 +125,9 @@ class Row:
     flashmla_now_graph_us: Optional[float] = None
     ratio_now: Optional[float] = None        # flashmla_now_ms / eager_ms
     ratio_now_graph: Optional[float] = None  # flashmla_now_graph_us / graph us
-    # the serving step (graph rows): us per layer the decode adds (time_step)
+    # the serving step (graph and shape rows): us per layer the decode adds (time_step)
     step_us: Optional[float] = None
+    step_note: str = ""                      # why the step was not timed (step_skip)
     flashmla_now_step_us: Optional[float] = None
     ratio_now_step: Optional[float] = None   # flashmla_now_step_us / step_us
     error: str = ""
@@ -332,6 +333,29 @@ class Step:
         return self.c.decode(self.qs[layer], self.ks[layer])
 
 
+# A step holds GRAPH_CALLS copies of q and K: a shape whose copies would take more than this
+# share of the GPU's free memory is not stepped (a long-context batch of 128 is ~5 GB of K a
+# layer); its row says so instead.
+STEP_MEM_SHARE = 0.7
+
+
+def step_bytes(c: Caller) -> int:
+    """Device bytes a Step of this workload allocates beyond the Caller's own tensors."""
+    weight = STEP_WEIGHT[0] * STEP_WEIGHT[1] * c.q.element_size()
+    return (GRAPH_CALLS - 1) * (c.k.nbytes + c.q.nbytes) + GRAPH_CALLS * weight
+
+
+def step_skip(c: Caller) -> str:
+    """Why a Step of this workload is not timed ("" when it fits in free GPU memory)."""
+    import torch
+
+    need, free = step_bytes(c), torch.cuda.mem_get_info()[0]
+    if need <= STEP_MEM_SHARE * free:
+        return ""
+    return (f"step not timed: its {GRAPH_CALLS} layers need {need / 2**30:.1f} GiB, "
+            f"{free / 2**30:.1f} GiB free")
+
+
 def time_step(c: Caller, live=None) -> tuple[float, Optional[float]]:
     """us per layer that the decode adds to a serving step (Step): ours, and FlashMLA's on
     the same layers when `live` (its library) is given."""
@@ -454,7 +478,8 @@ def measure_now(row: Row, c: Caller, live, modes) -> None:
 
 def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "step"),
                 live=None) -> Row:
-    """modes: eager, graph, kernels; step (graph rows only: time_step)."""
+    """modes: eager, graph, kernels; step (graph and shape rows: time_step, where its
+    layers fit in GPU memory)."""
     import torch
 
     try:
@@ -483,11 +508,13 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "st
                 row.error = f"profiler: {type(e).__name__}: {e}"
         if live is not None:
             measure_now(row, c, live, [m for m in modes if m not in ("kernels", "step")])
-        if "step" in modes and row.kind == "graph":
-            row.step_us, row.flashmla_now_step_us = time_step(
-                c, live if row.flashmla_now_check == "ok" else None)
-            if row.flashmla_now_step_us:
-                row.ratio_now_step = row.flashmla_now_step_us / row.step_us
+        if "step" in modes and row.kind in ("graph", "shape"):
+            row.step_note = step_skip(c)
+            if not row.step_note:
+                row.step_us, row.flashmla_now_step_us = time_step(
+                    c, live if row.flashmla_now_check == "ok" else None)
+                if row.flashmla_now_step_us:
+                    row.ratio_now_step = row.flashmla_now_step_us / row.step_us
     except Exception as e:
         row.error = f"{type(e).__name__}: {e}"
     finally:
@@ -543,6 +570,12 @@ def _now_cells(r: Row, unit: str) -> str:
     return f" {_f(r.flashmla_now_graph_us, '.1f')} | {_f(r.ratio_now_graph, '.2f')} |"
 
 
+# what the step column is, said in both reports
+_STEP = (f"step = us per layer that the decode adds to a serving step (a graph of {GRAPH_CALLS} "
+         f"layers, each a GEMM on its own {STEP_WEIGHT[0]} x {STEP_WEIGHT[1]} weight, then the "
+         "decode on its own q and K cache; less the GEMMs alone):")
+
+
 # how every row is checked and timed, said in both reports
 _TIMING = ("each output checked against the fp32 reference before timing. eager = do_bench "
            f"median (warmup 25, rep 200); graph = CUDA graph of {GRAPH_CALLS} calls replayed "
@@ -590,10 +623,8 @@ def markdown(rep: Report) -> str:
                      f"{_f(r.ratio_flashmla, '.3f')} |" + (_now_cells(r, "ms") if now else ""))
     extra = (" FlashMLA now us | ratio now | FlashMLA now step us | step ratio now |"
              if now else "")
-    lines += ["", "CUDA-graph rows (20 calls per graph, us per call) against FlashMLA's graph "
-              "figure; step = us per layer that the decode adds to a serving step (a graph of "
-              "20 layers, each a GEMM on its own 56 MiB weight, then the decode on its own q "
-              "and K cache; less the GEMMs alone):", "",
+    lines += ["", f"CUDA-graph rows ({GRAPH_CALLS} calls per graph, us per call) against "
+              "FlashMLA's graph figure; " + _STEP, "",
               "| b | s_q | sk | h_q | varlen | check | graph us | FlashMLA us | "
               "ratio | eager us | kernels us | step us |" + extra,
               "|" + "---|" * (16 if now else 12)]
@@ -626,16 +657,24 @@ def _shapes_markdown(rep: Report) -> str:
         lines.append(f"**FlashMLA timed in this run** (`{rep.flashmla_lib}`, same tensors, right "
                      f"after ours): geomean of its time / ours {_f(rep.geomean_now, '.3f')}; "
                      f"shapes won {rep.won_now}/{len(rep.rows)}.")
+        lines.append("")
+    lines.append("In the table, " + _STEP)
     extra = (" FlashMLA now ms | vs FlashMLA now | FlashMLA now graph us | graph vs FlashMLA now |"
-             if now else "")
+             " FlashMLA now step us | step vs FlashMLA now |" if now else "")
     lines += ["", "| b | s_q | sk | h_q | varlen | check | eager ms | graph us | kernels ms | "
-              "TFLOPS | GB/s | variant |" + extra, "|" + "---|" * (16 if now else 12)]
+              "step us | TFLOPS | GB/s | variant |" + extra, "|" + "---|" * (19 if now else 13)]
     for r in rep.rows:
         lines.append(f"| {r.b} | {r.s_q} | {r.sk} | {r.h_q} | {'yes' if r.varlen else 'no'} | "
                      f"{r.check or r.error} | {_f(r.eager_ms, '.4f')} | "
                      f"{_f(r.graph_ms and r.graph_ms * 1e3, '.1f')} | {_f(r.kernel_ms, '.4f')} | "
+                     f"{_f(r.step_us, '.1f')} | "
                      f"{_f(r.tflops, '.1f')} | {_f(r.gbps, '.0f')} | `{r.variant}` |"
-                     + (_now_cells(r, "ms") + _now_cells(r, "us") if now else ""))
+                     + (_now_cells(r, "ms") + _now_cells(r, "us") +
+                        f" {_f(r.flashmla_now_step_us, '.1f')} | {_f(r.ratio_now_step, '.2f')} |"
+                        if now else ""))
+    notes = [f"{r.label()}: {r.step_note}" for r in rep.rows if r.step_note]
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
     if rep.host:
         lines += ["", f"Host time per eager decode call (b=1, s_k=1024, h_q=16): "
                   f"{rep.host.get('decode_us')} us ({rep.host.get('decode_rounds_us')} us in "
