@@ -11,14 +11,14 @@
 // A small batch splits each request many ways (b = 1 over 132 SMs: ~64 splits) and the
 // partials were just written (L2), so the cost is latency, not bytes: a warp needs no
 // block-wide barrier (max and sum are shuffles), reads each lse twice at most, hands the
-// weights to its lanes by shuffle, and keeps kCombineUnroll splits x 4 float4 loads in
-// flight per lane, the first step's issued beside the lse loads (graph rows b8 h_q 16
-// 1.055x, b1 1.029x: docs/hopper.md step 36).  Measured on the graph rows (benchmarks/hopper_split_probe.py, H200):
-// a CTA of 128 threads per row with two block reductions and three dependent rounds of
-// loads took 5-18 us; one warp per row, 8 rows per CTA, 5.4-10.2 us but 15 us at b = 1
-// (16 CTAs for 65 splits) and still 13.8 us on 128 one-warp CTAs with 4 splits in flight,
-// hence fewer rows per CTA for small grids and 8 splits in flight; four warps per row (a
-// float4 each) took 13-34 us.
+// weights to its lanes by shuffle, and keeps kCombineUnroll splits x 4 float4 loads in flight
+// per lane, the first step's issued beside the lse loads (graph rows b8 h_q 16 1.055x, b1
+// 1.029x: docs/hopper.md step 36).  Measured on the graph rows
+// (benchmarks/hopper_split_probe.py, H200): a CTA of 128 threads per row with two block
+// reductions and three dependent rounds of loads took 5-18 us; one warp per row, 8 rows per
+// CTA, 5.4-10.2 us but 15 us at b = 1 (16 CTAs for 65 splits) and still 13.8 us on 128
+// one-warp CTAs with 4 splits in flight, hence fewer rows per CTA for small grids and 8 splits
+// in flight; four warps per row (a float4 each) took 13-34 us.
 #pragma once
 #include "mla_common.cuh"
 
@@ -98,7 +98,8 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
       const int64_t k = k0 + u;
       sc[u] = make_float2(1.f, 1.f);
       if (k < n) {
-        if (kHalf) sc[u] = *reinterpret_cast<const float2*>(p.o_scale + (row0 + k * rows_total) * 2);
+        if (kHalf)
+          sc[u] = *reinterpret_cast<const float2*>(p.o_scale + (row0 + k * rows_total) * 2);
         const Vec* o = o0 + k * (step / 4);
 #pragma unroll
         for (int j = 0; j < kCombineVec; ++j) v[u][j] = o[32 * j];
