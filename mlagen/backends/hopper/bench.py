@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ...console import human_bytes
 from ...errors import MlagenError
 from ...paths import DATA_ROOT
 
@@ -352,8 +353,8 @@ def step_skip(c: Caller) -> str:
     need, free = step_bytes(c), torch.cuda.mem_get_info()[0]
     if need <= STEP_MEM_SHARE * free:
         return ""
-    return (f"step not timed: its {GRAPH_CALLS} layers need {need / 2**30:.1f} GiB, "
-            f"{free / 2**30:.1f} GiB free")
+    return (f"step not timed: its {GRAPH_CALLS} layers need {human_bytes(need)}, "
+            f"{human_bytes(free)} free")
 
 
 def time_step(c: Caller, live=None) -> tuple[float, Optional[float]]:
