@@ -10,7 +10,8 @@
 # instruction folded (what showed, in session 26, ptxas recomputing each RS wgmma's descriptor
 # right before it: docs/hopper.md step 37).  Exit 2: no nvcc, a failed build or no cuobjdump.
 set -u
-sched=${1:?usage: sass_dump.sh SCHEDULE.toml [OUT]}
+[[ $# -ge 1 && -f $1 ]] || { echo "usage: sass_dump.sh SCHEDULE.toml [OUT] (a schedule file)" >&2; exit 2; }
+sched=$1
 name=$(basename "$sched" .toml)
 out=${2:-/tmp/sass-$name}
 # the tree in this folder (an exported A/B tree too), else this checkout's
