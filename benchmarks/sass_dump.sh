@@ -5,10 +5,11 @@
 # one is fetched with `pip download` into ~/.cache/mlagen-tools the first time (~170 MB).
 #   bash benchmarks/sass_dump.sh schedules/hopper_wgmma.toml [OUT]   (OUT: /tmp/sass-<name>;
 #   from an exported tree's folder, that tree's templates)
-# Writes OUT/split.sass (every kernel) and OUT/ptxas.txt; prints ptxas's registers and spills
-# per kernel, then each kernel's wgmma, warpgroup waits and barriers in order, runs of one
-# instruction folded (what showed, in session 26, ptxas recomputing each RS wgmma's descriptor
-# right before it: docs/hopper.md step 37).  Exit 2: no nvcc, a failed build or no cuobjdump.
+# Writes OUT/split.sass (every kernel), OUT/ptxas.txt and OUT/digest.txt: each kernel's wgmma,
+# warpgroup waits and barriers in order, a run of wgmma folded into one line with how many
+# other instructions stand among them (in session 26 it showed an RS P V's wgmma no sparser
+# than the SS one's: docs/hopper.md step 37); prints ptxas's registers and spills per kernel.
+# Exit 2: no schedule file, no nvcc, a failed build or no cuobjdump.
 set -u
 [[ $# -ge 1 && -f $1 ]] || { echo "usage: sass_dump.sh SCHEDULE.toml [OUT] (a schedule file)" >&2; exit 2; }
 sched=$1
