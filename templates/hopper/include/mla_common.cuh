@@ -32,6 +32,16 @@ constexpr int kFaultWrongScale = 2;       // softmax scale x 1.01
 constexpr int kFaultSkipPartialPage = 3;  // the last, partial page of a sequence is ignored
 constexpr int kFaultBadSplitMerge = 4;    // partials merged without their lse weights
 constexpr int kFaultEarlyBufferSwap = 5;  // a K stage read one cp.async group too early
+// FP8 caches (mla_fp8.cuh, the few-rows kernel's converter and consumer)
+constexpr int kFaultScaleWrongTile = 6;   // fp8_ds_mla: the next 128-column tile's scale
+constexpr int kFaultScaleTwice = 7;       // fp8_ds_mla: the tile scale multiplied in twice
+constexpr int kFaultDescaleNotInOutput = 8;   // fp8_e4m3: k_descale left out of O (kept in S)
+
+// The KV-cache formats a split kernel reads (compile time, mlagen/kvformat.py's names):
+// the cache in the q dtype, or FP8 dequantized to it in the kernel.
+constexpr int kKvNative = 0;    // "bf16" / "fp16": [blocks, page, 1, 576] in q's dtype
+constexpr int kKvE4m3 = 1;      // "fp8_e4m3": 576 e4m3 a token, true = e4m3 * k_descale
+constexpr int kKvDsMla = 2;     // "fp8_ds_mla": 512 e4m3 | 4 fp32 tile scales | 64 bf16 RoPE
 
 // The two fp16 halves of a 32-bit word as floats, the low half first (the 64-row kernel's
 // fp16 partials and cluster-merge exchange).
@@ -42,7 +52,9 @@ __device__ __forceinline__ float2 unpack_half2(uint32_t v) {
 // Everything the split and combine kernels read; filled by the C entry point.
 struct MlaParams {
   const void* q;             // [b, s_q, h_q, 576], last dim contiguous
-  const void* k;             // [num_blocks, page, 1, 576], last dim contiguous
+  const void* k;             // [num_blocks, page, 1, 576], last dim contiguous (FP8: the
+                             // format's bytes, 576 or 656 a token)
+  const float* k_descale;    // fp8_e4m3: [1] or [b] fp32, entry req * k_descale_stride
   const int* block_table;    // [b, max_blocks]
   const int* seqlens;        // [b]
   const int* sched;          // [num_parts, 8] (see mla_scheduler.cuh)
@@ -55,7 +67,8 @@ struct MlaParams {
                              // of each row's two 256-column halves (kHalfPartials)
   float* lse_acc;            // [slots, s_q*h_q] fp32 partial lse (natural log)
   int64_t q_stride_b, q_stride_s, q_stride_h;   // elements
-  int64_t k_stride_block, k_stride_token;       // elements
+  int64_t k_stride_block, k_stride_token;       // elements (FP8 formats: bytes)
+  int64_t k_descale_stride;                     // 0 (one descale) or 1 (one a sequence)
   int bt_stride;
   int batch, s_q, h_q, page_size, num_blocks, max_blocks, num_parts;
   float scale_log2;          // softmax_scale * log2(e)

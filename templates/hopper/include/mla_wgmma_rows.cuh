@@ -44,20 +44,24 @@
 // columns' key limits] | 2 mbarriers a slot.
 #pragma once
 #include "mla_wgmma.cuh"   // WgmmaParams, Piece, next_piece, wgmma_params
+#include "mla_fp8.cuh"     // FP8 caches: the raw layout and the conversion
 
 namespace mlagen {
 namespace hopper {
 
-template <int N, int WG = 1>
+template <int N, int WG = 1, int KV = kKvNative>
 struct WgmmaRowsConfig {
   static_assert(N == 16 || N == 32, "16 or 32 query rows per tile");
   static_assert(WG == 1 || WG == 2, "one or two consumer warpgroups");
   static constexpr int kRows = N;
   static constexpr int kBlock = 64;
   static constexpr int kWgs = WG;
+  // FP8 caches: a converter warpgroup (WG1) between the producer and the consumer
+  static constexpr bool kFp8 = KV != kKvNative;
+  static_assert(!kFp8 || WG == 1, "FP8 caches: one consumer warpgroup");
   // one consumer warpgroup + the producer warp; or two + a producer warpgroup (setmaxnreg
-  // works on whole warpgroups)
-  static constexpr int kThreads = WG == 1 ? 160 : 384;
+  // works on whole warpgroups); FP8: consumer, converter and producer warpgroups
+  static constexpr int kThreads = kFp8 ? 384 : WG == 1 ? 160 : 384;
   static constexpr int kSlices = kD / 64;
   static constexpr int kSliceBytes = 64 * 64 * 2;        // one TMA box: 64 keys x 64 columns
   static constexpr int kTileBytes = kSlices * kSliceBytes;
@@ -65,33 +69,59 @@ struct WgmmaRowsConfig {
   static constexpr int kMaxSmem = 232448;                // 227 KiB per CTA
   // m, l and the bad flag of each WG, the columns' key limits
   static constexpr int kStatBytes = WG == 1 ? 0 : 2 * 2 * N * 4 + 16 + N * 4;
+  // FP8: a ring of raw slots, one 64-key block's bytes each (Fp8Layout), two of them
+  // (36 or 41 KiB each: 2 blocks of raw bytes in flight, 3.6 KiB of reads a microsecond
+  // at 3.6 TB/s over 132 SMs would need under 1); the bf16 ring takes the rest
+  static constexpr int kRawBytes = Fp8Layout<KV>::kRawBytes;
+  static constexpr int kRawSlots = kFp8 ? 2 : 0;
   // a ring of 8 KiB slots, one TMA box each, filling what Q, P^T and the exchange leave
   // (a slot costs its bytes and two mbarriers): 25 slots (2.8 blocks) for 16 rows, 23 for 32
-  // (22 with two consumer warpgroups)
+  // (22 with two consumer warpgroups); FP8 (bf16 slots written by the converter): 16 / 15
+  // for 16 rows (fp8_e4m3 / fp8_ds_mla), 14 / 12 for 32
   static constexpr int kFixed = kSlices * kQSliceBytes + WG * (N * 128 + 4 * N * 4) +
-                                kStatBytes + 1024;
+                                kStatBytes + kRawSlots * (kRawBytes + 16) + 1024;
   static constexpr int kSlots = (kMaxSmem - kFixed) / (kSliceBytes + 16);
   static constexpr int kQOff = 0;
   static constexpr int kKOff = kQOff + kSlices * kQSliceBytes;
-  static constexpr int kPOff = kKOff + kSlots * kSliceBytes;
+  static constexpr int kRawOff = kKOff + kSlots * kSliceBytes;
+  static constexpr int kPOff = kRawOff + kRawSlots * kRawBytes;
   static constexpr int kRedOff = kPOff + WG * N * 128;
   static constexpr int kStatOff = kRedOff + WG * 4 * N * 4;
   static constexpr int kBarOff = kStatOff + kStatBytes;
-  static constexpr int kSmem = kBarOff + 2 * kSlots * 8 + 1024;   // + alignment slack
+  static constexpr int kSmem = kBarOff + 2 * (kSlots + kRawSlots) * 8 + 1024;   // + slack
   // named barriers: 1 + w of warpgroup w, 3 of both consumer warpgroups (0 is __syncthreads)
   static constexpr int kBarWg = 1, kBarBoth = 3;
   // setmaxnreg (two consumer warpgroups): __launch_bounds__ fixes the entry count at
   // 65536 / 384 = 168; the producer warpgroup keeps 24
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + 2 * kConsumerRegs * 128 <= 64512, "register file");
-  static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0, "tiles on the swizzle atom");
-  static_assert(kSlots >= 2 * kSlices, "two blocks at least");
+  // FP8: the consumer gets all 256 (one warpgroup's 32-row O^T alone is 128), the converter
+  // 160 (16 bytes in, 32 out, 4 chunks in flight)
+  static constexpr int kFp8ConsumerRegs = 256, kConverterRegs = 160;
+  static_assert(kProducerRegs * 128 + (kFp8ConsumerRegs + kConverterRegs) * 128 <= 64512,
+                "register file");
+  static_assert(kKOff % 1024 == 0 && kRawOff % 1024 == 0 && kPOff % 1024 == 0,
+                "tiles on the swizzle atom");
+  // FP8: the consumer holds one block's 9 slots while the converter fills the next block's
+  // first pairs of slices; the bf16 kernel's TMA keeps two blocks in flight
+  static_assert(kSlots >= (kFp8 ? kSlices + 3 : 2 * kSlices), "ring too short");
   static_assert(kSmem <= kMaxSmem, "227 KiB of shared memory per CTA");
 };
 
-template <typename T, int N, int WG, int FAULT>
+// The launch parameters of an FP8 cache: the raw boxes' two tensor maps (mla_fp8.cuh).
+struct WgmmaFp8Params {
+  MlaParams p;
+  CUtensorMap tmap_raw;    // 16-bit view of the cache: 64 keys x bytes [0, 512), unswizzled
+  CUtensorMap tmap_tail;   // 64 keys x bytes [512, token bytes), unswizzled
+};
+template <int KV>
+using RowsParams = typename std::conditional<KV == kKvNative, WgmmaParams, WgmmaFp8Params>::type;
+
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative>
 struct WgmmaRowsKernel {
-  using C = WgmmaRowsConfig<N, WG>;
+  using C = WgmmaRowsConfig<N, WG, KV>;
+  using L = Fp8Layout<KV>;
+  using Params = RowsParams<KV>;
   static constexpr int kAcc = N / 2;   // accumulator registers of one m64nN tile per thread
   static constexpr int kCols = N / 4;  // query columns per thread
 
@@ -103,6 +133,9 @@ struct WgmmaRowsKernel {
     float* stat;       // WG = 2: [WG][m N | l N], the bad flags [WG] (16 bytes), lim [N]
     uint64_t* full;    // [kSlots]
     uint64_t* empty;   // [kSlots]
+    unsigned char* raw;      // FP8: [kRawSlots] raw blocks
+    uint64_t* raw_full;      // FP8: [kRawSlots]
+    uint64_t* raw_empty;     // FP8: [kRawSlots]
   };
 
   static __device__ __forceinline__ Smem carve(unsigned char* raw) {
@@ -115,6 +148,9 @@ struct WgmmaRowsKernel {
     sm.stat = reinterpret_cast<float*>(base + C::kStatOff);
     sm.full = reinterpret_cast<uint64_t*>(base + C::kBarOff);
     sm.empty = sm.full + C::kSlots;
+    sm.raw = base + C::kRawOff;
+    sm.raw_full = sm.empty + C::kSlots;
+    sm.raw_empty = sm.raw_full + C::kRawSlots;
     return sm;
   }
 
@@ -136,6 +172,13 @@ struct WgmmaRowsKernel {
       slot %= C::kSlots;
     }
   };
+  // FP8: the position in the ring of raw blocks.
+  struct RawRing {
+    int slot = 0, lap = 0;
+    __device__ __forceinline__ void next() {
+      if (++slot == C::kRawSlots) slot = 0, ++lap;
+    }
+  };
   // Shared address of slice j of the block whose slice 0 is in slot0.
   static __device__ __forceinline__ uint32_t slice_addr(uint32_t kbase, int slot0, int j) {
     const int sl = slot0 + j;
@@ -154,10 +197,16 @@ struct WgmmaRowsKernel {
 
   // ---------------------------------------------------------------- producer (one thread)
   // Blocks in order, whichever warpgroup takes them.
-  static __device__ void producer(const WgmmaParams& wp, const Smem& sm) {
+  static __device__ void producer(const Params& wp, const Smem& sm) {
     const MlaParams& p = wp.p;
-    sm90::tma_prefetch_desc(&wp.tmap_k);
+    if constexpr (C::kFp8) {
+      sm90::tma_prefetch_desc(&wp.tmap_raw);
+      sm90::tma_prefetch_desc(&wp.tmap_tail);
+    } else {
+      sm90::tma_prefetch_desc(&wp.tmap_k);
+    }
     Ring rg;
+    RawRing rr;
     int req = 0;
     Piece pc;
     while (next_piece(p, req, pc)) {
@@ -165,13 +214,140 @@ struct WgmmaRowsKernel {
       for (int i = 0; i < n; ++i) {
         const int t0 = pc.start + i * C::kBlock;
         const int page = page_entry(p, pc.req, t0);
+        if constexpr (C::kFp8) {
+          // a block's raw bytes, two boxes on one barrier (out of bounds: zeros, bytes
+          // counted all the same)
+          sm90::mbar_wait(&sm.raw_empty[rr.slot], (rr.lap & 1) ^ 1);
+          sm90::mbar_arrive_expect_tx(&sm.raw_full[rr.slot], C::kRawBytes);
+          unsigned char* dst = sm.raw + rr.slot * C::kRawBytes;
+          sm90::tma_load_3d(dst, &wp.tmap_raw, &sm.raw_full[rr.slot], 0, t0 % p.page_size,
+                            page);
+          sm90::tma_load_3d(dst + L::kLatentBytes, &wp.tmap_tail, &sm.raw_full[rr.slot], 256,
+                            t0 % p.page_size, page);
+          rr.next();
+        } else {
 #pragma unroll 1
-        for (int j = 0; j < C::kSlices; ++j, rg.next()) {
-          sm90::mbar_wait(&sm.empty[rg.slot], (rg.lap & 1) ^ 1);
-          sm90::mbar_arrive_expect_tx(&sm.full[rg.slot], C::kSliceBytes);
-          sm90::tma_load_3d(sm.k + rg.slot * C::kSliceBytes, &wp.tmap_k, &sm.full[rg.slot],
-                            j * 64, t0 % p.page_size, page);
+          for (int j = 0; j < C::kSlices; ++j, rg.next()) {
+            sm90::mbar_wait(&sm.empty[rg.slot], (rg.lap & 1) ^ 1);
+            sm90::mbar_arrive_expect_tx(&sm.full[rg.slot], C::kSliceBytes);
+            sm90::tma_load_3d(sm.k + rg.slot * C::kSliceBytes, &wp.tmap_k, &sm.full[rg.slot],
+                              j * 64, t0 % p.page_size, page);
+          }
         }
+      }
+    }
+  }
+
+  // ---------------------------------------------------------- converter (FP8, 4 warps)
+  // Blocks in order: a raw block in, its 9 bf16 slices out, in the slices' swizzled layout
+  // (16-byte chunk c of key row r at chunk c ^ (r % 8), what TMA writes for the bf16 cache).
+  // The latent goes in four pairs of slices (columns [128 q, 128 q + 128), ds_mla's scale
+  // tile q), so that the converter waits for two free slots at a time and the consumer's
+  // next block starts filling while it still holds the last one.  Thread t of a pair takes
+  // 4 chunks of 16 raw bytes: key row r = (t + 128 it) / 8, raw chunk k8 = t % 8 of the row's
+  // 128 bytes (8 lanes read 128 contiguous bytes: no bank conflict), written as two 16-byte
+  // bf16 chunks of slice 2 q + k8 / 4; the odd slice's lanes store their second chunk first,
+  // so that the 8 lanes of each store cover 8 distinct chunk columns.  The rope slice last:
+  // e4m3 converted (fp8_e4m3), or its bf16 bytes copied (fp8_ds_mla).  Each warp's lane 0
+  // arrives on a slice's full barrier (4 arrivals) after every lane's proxy fence.
+  static __device__ __forceinline__ void wait_slot(const Smem& sm, int slot0, int lap0, int j) {
+    int sl = slot0 + j, lap = lap0;
+    if (sl >= C::kSlots) sl -= C::kSlots, ++lap;
+    sm90::mbar_wait(&sm.empty[sl], (lap & 1) ^ 1);
+  }
+  static __device__ __forceinline__ void fill_slot(const Smem& sm, int slot0, int j) {
+    const int sl = slot0 + j;
+    sm90::mbar_arrive(&sm.full[sl >= C::kSlots ? sl - C::kSlots : sl]);
+  }
+
+  static __device__ void converter(const MlaParams& p, const Smem& sm) {
+    const int t = threadIdx.x - 128, lane = t % 32;
+    const uint32_t kbase = sm90::smem_addr(sm.k), rbase = sm90::smem_addr(sm.raw);
+    constexpr bool kScaled = KV == kKvDsMla;
+    Ring rg;
+    RawRing rr;
+    int req = 0;
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+#pragma unroll 1
+      for (int i = 0; i < n; ++i) {
+        const int slot0 = rg.slot, lap0 = rg.lap;
+        const uint32_t raw = rbase + rr.slot * C::kRawBytes;
+        const uint32_t tail = raw + L::kLatentBytes;
+        sm90::mbar_wait(&sm.raw_full[rr.slot], rr.lap & 1);
+#pragma unroll 1
+        for (int q = 0; q < 4; ++q) {
+          wait_slot(sm, slot0, lap0, 2 * q);
+          wait_slot(sm, slot0, lap0, 2 * q + 1);
+          const int k8 = t % 8, odd = k8 >> 2, c = 2 * (k8 & 3);
+          const int tile = FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q;
+          uint4 v[4];
+          uint32_t sc[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+          for (int it = 0; it < 4; ++it) {
+            const int r = (t + 128 * it) >> 3;
+            v[it] = fp8::ld_shared_v4(raw + r * 512 + q * 128 + k8 * 16);
+            if constexpr (kScaled)
+              sc[it] = fp8::scale_bf16x2(sm90::ld_shared_f32(tail + r * L::kTailRow + 4 * tile));
+          }
+          const uint32_t dst0 = slice_addr(kbase, slot0, 2 * q + odd);
+#pragma unroll
+          for (int it = 0; it < 4; ++it) {
+            const int r = (t + 128 * it) >> 3;
+            uint32_t o[8];
+            fp8::convert16<T, kScaled, FAULT == kFaultScaleTwice>(v[it], sc[it], o);
+            const uint32_t row = dst0 + r * 128;
+            const int c1 = (c + odd) ^ (r & 7), c2 = (c + 1 - odd) ^ (r & 7);
+            // selects, not a branch: both halves of the warp store in the same instruction
+            uint32_t a[4], b[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              a[e] = odd ? o[4 + e] : o[e];
+              b[e] = odd ? o[e] : o[4 + e];
+            }
+            fp8::st_shared_v4(row + (c1 << 4), a[0], a[1], a[2], a[3]);
+            fp8::st_shared_v4(row + (c2 << 4), b[0], b[1], b[2], b[3]);
+          }
+          sm90::fence_proxy_async();
+          __syncwarp();
+          if (lane == 0) {
+            fill_slot(sm, slot0, 2 * q);
+            fill_slot(sm, slot0, 2 * q + 1);
+          }
+        }
+        // the rope slice: columns [512, 576)
+        wait_slot(sm, slot0, lap0, C::kSlices - 1);
+        const uint32_t rope = slice_addr(kbase, slot0, C::kSlices - 1);
+        if constexpr (KV == kKvE4m3) {
+          // 64 keys x 64 raw bytes: thread t, it: key r = (t + 128 it) / 4, chunk k = t % 4
+#pragma unroll
+          for (int it = 0; it < 2; ++it) {
+            const int g = t + 128 * it, r = g >> 2, k = g & 3;
+            const uint4 v = fp8::ld_shared_v4(tail + r * L::kTailRow + k * 16);
+            uint32_t o[8];
+            fp8::convert16<T, false, false>(v, 0u, o);
+            const uint32_t row = rope + r * 128;
+            fp8::st_shared_v4(row + (((2 * k) ^ (r & 7)) << 4), o[0], o[1], o[2], o[3]);
+            fp8::st_shared_v4(row + (((2 * k + 1) ^ (r & 7)) << 4), o[4], o[5], o[6], o[7]);
+          }
+        } else {
+          // 64 keys x 128 bf16 bytes after the 16 bytes of scales: key r = (t + 128 it) / 8
+#pragma unroll
+          for (int it = 0; it < 4; ++it) {
+            const int g = t + 128 * it, r = g >> 3, ch = g & 7;
+            const uint4 v = fp8::ld_shared_v4(tail + r * L::kTailRow + 16 + ch * 16);
+            fp8::st_shared_v4(rope + r * 128 + ((ch ^ (r & 7)) << 4), v.x, v.y, v.z, v.w);
+          }
+        }
+        sm90::fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) {
+          fill_slot(sm, slot0, C::kSlices - 1);
+          sm90::mbar_arrive(&sm.raw_empty[rr.slot]);   // every lane's reads are done
+        }
+        rg.skip_block();
+        rr.next();
       }
     }
   }
@@ -295,7 +471,13 @@ struct WgmmaRowsKernel {
           for (int c = 0; c < kCols; ++c) lims[8 * (c >> 1) + c2 + (c & 1)] = lim[c];
         }
       }
-      const float scale = FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2;
+      // fp8_e4m3: the converted keys are the e4m3 values, true = e4m3 * k_descale: the
+      // descale goes into the scores' scale and into O (1 otherwise)
+      float dk = 1.f;
+      if constexpr (KV == kKvE4m3) dk = p.k_descale[pc.req * p.k_descale_stride];
+      const float scale =
+          (FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * dk;
+      const float o_scale = FAULT == kFaultDescaleNotInOutput ? 1.f : dk;
       // Q of this piece: with two warpgroups both load it and both wait (the last piece's
       // S^T were waited for before its merge, so Q may be rewritten)
       load_q(p, sm, pc.req, row0, rows_total, threadIdx.x);
@@ -507,7 +689,7 @@ struct WgmmaRowsKernel {
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int col = 8 * (c >> 1) + c2 + (c & 1), gr = row0 + col;
-        inv[c] = bad ? NAN : (l[c] > 0.f ? 1.f / l[c] : 0.f);
+        inv[c] = bad ? NAN : (l[c] > 0.f ? o_scale / l[c] : 0.f);
         if (warp == 0 && lane < 4 && gr < rows_total) {
           const float empty = pc.direct ? INFINITY : -INFINITY;
           const float lse = bad ? NAN : (l[c] > 0.f ? (m[c] + log2f(l[c])) * kLn2 : empty);
@@ -545,18 +727,35 @@ struct WgmmaRowsKernel {
     }
   }
 
-  static __device__ void run(const WgmmaParams& wp, unsigned char* raw) {
+  static __device__ void run(const Params& wp, unsigned char* raw) {
     const Smem sm = carve(raw);
     if (threadIdx.x == 0) {
       for (int s = 0; s < C::kSlots; ++s) {
-        sm90::mbar_init(&sm.full[s], 1);
+        // the producer's expect_tx, or FP8: one arrival per converter warp
+        sm90::mbar_init(&sm.full[s], C::kFp8 ? 4 : 1);
         sm90::mbar_init(&sm.empty[s], 4);   // one arrival per warp of the consuming WG
+      }
+      for (int s = 0; s < C::kRawSlots; ++s) {
+        sm90::mbar_init(&sm.raw_full[s], 1);
+        sm90::mbar_init(&sm.raw_empty[s], 4);   // one arrival per converter warp
       }
       sm90::fence_mbar_init();
     }
     __syncthreads();
     pdl_wait_primary();   // launched as a dependent of the stream's last kernel
-    if constexpr (WG == 1) {
+    if constexpr (C::kFp8) {
+      const int wg = threadIdx.x / 128;
+      if (wg == 0) {
+        sm90::setmaxnreg_inc<C::kFp8ConsumerRegs>();
+        consumer(wp.p, sm, 0);
+      } else if (wg == 1) {
+        sm90::setmaxnreg_dec<C::kConverterRegs>();
+        converter(wp.p, sm);
+      } else {
+        sm90::setmaxnreg_dec<C::kProducerRegs>();
+        if (threadIdx.x == 256) producer(wp, sm);
+      }
+    } else if constexpr (WG == 1) {
       if (threadIdx.x < 128)
         consumer(wp.p, sm, 0);
       else if (threadIdx.x == 128)
@@ -574,45 +773,95 @@ struct WgmmaRowsKernel {
   }
 };
 
-template <typename T, int N, int WG, int FAULT>
-__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG>::kThreads, 1)
-mla_split_wgmma_rows_kernel(const __grid_constant__ WgmmaParams wp) {
+template <typename T, int N, int WG, int FAULT, int KV>
+__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV>::kThreads, 1)
+mla_split_wgmma_rows_kernel(const __grid_constant__ RowsParams<KV> wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaRowsKernel<T, N, WG, FAULT>::run(wp, smem);
+  WgmmaRowsKernel<T, N, WG, FAULT, KV>::run(wp, smem);
 }
 
-template <typename T, int N, int WG, int FAULT>
+template <typename T, int N, int WG, int FAULT, int KV>
 cudaError_t prepare_split_wgmma_rows() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       WgmmaRowsConfig<N, WG>::kSmem);
+                                       WgmmaRowsConfig<N, WG, KV>::kSmem);
   done = e == cudaSuccess;
   return e;
 }
 
-template <typename T, int N, int WG, int FAULT>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative>
 cudaError_t split_wgmma_rows_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT>();
+  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT>, WgmmaRowsConfig<N, WG>::kThreads,
-      WgmmaRowsConfig<N, WG>::kSmem);
+      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV>, WgmmaRowsConfig<N, WG, KV>::kThreads,
+      WgmmaRowsConfig<N, WG, KV>::kSmem);
 }
 
-template <typename T, int N, int WG, int FAULT>
+// The FP8 cache's two tensor maps over its bytes as 16-bit elements (mla_fp8.cuh): the
+// latent box (256 elements x 64 keys) and the tail box from element 256 on, both
+// unswizzled; reused while the cache tensor is the same (as wgmma_params).
+template <int KV>
+cudaError_t fp8_params(const MlaParams& p, WgmmaFp8Params* wp) {
+  using L = Fp8Layout<KV>;
+  if (p.page_size % 64 != 0) return cudaErrorInvalidValue;
+  if (KV == kKvE4m3 && p.k_descale == nullptr) return cudaErrorInvalidValue;
+  wp->p = p;
+  struct Last {
+    const void* k = nullptr;
+    int64_t page = 0, blocks = 0, st_token = 0, st_block = 0;
+    CUtensorMap raw, tail;
+  };
+  static thread_local Last last;
+  if (last.k == p.k && last.page == p.page_size && last.blocks == p.num_blocks &&
+      last.st_token == p.k_stride_token && last.st_block == p.k_stride_block && p.k != nullptr) {
+    wp->tmap_raw = last.raw;
+    wp->tmap_tail = last.tail;
+    return cudaSuccess;
+  }
+  auto encode = tensor_map_encoder();
+  if (!encode) return cudaErrorNotSupported;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(L::kTokenBytes / 2),
+                              static_cast<cuuint64_t>(p.page_size),
+                              static_cast<cuuint64_t>(p.num_blocks)};
+  // the strides are in bytes already (a byte is an element of an FP8 cache)
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_stride_token),
+                                 static_cast<cuuint64_t>(p.k_stride_block)};
+  const cuuint32_t box_raw[3] = {256, 64, 1};
+  const cuuint32_t box_tail[3] = {static_cast<cuuint32_t>(L::kTailRow / 2), 64, 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  void* base = const_cast<void*>(p.k);
+  if (encode(&wp->tmap_raw, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, base, dims, strides, box_raw,
+             elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
+          CUDA_SUCCESS ||
+      encode(&wp->tmap_tail, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, base, dims, strides, box_tail,
+             elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  last = Last{p.k, p.page_size, p.num_blocks, p.k_stride_token, p.k_stride_block,
+              wp->tmap_raw, wp->tmap_tail};
+  return cudaSuccess;
+}
+
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative>
 cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream) {
-  WgmmaParams wp;
-  cudaError_t e = wgmma_params<T>(p, &wp);
+  RowsParams<KV> wp;
+  cudaError_t e;
+  if constexpr (KV == kKvNative)
+    e = wgmma_params<T>(p, &wp);
+  else
+    e = fp8_params<KV>(p, &wp);
   if (e != cudaSuccess) return e;
-  e = prepare_split_wgmma_rows<T, N, WG, FAULT>();
+  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV>();
   if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid = split_grid(p.num_parts, (rows_total + N - 1) / N);
-  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT>, grid,
-                          WgmmaRowsConfig<N, WG>::kThreads, WgmmaRowsConfig<N, WG>::kSmem,
-                          stream, 1, wp);
+  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV>, grid,
+                          WgmmaRowsConfig<N, WG, KV>::kThreads,
+                          WgmmaRowsConfig<N, WG, KV>::kSmem, stream, 1, wp);
 }
 
 }  // namespace hopper

@@ -1,0 +1,112 @@
+// FP8 KV caches in the few-rows wgmma kernel (mla_wgmma_rows.cuh), "dequantize" mode: the
+// cache's raw bytes come in by TMA, converter warps turn them into the bf16 (or fp16) K
+// slices the consumer warpgroup reads, in the 128-byte-swizzled layout TMA would have
+// written, and the consumer's code stays the bf16 kernel's.
+//
+// Formats (mlagen/kvformat.py):
+//   fp8_e4m3    576 bytes a token, e4m3 values; true = e4m3 * k_descale (per tensor or per
+//               sequence, fp32).  The descale is folded into the softmax scale and O, so the
+//               converted values are the e4m3 values themselves, exact in bf16 and fp16.
+//   fp8_ds_mla  656 bytes a token: 512 e4m3 latent | 4 fp32 scales (one per 128 latent
+//               values, powers of two) | 64 bf16 RoPE.  Latent = e4m3 * scale, exact in bf16
+//               (4 significant bits times a power of two); the RoPE bytes are copied.
+//
+// TMA views the cache as 16-bit elements (288 or 328 a token; token and page strides are
+// multiples of 16 bytes) with two boxes a 64-key block, unswizzled: the latent bytes
+// [0, 512) (64 tokens x 512 bytes, 32 KiB) and the tail [512, 576) or [512, 656) (64 x 64 or
+// 64 x 144 bytes), into one raw slot.
+#pragma once
+#include "mla_sm90.cuh"
+#include "mla_common.cuh"
+
+namespace mlagen {
+namespace hopper {
+
+// (kKvNative: no raw slots)
+template <int KV>
+struct Fp8Layout {
+  static constexpr bool kFp8 = KV != kKvNative;
+  static constexpr int kTokenBytes = KV == kKvE4m3 ? 576 : KV == kKvDsMla ? 656 : 512;
+  static constexpr int kLatentBytes = kFp8 ? 64 * 512 : 0;      // the latent box
+  static constexpr int kTailRow = kTokenBytes - 512;            // 64 or 144
+  static constexpr int kRawBytes = kFp8 ? kLatentBytes + 64 * kTailRow : 0;   // a block's slot
+  static_assert(kRawBytes % 1024 == 0, "raw slots on 1024-byte boundaries");
+  static_assert(kTailRow % 16 == 0, "16-byte box rows");
+};
+
+namespace fp8 {
+
+// 4 e4m3 bytes (little-endian in w) -> 2 bf16x2 words holding each value times 2^-120,
+// exactly: the sign to bit 15 and the 7 exponent-mantissa bits to bits 4..10 make a bf16
+// with e4m3's exponent field (bias 7 instead of 127) and its 3 mantissa bits on top, a bf16
+// subnormal for an e4m3 subnormal.  (e4m3's NaN, S.1111.111, reads as +-480 * 2^-120: no
+// quantizer writes it into a token in use.)
+__device__ __forceinline__ void e4m3x4_placed(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  const uint32_t m = w & 0x7f7f7f7fu;
+  lo = (__byte_perm(w, 0u, 0x1404) & 0x80008000u) | (__byte_perm(m, 0u, 0x1404) >> 4);
+  hi = (__byte_perm(w, 0u, 0x3424) & 0x80008000u) | (__byte_perm(m, 0u, 0x3424) >> 4);
+}
+
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+constexpr uint32_t kTwo120 = 0x7B807B80u;   // bf16x2 (2^120, 2^120)
+
+// 16 e4m3 bytes -> 16 values of T (8 words), each times `scale2` (a bf16x2 power of two;
+// ds_mla's tile scale) unless SCALED is false.  TWICE: the planted fault, the scale twice.
+template <typename T, bool SCALED, bool TWICE>
+__device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint32_t (&o)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      uint32_t lo, hi;
+      e4m3x4_placed(w[i], lo, hi);
+      lo = mul_bf16x2(lo, kTwo120);
+      hi = mul_bf16x2(hi, kTwo120);
+      if constexpr (SCALED) {
+        lo = mul_bf16x2(lo, scale2);
+        hi = mul_bf16x2(hi, scale2);
+        if constexpr (TWICE) {
+          lo = mul_bf16x2(lo, scale2);
+          hi = mul_bf16x2(hi, scale2);
+        }
+      }
+      o[2 * i] = lo;
+      o[2 * i + 1] = hi;
+    } else {
+      // fp16 (fp8_e4m3 only: e4m3 is exact in fp16; the hardware conversion)
+      static_assert(!SCALED, "fp8_ds_mla needs bf16 (its RoPE values are bf16)");
+      uint32_t lo, hi;
+      asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n"
+          " cvt.rn.f16x2.e4m3x2 %0, a;\n cvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
+          : "=r"(lo), "=r"(hi) : "r"(w[i]));
+      o[2 * i] = lo;
+      o[2 * i + 1] = hi;
+    }
+  }
+}
+
+// A power-of-two fp32 scale as bf16x2 (its low 16 bits are zero).
+__device__ __forceinline__ uint32_t scale_bf16x2(float s) {
+  const uint32_t b = __float_as_uint(s) >> 16;
+  return b | (b << 16);
+}
+
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
+                                             uint32_t d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n"
+               ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
+}  // namespace fp8
+}  // namespace hopper
+}  // namespace mlagen
