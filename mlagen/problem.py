@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
+from . import kvformat
 from .errors import InputError
 from .schedule.records import Problem
 
@@ -60,6 +61,17 @@ class MlaInputs:
     weights: Optional[FusedWeights] = None       # fused
     meta: dict = field(default_factory=dict)     # how it was drawn (for repro files)
     dv: int = 512                                # attention: V is the cache's first dv columns
+    kv_format: str = ""                          # mlagen.kvformat name; "": from k_cache
+    k_descale: Optional[torch.Tensor] = None     # fp8_e4m3: fp32 [1] or [b]
+
+    @property
+    def kv(self) -> str:
+        """The cache's format: kv_format, or detected from k_cache's dtype and width."""
+        if self.kv_format:
+            return self.kv_format
+        d = self.q.shape[-1] if self.q is not None else None
+        rank = self.weights.w_uk.shape[-1] if self.weights is not None else self.dv
+        return kvformat.detect(self.k_cache, rank, (d - rank) if d else 64)
 
     @property
     def batch(self) -> int:
@@ -84,7 +96,7 @@ class MlaInputs:
             w = replace(w, w_uq=mv(w.w_uq), w_uk=mv(w.w_uk), w_uv=mv(w.w_uv))
         return replace(self, q=mv(self.q), k_cache=mv(self.k_cache),
                        block_table=mv(self.block_table), cache_seqlens=mv(self.cache_seqlens),
-                       q_lora=mv(self.q_lora), weights=w)
+                       q_lora=mv(self.q_lora), weights=w, k_descale=mv(self.k_descale))
 
 
 @dataclass
@@ -144,11 +156,18 @@ def make_paged_cache(seqlens: Sequence[int], page_size: int, d: int, dtype: torc
 def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: int = 1,
                 heads: Optional[int] = None, seed: int = 0, shuffle: bool = True,
                 nan_fill: bool = True, device: str | torch.device = "cpu",
-                q_noncontiguous: bool = False) -> MlaInputs:
+                q_noncontiguous: bool = False, kv_edges: bool = False,
+                descale_per_seq: bool = False) -> MlaInputs:
     """A random workload for a problem (heads defaults to problem.heads).
 
     q_noncontiguous makes q (or, fused, q_lora) a strided view, as a caller slicing a wider
     tensor would pass; kernels must honour its strides or reject it.
+
+    An 8-bit problem.kv_format quantizes the random cache (mlagen.kvformat): unused slots
+    stay NaN in every byte's meaning (NaN e4m3 values, scales and rope).  kv_edges puts the
+    quantizer's edge cases into a quarter of the tokens (a tile whose amax is exactly 448
+    times a power of two, an all-zero tile, a tile whose scale rounds up); fp8_e4m3's
+    k_descale is one for the cache, or one per sequence with descale_per_seq.
     """
     seqlens = [int(s) for s in seqlens]
     if len(seqlens) != batch:
@@ -172,6 +191,17 @@ def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: in
     meta = dict(batch=batch, seqlens=list(seqlens), s_q=s_q, heads=h, seed=seed,
                 page_size=problem.page_size, dtype=problem.dtype, fused=problem.fused,
                 shuffle=shuffle, nan_fill=nan_fill, q_noncontiguous=q_noncontiguous)
+    descale = None
+    fmt = kvformat.get(problem.kv)
+    if fmt.quantized:
+        meta.update(kv_format=fmt.name, kv_edges=kv_edges, descale_per_seq=descale_per_seq)
+        if kv_edges:
+            _quantizer_edges(cache, problem.kv_lora_rank, g)
+        if fmt.needs_descale:
+            descale = _draw_descale(cache, table, seqlens, problem.page_size,
+                                    descale_per_seq, g)
+        cache = kvformat.quantize(cache, fmt.name, _per_block(descale, table, cache.shape[0]),
+                                  problem.kv_lora_rank)
     wide = 2 if q_noncontiguous else 1     # q drawn twice as wide, then strided (below)
     if problem.fused:
         nope, rope = problem.qk_nope_head_dim, problem.rope_dim
@@ -184,11 +214,12 @@ def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: in
                   * problem.kv_lora_rank ** -0.5).to(dtype))
         q_lora = torch.randn(batch, s_q, wide * r, generator=g).to(dtype)
         inp = MlaInputs(None, cache, table, seq, problem.default_scale(), problem.causal,
-                        q_lora=q_lora, weights=w, meta=meta, dv=problem.dv)
+                        q_lora=q_lora, weights=w, meta=meta, dv=problem.dv,
+                        kv_format=problem.kv, k_descale=descale)
     else:
         q = torch.randn(batch, s_q, wide * h, d, generator=g).to(dtype)
         inp = MlaInputs(q, cache, table, seq, problem.default_scale(), problem.causal,
-                        meta=meta, dv=problem.dv)
+                        meta=meta, dv=problem.dv, kv_format=problem.kv, k_descale=descale)
     inp = inp.to(device)
     if q_noncontiguous:
         # a strided view (every other head of q, every other column of q_lora), made after
@@ -198,3 +229,52 @@ def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: in
         else:
             inp = replace(inp, q_lora=inp.q_lora[:, :, ::2])
     return inp
+
+
+def _quantizer_edges(cache: torch.Tensor, rank: int, g: torch.Generator) -> None:
+    """In a quarter of the tokens: 128-value tile 0 all zero, tile 1 with amax exactly
+    448 / 128 (its fp8_ds_mla scale is exactly 2^-7 and a value lands on 448), tile 2 with
+    amax just above it (the scale rounds up a power of two).  In place, NaN rows untouched."""
+    flat = cache.view(-1, cache.shape[-1])
+    rows = torch.nonzero(torch.rand(flat.shape[0], generator=g) < 0.25).flatten()
+    rows = rows[~torch.isnan(flat[rows].float()).any(dim=-1)]
+    tiles = rank // kvformat.DS_TILE
+    t = kvformat.DS_TILE
+    for k, amax in ((0, 0.0), (1, 3.5), (2, 3.5 * 1.01)):
+        if k >= tiles:
+            break
+        tile = flat[rows, k * t:(k + 1) * t].float()
+        peak = tile.abs().amax(dim=-1, keepdim=True).clamp_min(1e-30)
+        tile = tile / peak * amax
+        tile[:, 0] = amax          # the amax itself, exactly
+        flat[rows, k * t:(k + 1) * t] = tile.to(cache.dtype)
+
+
+def _draw_descale(cache, table, seqlens, page, per_seq, g) -> torch.Tensor:
+    """fp8_e4m3's k_descale: amax / 448 of the finite values (of each sequence, per_seq),
+    times a factor in [1, 1.5) so that it is not a power of two."""
+    if per_seq:
+        amax = []
+        for i, s in enumerate(seqlens):
+            pages = table[i, :max(1, -(-s // page))].long()
+            v = cache[pages].reshape(-1, cache.shape[-1])[:max(s, 1)].float()
+            v = v[torch.isfinite(v)]
+            amax.append(float(v.abs().max()) if v.numel() else 1.0)
+        a = torch.tensor(amax, dtype=torch.float32)
+    else:
+        v = cache.float()
+        v = v[torch.isfinite(v)]
+        a = torch.tensor([float(v.abs().max()) if v.numel() else 1.0], dtype=torch.float32)
+    a = torch.where(a > 0, a, torch.ones_like(a))
+    return a / kvformat.E4M3_MAX * (1 + 0.5 * torch.rand(a.shape, generator=g))
+
+
+def _per_block(descale, table, num_blocks):
+    """k_descale [b] as one value per cache page (for quantizing the whole cache): each
+    sequence's pages take its descale; pages of no sequence the first."""
+    if descale is None or descale.numel() == 1:
+        return descale
+    out = torch.full((num_blocks,), float(descale[0]), dtype=torch.float32)
+    for i in range(table.shape[0]):
+        out[table[i].long()] = descale[i]
+    return out

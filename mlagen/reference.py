@@ -32,6 +32,7 @@ from typing import Optional
 
 import torch
 
+from . import kvformat
 from .errors import InputError
 from .problem import FusedWeights, MlaInputs, MlaOutputs, positions
 from .rope import Rope, RopeConfig, RotaryTable, rotate
@@ -88,11 +89,48 @@ def _check_dtype(dtype: torch.dtype) -> None:
 
 # ---- shared pieces ---------------------------------------------------------------------
 
+class _Decode:
+    """Stored tokens -> values (mlagen.kvformat): the cache's format and k_descale, whose
+    per-sequence entries follow the batch chunk."""
+
+    def __init__(self, name: str, descale: Optional[torch.Tensor], rank: int):
+        self.name, self.descale, self.rank = name, descale, rank
+
+    def __call__(self, kv: torch.Tensor, lo: int, hi: int, dtype: torch.dtype) -> torch.Tensor:
+        d = self.descale
+        if d is not None:
+            d = d.to(kv.device, dtype)
+            d = d.reshape(1, 1, 1, 1) if d.numel() == 1 else d[lo:hi].reshape(-1, 1, 1, 1)
+            return kvformat.dequantize(kv, self.name, None, self.rank, dtype) * d
+        return kvformat.dequantize(kv, self.name, None, self.rank, dtype)
+
+
+def _decoder(k_cache: torch.Tensor, kv_format: Optional[str], k_descale, rank: int, d: int,
+             batch: int) -> Optional[_Decode]:
+    """The cache's decoder; None for a cache of plain values (a cast)."""
+    if kv_format is None and k_cache.dtype not in (kvformat.FP8, torch.uint8):
+        if k_descale is not None:
+            raise InputError("k_descale is for fp8_e4m3 caches; this cache is "
+                             f"{k_cache.dtype}")
+        return None
+    name = kv_format or kvformat.detect(k_cache, rank, d - rank)
+    fmt = kvformat.get(name)
+    if not fmt.quantized:
+        kvformat.check_descale(k_descale, name, batch)
+        return None
+    if k_cache.dim() == 4 and k_cache.shape[-1] != fmt.width(rank, d - rank):
+        raise InputError(f"a {name} k_cache for head dim {d} is [..., {fmt.width(rank, d - rank)}]"
+                         f", got [..., {k_cache.shape[-1]}]")
+    return _Decode(name, kvformat.check_descale(k_descale, name, batch), rank)
+
+
 def _gather(k_cache: torch.Tensor, block_table: torch.Tensor, lens: torch.Tensor,
-            slots: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+            slots: int, dtype: torch.dtype, decode: Optional[_Decode] = None, lo: int = 0
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``slots`` tokens of each sequence: kv [b, slots, h_kv, d] in dtype, zero at
     slots >= its length, and valid [b, slots].  Pages past a sequence's length are not
-    indexed (their table entries are replaced by page 0 and masked)."""
+    indexed (their table entries are replaced by page 0 and masked).  decode: the cache's
+    format (default: a plain cast); lo: the chunk's first sequence, for its descale."""
     page = k_cache.shape[1]
     b = block_table.shape[0]
     pages = -(-slots // page)
@@ -101,8 +139,9 @@ def _gather(k_cache: torch.Tensor, block_table: torch.Tensor, lens: torch.Tensor
     page_used = torch.arange(pages, device=k_cache.device)[None, :] \
         < ((lens + page - 1) // page)[:, None]                           # [b, pages]
     table = torch.where(page_used, block_table[:, :pages].long(), 0)
-    kv = k_cache[table].reshape(b, pages * page, *k_cache.shape[2:])    # [b, slots', h_kv, d]
-    kv = torch.where(valid[:, :, None, None], kv.to(dtype), 0)
+    kv = k_cache[table].reshape(b, pages * page, *k_cache.shape[2:])    # [b, slots', h_kv, w]
+    kv = decode(kv, lo, lo + b, dtype) if decode is not None else kv.to(dtype)
+    kv = torch.where(valid[:, :, None, None], kv, 0)
     return kv[:, :slots], valid[:, :slots]
 
 
@@ -152,9 +191,11 @@ def _chunks(lens: torch.Tensor, per_slot: int):
 def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
               cache_seqlens: torch.Tensor, dv: int = 512, softmax_scale: Optional[float] = None,
               causal: bool = True, dtype: torch.dtype = torch.float32,
-              round_p: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor]:
+              round_p: Optional[torch.dtype] = None, kv_format: Optional[str] = None,
+              k_descale: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Paged attention with V = the first dv columns of K (round_p: the "p" rounding point,
-    see the module's docstring).
+    see the module's docstring).  The cache may be in any mlagen.kvformat (kv_format, or
+    detected from its dtype and width; fp8_e4m3 takes k_descale); it is dequantized exactly.
 
     q [b, s_q, h_q, d], k_cache [num_blocks, page, h_kv, d] (h_q a multiple of h_kv; query
     head j uses KV head j // (h_q // h_kv)), block_table int32 [b, max_blocks],
@@ -169,12 +210,13 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
     h_kv = k_cache.shape[2]
     if b != block_table.shape[0]:
         raise InputError(f"q has batch {b}, block_table {block_table.shape[0]} rows")
-    if d != k_cache.shape[3]:
+    if not 0 < dv <= d:
+        raise InputError(f"dv = {dv} must lie in (0, {d}]")
+    decode = _decoder(k_cache, kv_format, k_descale, dv, d, b)
+    if decode is None and d != k_cache.shape[3]:
         raise InputError(f"q has head dim {d}, k_cache {k_cache.shape[3]}")
     if h_kv < 1 or h_q % h_kv:
         raise InputError(f"h_q = {h_q} must be a multiple of h_kv = {h_kv}")
-    if not 0 < dv <= d:
-        raise InputError(f"dv = {dv} must lie in (0, {d}]")
     if s_q < 1:
         raise InputError("s_q must be >= 1")
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
@@ -188,7 +230,7 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
     for lo, hi, slots in _chunks(lens, h_kv * d):
         if slots == 0:
             continue                      # every row empty: out 0, lse +inf already
-        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype)
+        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype, decode, lo)
         vis = _visible(lens[lo:hi], valid, s_q, causal)
         scores = torch.einsum("bskgd,btkd->bkgst", qd[lo:hi], kv) * scale
         scores = scores.reshape(hi - lo, h_q, s_q, slots)
@@ -276,18 +318,21 @@ def absorb_query(q_lora: torch.Tensor, weights: FusedWeights, cache_seqlens: tor
 def fused_absorbed(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tensor,
                    block_table: torch.Tensor, cache_seqlens: torch.Tensor,
                    softmax_scale: float, causal: bool = True, rope_dim: int = 64,
-                   dtype: torch.dtype = torch.float32, rounded: tuple[str, ...] = ()
+                   dtype: torch.dtype = torch.float32, rounded: tuple[str, ...] = (),
+                   kv_format: Optional[str] = None, k_descale: Optional[torch.Tensor] = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused MLA decode operator in absorb mode: out [b, s_q, h, v_head_dim] and lse
-    [b, h, s_q].  The cache holds (c_kv | k_pe) per token, k_pe already rotated.  rounded:
-    the rounding points to apply (see the module's docstring)."""
+    [b, h, s_q].  The cache holds (c_kv | k_pe) per token, k_pe already rotated, in any
+    mlagen.kvformat (as attention).  rounded: the rounding points to apply (see the
+    module's docstring)."""
     out, lse, _ = _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens,
-                                  softmax_scale, causal, rope_dim, dtype, rounded)
+                                  softmax_scale, causal, rope_dim, dtype, rounded,
+                                  kv_format, k_descale)
     return out, lse
 
 
 def _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens, softmax_scale,
-                    causal, rope_dim, dtype, rounded) -> tuple:
+                    causal, rope_dim, dtype, rounded, kv_format=None, k_descale=None) -> tuple:
     """fused_absorbed, also returning {"q": absorbed query, "o_lat": latent output}, each
     as computed before its own rounding point."""
     if q_lora.dim() != 3:
@@ -296,15 +341,26 @@ def _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens, softma
     store = q_lora.dtype
     q = absorb_query(q_lora, weights, cache_seqlens, q_lora.shape[1], rope_dim, dtype)
     rank = weights.w_uk.shape[-1]
-    if k_cache.dim() != 4 or k_cache.shape[-1] != rank + rope_dim:
-        raise InputError(f"k_cache must be [num_blocks, page, 1, kv_lora_rank + rope_dim = "
-                         f"{rank + rope_dim}], got {tuple(k_cache.shape)}")
+    width = _cache_width(k_cache, kv_format, rank, rope_dim)
+    if k_cache.dim() != 4 or k_cache.shape[-1] != width:
+        raise InputError(f"k_cache must be [num_blocks, page, 1, {width}] (kv_lora_rank + "
+                         f"rope_dim = {rank + rope_dim} values), got {tuple(k_cache.shape)}")
     o_lat, lse = attention(q.to(store) if "q" in rounded else q, k_cache, block_table,
                            cache_seqlens, dv=rank, softmax_scale=softmax_scale, causal=causal,
-                           dtype=dtype, round_p=store if "p" in rounded else None)
+                           dtype=dtype, round_p=store if "p" in rounded else None,
+                           kv_format=kv_format, k_descale=k_descale)
     o_used = o_lat.to(store).to(dtype) if "o_lat" in rounded else o_lat
     out = torch.einsum("bshc,hcv->bshv", o_used, weights.w_uv.to(o_lat.device, dtype))
     return out, lse, {"q": q, "o_lat": o_lat}
+
+
+def _cache_width(k_cache, kv_format, rank: int, rope_dim: int) -> int:
+    """The last dimension a cache of kv_format (None: by its dtype) has for rank + rope."""
+    if kv_format is None:
+        if k_cache.dtype not in (kvformat.FP8, torch.uint8):
+            return rank + rope_dim
+        kv_format = kvformat.detect(k_cache, rank, rope_dim)
+    return kvformat.get(kv_format).width(rank, rope_dim)
 
 
 def _check_rounded(rounded) -> None:
@@ -316,7 +372,8 @@ def _check_rounded(rounded) -> None:
 def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tensor,
                 block_table: torch.Tensor, cache_seqlens: torch.Tensor,
                 softmax_scale: float, causal: bool = True, rope_dim: int = 64,
-                dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+                dtype: torch.dtype = torch.float32, kv_format: Optional[str] = None,
+                k_descale: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The same operator without absorption: per head K_nope = c_kv @ w_uk[h]^T and
     V = c_kv @ w_uv[h] are formed explicitly (the textbook MLA).  Slow; a cross-check."""
     q_nope, q_pe = _split_query(q_lora, weights, cache_seqlens, rope_dim, dtype)
@@ -324,9 +381,11 @@ def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tens
     rank = weights.w_uk.shape[-1]
     _check_weights(weights, nope, rank, h)
     _check_cache(k_cache, block_table, cache_seqlens)
-    if k_cache.shape[2] != 1 or k_cache.shape[3] != rank + rope_dim:
-        raise InputError(f"k_cache must be [num_blocks, page, 1, kv_lora_rank + rope_dim = "
-                         f"{rank + rope_dim}], got {tuple(k_cache.shape)}")
+    width = _cache_width(k_cache, kv_format, rank, rope_dim)
+    if k_cache.shape[2] != 1 or k_cache.shape[3] != width:
+        raise InputError(f"k_cache must be [num_blocks, page, 1, {width}] (kv_lora_rank + "
+                         f"rope_dim = {rank + rope_dim} values), got {tuple(k_cache.shape)}")
+    decode = _decoder(k_cache, kv_format, k_descale, rank, rank + rope_dim, b)
     if block_table.shape[0] != b:
         raise InputError(f"q_lora has batch {b}, block_table {block_table.shape[0]} rows")
     dev = q_lora.device
@@ -338,7 +397,7 @@ def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tens
     for lo, hi, slots in _chunks(lens, h * (nope + w_uv.shape[2]) + rank + rope_dim):
         if slots == 0:
             continue
-        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype)
+        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype, decode, lo)
         c_kv, k_pe = kv[:, :, 0, :rank], kv[:, :, 0, rank:]              # [c, t, .]
         k_nope = torch.einsum("btc,hnc->bthn", c_kv, w_uk)
         v = torch.einsum("btc,hcv->bthv", c_kv, w_uv)
@@ -364,13 +423,16 @@ def run(inputs: MlaInputs, dtype: torch.dtype = torch.float32,
         out, lse = attention(inputs.q, inputs.k_cache, inputs.block_table,
                              inputs.cache_seqlens, dv=inputs.dv,
                              softmax_scale=inputs.softmax_scale, causal=inputs.causal,
-                             dtype=dtype, round_p=inputs.q.dtype if "p" in rounded else None)
+                             dtype=dtype, round_p=inputs.q.dtype if "p" in rounded else None,
+                             kv_format=inputs.kv_format or None, k_descale=inputs.k_descale)
     elif inputs.q_lora is not None and inputs.weights is not None:
-        rank = inputs.weights.w_uk.shape[-1]
-        out, lse, extra = _fused_absorbed(inputs.q_lora, inputs.weights, inputs.k_cache,
+        w = inputs.weights
+        rope_dim = w.w_uq.shape[-1] - w.w_uk.shape[1]          # (nope + rope) - nope
+        out, lse, extra = _fused_absorbed(inputs.q_lora, w, inputs.k_cache,
                                           inputs.block_table, inputs.cache_seqlens,
-                                          inputs.softmax_scale, inputs.causal,
-                                          inputs.k_cache.shape[-1] - rank, dtype, rounded)
+                                          inputs.softmax_scale, inputs.causal, rope_dim,
+                                          dtype, rounded, inputs.kv_format or None,
+                                          inputs.k_descale)
     else:
         raise InputError("MlaInputs needs q (attention) or q_lora and weights (fused)")
     return MlaOutputs(out, lse, extra=extra)

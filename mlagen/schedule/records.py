@@ -57,6 +57,7 @@ class Problem:
     softmax_scale: float | None = None   # None: the convention's default (see default_scale)
     h_kv: int = 1
     causal: bool = True
+    kv_format: str = ""           # how the cache stores a token (mlagen.kvformat); "": dtype
 
     @property
     def d(self) -> int:
@@ -65,6 +66,11 @@ class Problem:
     @property
     def dv(self) -> int:
         return self.kv_lora_rank
+
+    @property
+    def kv(self) -> str:
+        """The KV-cache format's name: kv_format, or the storage dtype when it is empty."""
+        return self.kv_format or self.dtype
 
     def default_scale(self) -> float:
         """FlashMLA's d**-0.5 for attention-only; (nope + rope)**-0.5 for the fused operator."""

@@ -19,6 +19,7 @@ from ..errors import ResourceError, TargetError
 from ..targets import Target, load_target, target_path
 from .located import Located
 from .plan import Plan
+from ..kvformat import FORMATS
 from .records import DTYPES, Schedule
 from .resources import can_implement
 
@@ -66,6 +67,16 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
             f"softmax_scale = {p.softmax_scale} must be a finite number > 0"
     if p.h_kv != 1:
         yield "problem", "h_kv", f"h_kv = {p.h_kv}: MLA has one latent KV head; h_kv must be 1"
+    if p.kv_format and p.kv_format not in FORMATS:
+        yield "problem", "kv_format", (f"kv_format = {p.kv_format!r} must be one of "
+                                       f"{', '.join(FORMATS)} (or absent: the dtype)")
+    elif p.kv in ("bf16", "fp16") and p.kv != p.dtype:
+        yield "problem", "kv_format", (f"kv_format = {p.kv_format!r} with dtype = "
+                                       f"{p.dtype!r}: a 16-bit cache is stored in the dtype")
+    elif p.kv == "fp8_ds_mla" and p.kv_lora_rank % 128:
+        yield "problem", "kv_format", (f"kv_format = \"fp8_ds_mla\" scales 128 latent values "
+                                       f"at a time: kv_lora_rank = {p.kv_lora_rank} must be a "
+                                       "multiple of 128")
 
 
 # ---------------------------------------------------------------- target -----------
@@ -90,6 +101,14 @@ def common_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
     elif p.page_size % m.block_kv and m.block_kv % p.page_size:
         yield "schedule", "block_kv", (f"block_kv = {m.block_kv} must divide page_size = "
                                        f"{p.page_size} or be a multiple of it")
+
+
+@rule
+def kv_format_supported(s: Schedule, t: Target) -> Iterator[Violation]:
+    formats = backend(t.kind).kv_formats
+    if s.problem.kv in FORMATS and s.problem.kv not in formats:
+        yield "problem", "kv_format", (f"kv_format = {s.problem.kv!r}: target {t.kind} "
+                                       f"reads {', '.join(formats)} caches")
 
 
 def rules_for(t: Target) -> list[Rule]:
