@@ -21,7 +21,13 @@ DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 DTYPE_CODE = {"bf16": 1, "fp16": 2}
 # planted faults (records.FAULTS) -> MLAGEN_FAULT in templates/hopper/include/mla_common.cuh
 FAULT_CODE = {"none": 0, "causal_off_by_one": 1, "wrong_scale": 2, "skip_partial_page": 3,
-              "bad_split_merge": 4, "early_buffer_swap": 5}
+              "bad_split_merge": 4, "early_buffer_swap": 5, "scale_wrong_tile": 6,
+              "scale_twice": 7, "descale_not_in_output": 8}
+# KV-cache formats -> the split kernel's KV argument (kKv* in mla_common.cuh)
+KV_CODE = {"bf16": 0, "fp16": 0, "fp8_e4m3": 1, "fp8_ds_mla": 2}
+# the dequantization faults mla_wgmma_rows.cuh plants, by the format whose path has them
+FP8_FAULTS = {"fp8_e4m3": ("descale_not_in_output",),
+              "fp8_ds_mla": ("scale_wrong_tile", "scale_twice")}
 # the faults mla_wgmma.cuh and mla_wgmma_rows.cuh plant (its split kernel; bad_split_merge is the combine's)
 WGMMA_FAULTS = ("none", "causal_off_by_one", "wrong_scale", "skip_partial_page",
                 "bad_split_merge")
@@ -36,7 +42,8 @@ def render(plan: Plan | Schedule) -> SourceSet:
     m, p = schedule.mapping, schedule.problem
     ctx = dict(dtype_cpp=DTYPE_CPP[p.dtype], dtype_code=DTYPE_CODE[p.dtype],
                rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
-               mainloop=m.mainloop, fault=FAULT_CODE[schedule.fault])
+               mainloop=m.mainloop, fault=FAULT_CODE[schedule.fault],
+               kv_format=p.kv, kv_code=KV_CODE[p.kv])
     # the wgmma main loop is its own split kernel (mla_wgmma.cuh; 16 or 32 rows per tile:
     # mla_wgmma_rows.cuh, the rows in wgmma's N); the rest is shared
     split = "split"
@@ -45,9 +52,14 @@ def render(plan: Plan | Schedule) -> SourceSet:
     # the 64-row wgmma kernel writes its partials in fp16 with a scale per half-row
     # (mla_wgmma.cuh store_o), which its combine reads
     ctx["half_partials"] = split == "split_wgmma"
-    if m.mainloop == "wgmma" and schedule.fault not in WGMMA_FAULTS:
+    fp8 = FP8_FAULTS.get(p.kv, ())
+    if schedule.fault in FAULT_CODE and FAULT_CODE[schedule.fault] >= 6 \
+            and schedule.fault not in fp8:
+        raise ValueError(f"fault {schedule.fault!r} is not planted in the {p.kv} path "
+                         f"(it has {', '.join(fp8) or 'no dequantization faults'})")
+    if m.mainloop == "wgmma" and schedule.fault not in WGMMA_FAULTS + fp8:
         raise ValueError(f"fault {schedule.fault!r} is not planted in the wgmma main loop "
-                         f"(it has {', '.join(WGMMA_FAULTS[1:])})")
+                         f"(it has {', '.join(WGMMA_FAULTS[1:] + fp8)})")
     files = {f"{t}.cu": render_template(schedule, f"{split if t == 'split' else t}.cu.j2",
                                         f"{t}.cu", shape=SHAPE_INDEX, **ctx)
              for t in TEMPLATES}
@@ -75,7 +87,7 @@ def runner(plan: Plan | Schedule, use_defaults: bool = False):
         o, lse = api.flash_mla_with_kvcache(
             q, inputs.k_cache, inputs.block_table, inputs.cache_seqlens,
             512, md, ns, softmax_scale=inputs.softmax_scale,
-            causal=inputs.causal, schedule=schedule,
+            causal=inputs.causal, schedule=schedule, descale_k=inputs.k_descale,
             out=None if out is None else (out.out, out.lse))
         return MlaOutputs(o, lse, extra={"metadata": md, "num_splits": ns})
 

@@ -14,6 +14,8 @@ class HopperBackend(Backend):
     device = "cuda"
     rounded = ("p",)                  # P is rounded to bf16/fp16 before the P @ V product
     run_point = (64, 4096)
+    # 8-bit caches through the few-rows wgmma kernel's converter (mla_fp8.cuh)
+    kv_formats = ("bf16", "fp16", "fp8_e4m3", "fp8_ds_mla")
     # the FlashMLA-compatible calls, reachable as mlagen.<name>
     api_names = ("get_mla_metadata", "flash_mla_with_kvcache")
 
@@ -24,10 +26,15 @@ class HopperBackend(Backend):
         return resources.needs(s, t)
 
     def variant_parts(self, s):
-        # heads, s_q and the page size are run-time arguments: only dtype and the tile
-        # knobs are compiled in, so every shape with the same knobs shares one build
+        # heads, s_q and the page size are run-time arguments: only dtype, the KV format
+        # and the tile knobs are compiled in, so every shape with the same knobs shares one
+        # build; a 16-bit cache's names carry neither its format (the dtype) nor fp8_mma
         parts = super().variant_parts(s)
-        return parts[:1] + [s.problem.dtype] + parts[1:]
+        kv = s.problem.kv
+        if kv in ("bf16", "fp16"):
+            parts = [x for x in parts if not x.startswith("fp8")]
+            return parts[:1] + [s.problem.dtype] + parts[1:]
+        return parts[:1] + [s.problem.dtype, kv.replace("_", "")] + parts[1:]
 
     def render(self, plan):
         from . import render
@@ -79,7 +86,7 @@ class HopperBackend(Backend):
     def tuning_space(self):
         return {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "warps": (4, 8),
                 "rows_per_tile": (16, 32, 64), "split_kv": ("auto", 1, 2, 3, 4, 8),
-                "split_cost": (1, 5, 20)}
+                "split_cost": (1, 5, 20), "fp8_mma": ("dequant",)}
 
     def verify_paths(self, s, device):
         # the 64-row kernel's cluster merge: batches of parts/4 < b <= parts/2 near-equal

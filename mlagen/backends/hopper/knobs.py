@@ -8,6 +8,9 @@ from typing import Union
 from ...schedule.records import Mapping, knob
 
 MAINLOOPS = ("mma_sync", "wgmma")
+# 8-bit KV caches: "dequant" converts K to the q dtype in the kernel (bf16 MMAs); "mma" (e4m3
+# MMAs, Q quantized on the fly) is reserved for the FP8 MMA kernel
+FP8_MMAS = ("dequant", "mma")
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,9 @@ class HopperMapping(Mapping):
     warps: int = knob(8, "warps per CTA (mma_sync); wgmma: consumer warps (4 or 8 = 1 or 2 "
                                  "consumer warpgroups)", tag="w")
     mainloop: str = knob("mma_sync", "main loop: mma_sync (cp.async) or wgmma", tag="")
+    # compile-time for 8-bit caches only (backend.variant_parts leaves it out of 16-bit ones)
+    fp8_mma: str = knob("dequant", "8-bit KV caches: \"dequant\" (K converted to bf16 in "
+                                   "the kernel, bf16 MMAs); \"mma\" is reserved", tag="fp8")
     # run-time: the metadata kernel's cost of one split (the split policy "auto")
     split_cost: int = knob(5, "split policy \"auto\": 64-token blocks' worth of cost per split",
                            compile_time=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ... import kvformat
 from ...schedule.records import Schedule
 from ...schedule.resources import Need
 from ...targets import Target
@@ -33,9 +34,15 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
             wgs = m.warps // 4
             probs *= wgs
             merge = 0 if wgs == 1 else 2 * 2 * rows * 4 + 16 + rows * 4
-            fixed = q + probs + wgs * 4 * rows * 4 + merge + 1024
+            # 8-bit caches: two raw slots of one 64-key block's bytes each (and two mbarriers)
+            # before the bf16 ring (Fp8Layout in mla_fp8.cuh)
+            fmt = kvformat.get(p.kv)
+            raw = 64 * fmt.token_bytes(p.kv_lora_rank, p.rope_dim) if fmt.quantized else 0
+            raw_slots = 2 if raw else 0
+            fixed = q + probs + wgs * 4 * rows * 4 + merge + raw_slots * (raw + 16) + 1024
             slots = (WGMMA_SMEM - fixed) // (8192 + 16)
-            kv, stats = slots * 8192, wgs * 4 * rows * 4 + merge + 2 * slots * 8 + 1024
+            kv = slots * 8192 + raw_slots * raw
+            stats = wgs * 4 * rows * 4 + merge + 2 * (slots + raw_slots) * 8 + 1024
         return {"q": q, "kv": kv, "p": probs, "scores": 0, "stats": stats,
                 "total": q + kv + probs + stats}
     tiles = (rows // 16) * (bkv // 8)            # 16x8 score tiles of one block

@@ -6,7 +6,7 @@ from typing import Iterator
 
 from ...schedule.records import Schedule
 from ...targets import Target
-from .knobs import MAINLOOPS
+from .knobs import FP8_MMAS, MAINLOOPS
 
 Violation = tuple[str, str, str]
 
@@ -45,10 +45,12 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                                         f"with rows_per_tile = {m.rows_per_tile} needs "
                                         f"{key} = {' or '.join(map(str, want))}")
         if s.problem.page_size % 64:
+            # 8-bit caches have no mma_sync kernel to fall back on
+            fix = ("" if s.problem.kv in ("fp8_e4m3", "fp8_ds_mla") else
+                   "; use mainloop = \"mma_sync\"")
             yield "problem", "page_size", (f"page_size = {s.problem.page_size}: mainloop = "
                                            "\"wgmma\" needs a multiple of 64 (a 64-key block "
-                                           "is one TMA box of one page); use mainloop = "
-                                           "\"mma_sync\"")
+                                           f"is one TMA box of one page){fix}")
     if m.rows_per_tile not in (16, 32, 64):
         yield "schedule", "rows_per_tile", f"rows_per_tile = {m.rows_per_tile} must be 16, 32 or 64"
     if m.warps not in (4, 8):
@@ -65,4 +67,31 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                                       "(cp.async pipeline stages) on hopper")
 
 
-RULES = [hopper_problem, hopper_mapping]
+def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
+    """8-bit caches: the few-rows wgmma kernel with its converter warpgroup
+    (mla_wgmma_rows.cuh, mla_fp8.cuh), one consumer warpgroup, 64-key TMA blocks."""
+    p, m = s.problem, s.mapping
+    if m.fp8_mma not in FP8_MMAS:
+        yield "schedule", "fp8_mma", (f"fp8_mma = {m.fp8_mma!r} must be one of "
+                                      f"{', '.join(FP8_MMAS)}")
+        return
+    if p.kv not in ("fp8_e4m3", "fp8_ds_mla"):
+        return
+    if m.fp8_mma == "mma":
+        yield "schedule", "fp8_mma", ("fp8_mma = \"mma\" (e4m3 MMAs) has no kernel yet on "
+                                      "hopper; use \"dequant\"")
+    if m.mainloop != "wgmma" or m.rows_per_tile not in (16, 32):
+        key = "mainloop" if m.mainloop != "wgmma" else "rows_per_tile"
+        yield "schedule", key, (f"kv_format = {p.kv!r} is read by the few-rows wgmma kernel "
+                                "alone: mainloop = \"wgmma\" with rows_per_tile = 16 or 32 "
+                                f"(this schedule: {m.mainloop}, {m.rows_per_tile} rows)")
+    elif m.warps != 4:
+        yield "schedule", "warps", (f"warps = {m.warps}: kv_format = {p.kv!r} takes one "
+                                    "consumer warpgroup (warps = 4; the converter warpgroup "
+                                    "has the other's registers)")
+    if p.kv == "fp8_ds_mla" and p.dtype != "bf16":
+        yield "problem", "dtype", (f"dtype = {p.dtype!r}: kv_format = \"fp8_ds_mla\" stores "
+                                   "its RoPE values in bf16, so q must be bf16")
+
+
+RULES = [hopper_problem, hopper_mapping, hopper_kv_format]
