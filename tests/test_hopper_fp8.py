@@ -1,0 +1,221 @@
+"""8-bit KV caches on Hopper without a GPU: the schedule rules (file:line refusals), the
+variant names, the rendered kernels (nvcc compile, ptxas: no spill, setmaxnreg honoured,
+wgmmas not serialized), the shared-memory model against the kernel's constants, the planted
+dequantization faults, and the bit placement the converter uses (mla_fp8.cuh) checked on
+all 256 e4m3 codes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from mlagen.errors import ScheduleError
+from mlagen.schedule import loads
+from mlagen.schedule.records import Schedule
+
+ROWS = dict(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=4)
+KV_CODE = {"fp8_e4m3": 1, "fp8_ds_mla": 2}
+
+
+def fp8(kv="fp8_e4m3", rows=16, **kw):
+    return Schedule.build(**dict(ROWS, **kw), rows_per_tile=rows, kv_format=kv)
+
+
+def _render(s):
+    from mlagen.backends.hopper import render
+    return render(s)
+
+
+# ---------------------------------------------------------------- rules (CPU) -----
+
+BASE = """
+[problem]
+heads = 16
+page_size = {page}
+dtype = "{dtype}"
+kv_format = "{kv}"
+
+[target]
+kind = "hopper"
+
+[schedule]
+block_kv = 64
+buffers = 2
+rows_per_tile = {rows}
+warps = {warps}
+mainloop = "{mainloop}"
+fp8_mma = "{mma}"
+"""
+
+
+def _toml(**kw):
+    v = dict(page=64, dtype="bf16", kv="fp8_e4m3", rows=16, warps=4, mainloop="wgmma",
+             mma="dequant")
+    v.update(kw)
+    return BASE.format(**v)
+
+
+@pytest.mark.parametrize("kw,line,words", [
+    (dict(page=32), 4, "page_size = 32"),
+    (dict(page=16, kv="fp8_ds_mla"), 4, "multiple of 64"),
+    (dict(warps=8), 15, "one consumer warpgroup"),
+    (dict(rows=64, warps=8), 14, "rows_per_tile = 16 or 32"),
+    (dict(mainloop="mma_sync", warps=8), 16, "few-rows wgmma kernel"),
+    (dict(mma="mma"), 17, "no kernel yet"),
+    (dict(mma="int4"), 17, "must be one of dequant, mma"),
+    (dict(kv="fp8_ds_mla", dtype="fp16"), 5, "RoPE values in bf16"),
+])
+def test_rules_refuse_with_file_and_line(kw, line, words):
+    with pytest.raises(ScheduleError) as e:
+        loads(_toml(**kw), source="fp8.toml")
+    msg = str(e.value)
+    assert words in msg, msg
+    assert e.value.line == line, (e.value.line, msg)
+    assert "\n" not in msg
+
+
+def test_rules_accept_both_formats_and_fp16_e4m3():
+    for kv, dtype, rows in (("fp8_e4m3", "bf16", 16), ("fp8_ds_mla", "bf16", 32),
+                            ("fp8_e4m3", "fp16", 32)):
+        s = loads(_toml(kv=kv, dtype=dtype, rows=rows), source="ok.toml")
+        assert s.problem.kv == kv
+
+
+def test_variant_names_carry_the_format_and_16_bit_names_do_not_change():
+    bf = Schedule.build(**ROWS, rows_per_tile=16)
+    assert bf.variant_name() == "hopper_bf16_bkv64_buf2_r16_w4_wgmma"
+    names = {fp8(kv).variant_name() for kv in KV_CODE}
+    assert names == {"hopper_bf16_fp8e4m3_bkv64_buf2_r16_w4_wgmma_fp8dequant",
+                     "hopper_bf16_fp8dsmla_bkv64_buf2_r16_w4_wgmma_fp8dequant"}
+
+
+def test_render_passes_the_format_to_the_rows_kernel():
+    assert "kFault>" in re.sub(r"\s+", " ", _render(Schedule.build(**ROWS, rows_per_tile=16))
+                               .files["split.cu"])
+    for kv, code in KV_CODE.items():
+        src = _render(fp8(kv))
+        flat = re.sub(r"\s+", " ", src.files["split.cu"])
+        assert f"launch_split_wgmma_rows_impl<__nv_bfloat16, 16, 1, kFault, {code}>" in flat
+        assert f"int mlagen_hopper_kv_format() {{ return {code}; }}" in src.files["api.cu"]
+
+
+@pytest.mark.parametrize("kv,fault", [("fp8_e4m3", "scale_wrong_tile"),
+                                      ("fp8_e4m3", "scale_twice"),
+                                      ("fp8_ds_mla", "descale_not_in_output")])
+def test_render_refuses_a_fault_the_format_has_no_path_for(kv, fault):
+    with pytest.raises(ValueError, match=f"not planted in the {kv} path"):
+        _render(fp8(kv).with_fault(fault))
+    with pytest.raises(ValueError, match="not planted"):
+        _render(Schedule.build(**ROWS, rows_per_tile=16).with_fault(fault))
+
+
+def test_fp8_mma_is_in_the_tuning_space():
+    from mlagen.backends import backend
+    assert backend("hopper").tuning_space()["fp8_mma"] == ("dequant",)
+
+
+def test_example_schedules_reach_both_formats():
+    from pathlib import Path
+
+    from mlagen.paths import SCHEDULES_DIR
+    from mlagen.schedule import load
+
+    kvs = {load(p).problem.kv for p in Path(SCHEDULES_DIR).glob("hopper_fp8_*.toml")}
+    assert kvs == {"fp8_e4m3", "fp8_ds_mla"}
+
+
+# ------------------------------------------ the converter's arithmetic (CPU mirror) -----
+
+def _placed(code: int) -> int:
+    """mla_fp8.cuh e4m3x4_placed for one byte: sign to bit 15, the 7 low bits to 4..10."""
+    return ((code & 0x80) << 8) | ((code & 0x7F) << 4)
+
+
+def test_bit_placement_times_2_to_120_is_every_e4m3_value_exactly():
+    codes = torch.arange(256, dtype=torch.int32)
+    want = codes.to(torch.uint8).view(torch.float8_e4m3fn).double()
+    bits = torch.tensor([_placed(int(c)) for c in codes], dtype=torch.int32)
+    placed = bits.to(torch.int16).view(torch.bfloat16).double()
+    got = placed * 2.0 ** 120
+    finite = ~torch.isnan(want)
+    assert int(finite.sum()) == 254
+    assert torch.equal(got[finite], want[finite])
+    # a subnormal e4m3 (exponent field 0) is a subnormal bf16: exact as well
+    assert float(got[1]) == 2.0 ** -9
+    # e4m3's NaN (S.1111.111) reads as +-480 (documented; no quantizer writes it in use)
+    assert float(got[0x7F]) == 480.0 and float(got[0xFF]) == -480.0
+
+
+def test_bit_placement_of_four_bytes_matches_byte_perm_order():
+    """The u32 form: bytes b0..b3 (little-endian, b0 the first column) to (lo, hi) =
+    (b1:b0, b3:b2) as bf16x2 words, the low half the first column."""
+    def byte_perm(x, y, s):
+        b = [(x >> (8 * i)) & 0xFF for i in range(4)] + [(y >> (8 * i)) & 0xFF for i in range(4)]
+        return sum(b[(s >> (4 * i)) & 7] << (8 * i) for i in range(4))
+
+    w = 0x8A017F38
+    m = w & 0x7F7F7F7F
+    lo = (byte_perm(w, 0, 0x1404) & 0x80008000) | (byte_perm(m, 0, 0x1404) >> 4)
+    hi = (byte_perm(w, 0, 0x3424) & 0x80008000) | (byte_perm(m, 0, 0x3424) >> 4)
+    b = [(w >> (8 * i)) & 0xFF for i in range(4)]
+    assert lo == _placed(b[0]) | (_placed(b[1]) << 16)
+    assert hi == _placed(b[2]) | (_placed(b[3]) << 16)
+
+
+# ----------------------------------------------------------------- nvcc -----
+
+def _header_constant(tmp_path, expr):
+    from test_hopper_compile import _header_constant as hc
+    return hc(tmp_path, "mla_wgmma_rows.cuh", expr)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("rows", [16, 32])
+@pytest.mark.parametrize("kv", sorted(KV_CODE))
+def test_smem_model_matches_the_fp8_kernel(rows, kv, tmp_path):
+    """resources.hopper_smem == WgmmaRowsConfig<N, 1, KV>::kSmem, and the ring is what the
+    kernel's comment says (bf16 slots beside two raw blocks)."""
+    from mlagen.backends.hopper.resources import hopper_smem
+
+    cfg = f"mlagen::hopper::WgmmaRowsConfig<{rows}, 1, {KV_CODE[kv]}>"
+    assert hopper_smem(fp8(kv, rows))["total"] == _header_constant(tmp_path, cfg + "::kSmem")
+    slots = _header_constant(tmp_path, cfg + "::kSlots")
+    assert slots == {(16, "fp8_e4m3"): 16, (16, "fp8_ds_mla"): 15,
+                     (32, "fp8_e4m3"): 14, (32, "fp8_ds_mla"): 12}[rows, kv]
+
+
+def _ptxas(src, tmp_path):
+    from test_hopper_compile import _ptxas_split
+    return _ptxas_split(src, tmp_path)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("kv,rows,dtype", [("fp8_e4m3", 16, "bf16"), ("fp8_e4m3", 32, "bf16"),
+                                           ("fp8_ds_mla", 16, "bf16"),
+                                           ("fp8_ds_mla", 32, "bf16"),
+                                           ("fp8_e4m3", 16, "fp16")])
+def test_fp8_kernels_compile_without_spills(kv, rows, dtype, tmp_path):
+    """Consumer, converter and producer warpgroups: setmaxnreg honoured (no C7508), no
+    spill, no local memory, the wgmmas neither serialized nor fenced one by one."""
+    log = _ptxas(_render(fp8(kv, rows, dtype=dtype)), tmp_path)
+    assert "mla_split_wgmma_rows_kernel" in log
+    assert "C7508" not in log, log
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert spills and max(spills) == 0, log
+    frames = [int(n) for n in re.findall(r"(\d+) bytes stack frame", log)]
+    assert frames and max(frames) == 0, log
+    assert "serialized" not in log and "C7517" not in log and "C7519" not in log, log
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("kv,fault", [("fp8_ds_mla", "scale_wrong_tile"),
+                                      ("fp8_ds_mla", "scale_twice"),
+                                      ("fp8_e4m3", "descale_not_in_output")])
+def test_dequantization_faults_render_and_compile(kv, fault, tmp_path):
+    from mlagen.backends.hopper import FAULT_CODE
+
+    src = _render(fp8(kv).with_fault(fault))
+    assert f"#define MLAGEN_FAULT {FAULT_CODE[fault]}" in src.files["split.cu"]
+    assert "mla_split_wgmma_rows_kernel" in _ptxas(src, tmp_path)

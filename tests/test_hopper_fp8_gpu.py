@@ -1,0 +1,203 @@
+"""8-bit KV caches (fp8_e4m3, fp8_ds_mla) through the Hopper API on a GPU, "dequantize"
+mode (the few-rows wgmma kernel's converter warpgroup): against mlagen.reference on the
+exactly dequantized cache with the bf16 kernels' tolerances, over h_q 1..128, s_q 1..8,
+lengths 0, 1 and page edges, shuffled page tables, NaN bytes in every unused slot, the
+quantizer's edge tiles (amax exactly 448 times a power of two, all-zero tiles, scales that
+round up), one or per-sequence descales; the API's refusals before launch; graph capture;
+and the planted dequantization faults being caught."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mlagen import kvformat
+from mlagen.errors import InputError
+from mlagen.problem import make_inputs
+from mlagen.reference import attention
+from mlagen.schedule.records import Problem, Schedule
+
+from hopper_util import assert_close
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+FORMATS = ("fp8_e4m3", "fp8_ds_mla")
+EDGES = (0, 1, 2, 63, 64, 65, 127, 128, 129, 1000, 4097)
+ROWS = dict(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=4)
+
+
+def api():
+    from mlagen.backends.hopper import api as a
+    return a
+
+
+def schedule(kv, rows=16, fault="none"):
+    return Schedule.build(**ROWS, rows_per_tile=rows, kv_format=kv).with_fault(fault)
+
+
+def inputs(kv, batch, seqlens, s_q, h_q, page=64, seed=0, per_seq=False, edges=True,
+           dtype="bf16"):
+    prob = Problem(page_size=page, dtype=dtype, max_s_q=s_q, kv_format=kv)
+    return make_inputs(prob, batch, seqlens, s_q=s_q, heads=h_q, seed=seed, device="cuda",
+                       kv_edges=edges, descale_per_seq=per_seq)
+
+
+def run(inp, sched=None, causal=True, **kw):
+    a = api()
+    s_q, h_q = inp.q.shape[1], inp.q.shape[2]
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, s_q * h_q, 1, schedule=sched)
+    return a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
+                                    512, md, ns, softmax_scale=inp.softmax_scale,
+                                    causal=causal, schedule=sched,
+                                    descale_k=kw.pop("descale_k", inp.k_descale), **kw)
+
+
+def check(inp, sched=None, causal=True):
+    """The kernel against the float64 reference on the dequantized cache: NaN masks equal,
+    out within abs 2^-8 max|V| OR rel 2.01/128 with cos-diff < 5e-6 (P rounded to bf16 in
+    the kernel, randn data), lse within 1e-6 OR 8.01/65536."""
+    out, lse = run(inp, sched, causal)
+    torch.cuda.synchronize()
+    ref_o, ref_l = attention(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens, 512,
+                             inp.softmax_scale, causal, torch.float64,
+                             kv_format=inp.kv, k_descale=inp.k_descale)
+    vals = kvformat.dequantize(inp.k_cache, inp.kv, None)[..., :512]
+    vmax = float(torch.nan_to_num(vals, 0.0, 0.0, 0.0).abs().max())
+    if inp.k_descale is not None:
+        vmax *= float(inp.k_descale.max())
+    assert_close(out.float(), ref_o.to(out.dtype).float(), "out", max(8e-4, vmax / 256),
+                 2.01 / 128, 5e-6)
+    assert_close(lse, ref_l.float(), "lse", 1e-6, 8.01 / 65536)
+    return out, lse
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+@pytest.mark.parametrize("batch,seqlens,s_q,h_q,page", [
+    (4, [0, 1, 63, 64], 1, 16, 64),
+    (3, [65, 4097, 1000], 1, 16, 64),
+    (2, [127, 2000], 2, 16, 128),        # 32 rows
+    (3, [5, 300, 129], 1, 1, 256),
+    (2, [1000, 1], 8, 16, 64),           # 128 rows through 32-row tiles
+    (2, [2048, 100], 1, 64, 64),
+    (2, [700, 4097], 2, 128, 64),        # 256 rows
+    (1, [1], 8, 32, 64),                 # rows that see no key
+    (1, [20000], 1, 16, 64),             # split many ways
+    (32, [4096] * 32, 1, 16, 64),
+])
+def test_cases_default_schedule(kv, batch, seqlens, s_q, h_q, page):
+    check(inputs(kv, batch, seqlens, s_q, h_q, page))
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+@pytest.mark.parametrize("rows", [16, 32])
+def test_explicit_schedules_and_per_sequence_descale(kv, rows):
+    for per_seq in (False, True):
+        inp = inputs(kv, 5, [0, 1, 95, 4097, 700], 2 if rows == 32 else 1, 16, 64, seed=3,
+                     per_seq=per_seq)
+        check(inp, schedule(kv, rows))
+
+
+def test_fp16_query_with_an_e4m3_cache():
+    check(inputs("fp8_e4m3", 3, [64, 1000, 1], 2, 16, dtype="fp16"))
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(kv=st.sampled_from(FORMATS), batch=st.integers(1, 5), data=st.data(),
+       s_q=st.integers(1, 8), h_q=st.sampled_from([1, 16, 32, 64, 128]),
+       page=st.sampled_from([64, 128, 256]), causal=st.booleans(), seed=st.integers(0, 99),
+       per_seq=st.booleans(), edges=st.booleans())
+def test_hypothesis(kv, batch, data, s_q, h_q, page, causal, seed, per_seq, edges):
+    seqlens = data.draw(st.lists(st.sampled_from(EDGES), min_size=batch, max_size=batch))
+    check(inputs(kv, batch, seqlens, s_q, h_q, page, seed, per_seq, edges), causal=causal)
+
+
+def test_unused_slots_are_nan_in_the_workload():
+    """The tests' teeth: bytes past each sequence's end are NaN in the format's meaning."""
+    inp = inputs("fp8_ds_mla", 2, [65, 1], 1, 16, edges=False)
+    vals = kvformat.dequantize(inp.k_cache, "fp8_ds_mla")
+    assert torch.isnan(vals).any()
+
+
+def _spread_tiles(inp):
+    """fp8_ds_mla with each 128-value tile of a token at another magnitude (scales 4x apart),
+    so that a scale taken from the wrong tile or applied twice changes the result."""
+    vals = kvformat.dequantize(inp.k_cache, "fp8_ds_mla")
+    for t in range(4):
+        vals[..., 128 * t:128 * (t + 1)] *= 4.0 ** (t - 1)
+    inp.k_cache = kvformat.quantize(vals, "fp8_ds_mla")
+    return inp
+
+
+@pytest.mark.parametrize("kv,fault", [("fp8_ds_mla", "scale_wrong_tile"),
+                                      ("fp8_ds_mla", "scale_twice"),
+                                      ("fp8_e4m3", "descale_not_in_output")])
+def test_planted_dequantization_faults_are_caught(kv, fault):
+    inp = inputs(kv, 3, [100, 1000, 64], 1, 16, edges=False)
+    if kv == "fp8_ds_mla":
+        inp = _spread_tiles(inp)
+    check(inp, schedule(kv))                    # the sound kernel passes
+    with pytest.raises(AssertionError):
+        check(inp, schedule(kv, fault=fault))
+
+
+def test_graph_capture_replays_with_new_descale():
+    a = api()
+    inp = inputs("fp8_e4m3", 4, [100, 4097, 64, 1], 1, 16, per_seq=True)
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, 16, 1)
+    desc = inp.k_descale.clone()
+    run_args = (inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens, 512, md, ns)
+    out = a.flash_mla_with_kvcache(*run_args, descale_k=desc)      # warm (plan, build)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        o, _ = a.flash_mla_with_kvcache(*run_args, descale_k=desc)
+    desc.mul_(2.0)
+    g.replay()
+    torch.cuda.synchronize()
+    inp.k_descale = desc
+    ref, _ = check(inp)
+    assert torch.equal(o, ref)
+    assert not torch.equal(o, out[0])
+
+
+@pytest.mark.parametrize("what", ["missing", "dtype", "shape", "for_ds_mla", "descale_q",
+                                  "page", "width", "fp16_ds_mla"])
+def test_bad_fp8_inputs_are_refused_before_launch(what):
+    a = api()
+    kv = "fp8_ds_mla" if what in ("for_ds_mla", "fp16_ds_mla") else "fp8_e4m3"
+    inp = inputs(kv, 2, [100, 70], 1, 16, page=128 if what != "page" else 64)
+    kw = {}
+    if what == "missing":
+        kw["descale_k"] = None
+    elif what == "dtype":
+        kw["descale_k"] = inp.k_descale.double()
+    elif what == "shape":
+        kw["descale_k"] = torch.ones(3, dtype=torch.float32, device="cuda")
+    elif what == "for_ds_mla":
+        kw["descale_k"] = torch.ones(1, dtype=torch.float32, device="cuda")
+    elif what == "descale_q":
+        kw["descale_q"] = torch.full((2,), 0.5, dtype=torch.float32, device="cuda")
+    elif what == "page":
+        # 96-token pages: FP8 caches need multiples of 64
+        inp.k_cache = torch.zeros(4, 96, 1, 576, dtype=torch.float8_e4m3fn, device="cuda")
+        inp.block_table = torch.zeros(2, 2, dtype=torch.int32, device="cuda")
+    elif what == "width":
+        inp.k_cache = torch.zeros(4, 64, 1, 600, dtype=torch.uint8, device="cuda")
+    elif what == "fp16_ds_mla":
+        inp.q = inp.q.half()
+    with pytest.raises(InputError) as e:
+        run(inp, **kw)
+    assert "\n" not in str(e.value)
+
+
+def test_descale_q_of_ones_is_accepted():
+    inp = inputs("fp8_e4m3", 2, [100, 70], 1, 16)
+    ones = torch.ones(2, dtype=torch.float32, device="cuda")
+    ref, _ = run(inp)
+    out, _ = run(inp, descale_q=ones)
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
