@@ -69,9 +69,12 @@ class MlaInputs:
         """The cache's format: kv_format, or detected from k_cache's dtype and width."""
         if self.kv_format:
             return self.kv_format
-        d = self.q.shape[-1] if self.q is not None else None
-        rank = self.weights.w_uk.shape[-1] if self.weights is not None else self.dv
-        return kvformat.detect(self.k_cache, rank, (d - rank) if d else 64)
+        if self.weights is not None:
+            w = self.weights
+            return kvformat.detect(self.k_cache, w.w_uk.shape[-1],
+                                   w.w_uq.shape[-1] - w.w_uk.shape[1])
+        # attention: MLA's 64 rope values (another split names its kv_format)
+        return kvformat.detect(self.k_cache, self.q.shape[-1] - 64, 64)
 
     @property
     def batch(self) -> int:
@@ -196,7 +199,7 @@ def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: in
     if fmt.quantized:
         meta.update(kv_format=fmt.name, kv_edges=kv_edges, descale_per_seq=descale_per_seq)
         if kv_edges:
-            _quantizer_edges(cache, problem.kv_lora_rank, g)
+            _quantizer_edges(cache, problem.kv_lora_rank, fmt.tile() or kvformat.DS_TILE, g)
         if fmt.needs_descale:
             descale = _draw_descale(cache, table, seqlens, problem.page_size,
                                     descale_per_seq, g)
@@ -231,15 +234,15 @@ def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: in
     return inp
 
 
-def _quantizer_edges(cache: torch.Tensor, rank: int, g: torch.Generator) -> None:
-    """In a quarter of the tokens: 128-value tile 0 all zero, tile 1 with amax exactly
-    448 / 128 (its fp8_ds_mla scale is exactly 2^-7 and a value lands on 448), tile 2 with
-    amax just above it (the scale rounds up a power of two).  In place, NaN rows untouched."""
+def _quantizer_edges(cache: torch.Tensor, rank: int, t: int, g: torch.Generator) -> None:
+    """In a quarter of the tokens, of the tiles of t latent values that carry one scale:
+    tile 0 all zero, tile 1 with amax exactly 448 / 128 (its scale is exactly 2^-7 and a
+    value lands on 448), tile 2 with amax just above it (the scale rounds up a power of
+    two).  In place, NaN rows untouched."""
     flat = cache.view(-1, cache.shape[-1])
     rows = torch.nonzero(torch.rand(flat.shape[0], generator=g) < 0.25).flatten()
     rows = rows[~torch.isnan(flat[rows].float()).any(dim=-1)]
-    tiles = rank // kvformat.DS_TILE
-    t = kvformat.DS_TILE
+    tiles = rank // t
     for k, amax in ((0, 0.0), (1, 3.5), (2, 3.5 * 1.01)):
         if k >= tiles:
             break

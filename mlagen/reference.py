@@ -97,12 +97,13 @@ class _Decode:
         self.name, self.descale, self.rank = name, descale, rank
 
     def __call__(self, kv: torch.Tensor, lo: int, hi: int, dtype: torch.dtype) -> torch.Tensor:
+        v = kvformat.dequantize(kv, self.name, None, self.rank, dtype)
         d = self.descale
         if d is not None:
+            ones = [1] * (kv.dim() - 1)
             d = d.to(kv.device, dtype)
-            d = d.reshape(1, 1, 1, 1) if d.numel() == 1 else d[lo:hi].reshape(-1, 1, 1, 1)
-            return kvformat.dequantize(kv, self.name, None, self.rank, dtype) * d
-        return kvformat.dequantize(kv, self.name, None, self.rank, dtype)
+            v = v * (d.reshape(1, *ones) if d.numel() == 1 else d[lo:hi].reshape(-1, *ones))
+        return v
 
 
 def _decoder(k_cache: torch.Tensor, kv_format: Optional[str], k_descale, rank: int, d: int,
@@ -139,8 +140,9 @@ def _gather(k_cache: torch.Tensor, block_table: torch.Tensor, lens: torch.Tensor
     page_used = torch.arange(pages, device=k_cache.device)[None, :] \
         < ((lens + page - 1) // page)[:, None]                           # [b, pages]
     table = torch.where(page_used, block_table[:, :pages].long(), 0)
-    kv = k_cache[table].reshape(b, pages * page, *k_cache.shape[2:])    # [b, slots', h_kv, w]
+    kv = k_cache[table]                                   # [b, pages, page, h_kv, width]
     kv = decode(kv, lo, lo + b, dtype) if decode is not None else kv.to(dtype)
+    kv = kv.reshape(b, pages * page, *kv.shape[3:])                      # [b, slots', h_kv, d]
     kv = torch.where(valid[:, :, None, None], kv, 0)
     return kv[:, :slots], valid[:, :slots]
 
@@ -192,10 +194,12 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
               cache_seqlens: torch.Tensor, dv: int = 512, softmax_scale: Optional[float] = None,
               causal: bool = True, dtype: torch.dtype = torch.float32,
               round_p: Optional[torch.dtype] = None, kv_format: Optional[str] = None,
-              k_descale: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+              k_descale: Optional[torch.Tensor] = None, rope_dim: int = 64
+              ) -> tuple[torch.Tensor, torch.Tensor]:
     """Paged attention with V = the first dv columns of K (round_p: the "p" rounding point,
     see the module's docstring).  The cache may be in any mlagen.kvformat (kv_format, or
-    detected from its dtype and width; fp8_e4m3 takes k_descale); it is dequantized exactly.
+    detected from its dtype and width; fp8_e4m3 takes k_descale; the format's quantized
+    part is the first d - rope_dim values); it is dequantized exactly.
 
     q [b, s_q, h_q, d], k_cache [num_blocks, page, h_kv, d] (h_q a multiple of h_kv; query
     head j uses KV head j // (h_q // h_kv)), block_table int32 [b, max_blocks],
@@ -212,7 +216,7 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
         raise InputError(f"q has batch {b}, block_table {block_table.shape[0]} rows")
     if not 0 < dv <= d:
         raise InputError(f"dv = {dv} must lie in (0, {d}]")
-    decode = _decoder(k_cache, kv_format, k_descale, dv, d, b)
+    decode = _decoder(k_cache, kv_format, k_descale, d - rope_dim, d, b)
     if decode is None and d != k_cache.shape[3]:
         raise InputError(f"q has head dim {d}, k_cache {k_cache.shape[3]}")
     if h_kv < 1 or h_q % h_kv:
@@ -348,7 +352,7 @@ def _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens, softma
     o_lat, lse = attention(q.to(store) if "q" in rounded else q, k_cache, block_table,
                            cache_seqlens, dv=rank, softmax_scale=softmax_scale, causal=causal,
                            dtype=dtype, round_p=store if "p" in rounded else None,
-                           kv_format=kv_format, k_descale=k_descale)
+                           kv_format=kv_format, k_descale=k_descale, rope_dim=rope_dim)
     o_used = o_lat.to(store).to(dtype) if "o_lat" in rounded else o_lat
     out = torch.einsum("bshc,hcv->bshv", o_used, weights.w_uv.to(o_lat.device, dtype))
     return out, lse, {"q": q, "o_lat": o_lat}

@@ -19,6 +19,7 @@ from ..errors import ResourceError, TargetError
 from ..targets import Target, load_target, target_path
 from .located import Located
 from .plan import Plan
+from .. import kvformat
 from ..kvformat import FORMATS
 from .records import DTYPES, Schedule
 from .resources import can_implement
@@ -73,10 +74,11 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
     elif p.kv in ("bf16", "fp16") and p.kv != p.dtype:
         yield "problem", "kv_format", (f"kv_format = {p.kv_format!r} with dtype = "
                                        f"{p.dtype!r}: a 16-bit cache is stored in the dtype")
-    elif p.kv == "fp8_ds_mla" and p.kv_lora_rank % 128:
-        yield "problem", "kv_format", (f"kv_format = \"fp8_ds_mla\" scales 128 latent values "
+    elif kvformat.get(p.kv).tile() and p.kv_lora_rank % kvformat.get(p.kv).tile():
+        tile = kvformat.get(p.kv).tile()
+        yield "problem", "kv_format", (f"kv_format = \"{p.kv}\" scales {tile} latent values "
                                        f"at a time: kv_lora_rank = {p.kv_lora_rank} must be a "
-                                       "multiple of 128")
+                                       f"multiple of {tile}")
 
 
 # ---------------------------------------------------------------- target -----------
