@@ -34,11 +34,11 @@ import torch
 
 from . import kvformat
 from .errors import InputError
-from .problem import FusedWeights, MlaInputs, MlaOutputs, positions
+from .problem import FusedWeights, MlaInputs, MlaOutputs, SparsePool, positions
 from .rope import Rope, RopeConfig, RotaryTable, rotate
 
-__all__ = ["attention", "fused_absorbed", "fused_plain", "absorb_query", "rope",
-           "rope_cos_sin", "weights_rope", "run", "ROUNDING_POINTS"]
+__all__ = ["attention", "sparse_attention", "SparsePool", "fused_absorbed", "fused_plain",
+           "absorb_query", "rope", "rope_cos_sin", "weights_rope", "run", "ROUNDING_POINTS"]
 
 ROUNDING_POINTS = ("q", "o_lat", "p")
 
@@ -242,6 +242,97 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
         o = torch.einsum("bkgst,btkv->bskgv", p.reshape(hi - lo, h_kv, g, s_q, slots),
                          kv[..., :dv])
         out[lo:hi] = o.reshape(hi - lo, s_q, h_q, dv)
+    return out, lse
+
+
+# ---- token-sparse attention (FlashMLA's sparse decode convention) ----------------------
+
+def _check_pool(pool: SparsePool, b: int, s_q: int, d: int, rope_dim: int) -> None:
+    c, idx = pool.k_cache, pool.indices
+    if c.dim() != 4 or c.shape[2] != 1:
+        raise InputError(f"k_cache must be [blocks, page, 1, width], got {tuple(c.shape)}")
+    if idx.dtype != torch.int32 or idx.dim() != 3 or tuple(idx.shape[:2]) != (b, s_q):
+        raise InputError(f"indices must be int32 [b = {b}, s_q = {s_q}, topk], got "
+                         f"{idx.dtype} {tuple(idx.shape)}")
+    cap = c.shape[0] * c.shape[1]
+    if idx.numel() and int(idx.max()) >= cap:
+        raise InputError(f"indices name slot {int(idx.max())}; the cache holds {cap} "
+                         f"({c.shape[0]} pages of {c.shape[1]})")
+    tl = pool.topk_length
+    if tl is not None:
+        if tl.dtype != torch.int32 or tuple(tl.shape) != (b,):
+            raise InputError(f"topk_length must be int32 [{b}], got {tl.dtype} {tuple(tl.shape)}")
+        if tl.numel() and int(tl.min()) < 0:
+            raise InputError(f"topk_length must be >= 0, got {int(tl.min())}")
+
+
+def _pool_keys(pool: SparsePool, lo: int, hi: int, d: int, rope_dim: int,
+               dtype: torch.dtype, dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys [c, s_q, topk, d] of batch rows lo:hi (zero where no key) and valid [c, s_q, topk].
+    Only the pages a valid entry names are decoded (a page-major format decodes whole
+    pages)."""
+    c = pool.k_cache.to(dev)
+    page = c.shape[1]
+    idx = pool.indices[lo:hi].to(dev).long()
+    valid = idx >= 0
+    if pool.topk_length is not None:
+        pos = torch.arange(idx.shape[-1], device=dev)
+        valid &= pos[None, None, :] < pool.topk_length[lo:hi].to(dev).long()[:, None, None]
+    slot = torch.where(valid, idx, 0)
+    pages, inv = torch.unique(slot // page, return_inverse=True)
+    decode = _decoder(c, pool.kv_format, pool.k_descale, d - rope_dim, d, 1)
+    if pool.k_descale is not None and pool.k_descale.numel() > 1:
+        raise InputError("a sparse pool's k_descale is one for its cache (fp32 [1])")
+    got = c[pages]                                                 # [n, page, 1, width]
+    vals = decode(got[None], 0, 1, dtype)[0] if decode is not None else got.to(dtype)
+    keys = vals[inv, slot % page, 0]                                # [c, s_q, topk, d]
+    return torch.where(valid[..., None], keys, 0), valid
+
+
+def sparse_attention(q: torch.Tensor, pools: list[SparsePool], dv: int = 512,
+                     softmax_scale: Optional[float] = None,
+                     attn_sink: Optional[torch.Tensor] = None,
+                     dtype: torch.dtype = torch.float32, round_p: Optional[torch.dtype] = None,
+                     rope_dim: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-sparse attention: query row (i, s) attends to the keys its pools' indices name,
+    all pools in one softmax (FlashMLA's indices / extra_k_cache, 9241ae3), V = the first dv
+    values of each key.  attn_sink [h_q] fp32: the output (not the lse) is scaled by
+    exp(lse) / (exp(lse) + exp(sink)) (a sink of +inf makes it 0).  A row with no key gets
+    out 0 and lse +inf.  q [b, s_q, h_q, d]; returns out [b, s_q, h_q, dv] and lse
+    [b, h_q, s_q] in dtype.  softmax_scale defaults to d**-0.5."""
+    _check_dtype(dtype)
+    if q.dim() != 4:
+        raise InputError(f"q must be [b, s_q, h_q, d], got {tuple(q.shape)}")
+    if not pools:
+        raise InputError("sparse attention needs at least one pool of keys")
+    b, s_q, h_q, d = q.shape
+    if not 0 < dv <= d:
+        raise InputError(f"dv = {dv} must lie in (0, {d}]")
+    for pool in pools:
+        _check_pool(pool, b, s_q, d, rope_dim)
+    if attn_sink is not None and (attn_sink.dtype != torch.float32
+                                  or tuple(attn_sink.shape) != (h_q,)):
+        raise InputError(f"attn_sink must be fp32 [h_q = {h_q}], got {attn_sink.dtype} "
+                         f"{tuple(attn_sink.shape)}")
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    dev = q.device
+    out = torch.zeros(b, s_q, h_q, dv, dtype=dtype, device=dev)
+    lse = torch.full((b, h_q, s_q), math.inf, dtype=dtype, device=dev)
+    per_row = s_q * sum(p.indices.shape[-1] for p in pools) * d
+    step = max(1, _CHUNK_ELEMENTS // max(1, per_row))
+    for lo in range(0, b, step):
+        hi = min(b, lo + step)
+        parts = [_pool_keys(p, lo, hi, d, rope_dim, dtype, dev) for p in pools]
+        keys = torch.cat([k for k, _ in parts], dim=2)              # [c, s_q, T, d]
+        valid = torch.cat([v for _, v in parts], dim=2)             # [c, s_q, T]
+        scores = torch.einsum("cshd,cstd->chst", q[lo:hi].to(dtype), keys) * scale
+        p, lse[lo:hi] = _softmax(scores, valid, round_p)
+        out[lo:hi] = torch.einsum("chst,cstv->cshv", p, keys[..., :dv])
+    if attn_sink is not None:
+        sink = attn_sink.to(dev, dtype)
+        l = lse.transpose(1, 2)                                     # [b, s_q, h_q]
+        keep = torch.where(torch.isinf(l) & (l > 0), 0.0, torch.sigmoid(l - sink[None, None]))
+        out = out * keep[..., None]
     return out, lse
 
 
