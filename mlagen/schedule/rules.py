@@ -14,15 +14,15 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterator, Union
 
-from ..backends import backend
+from ..backends import backend, load_target, target_path
 from ..errors import ResourceError, TargetError
-from ..targets import Target, load_target, target_path
+from ..targets import Target
 from .located import Located
 from .plan import Plan
 from .. import kvformat
 from ..kvformat import FORMATS
 from .records import DTYPES, Schedule
-from .resources import can_implement
+from .resources import ResourceReport
 
 Violation = tuple[str, str, str]
 Rule = Callable[[Schedule, Target], Iterator[Violation]]
@@ -123,6 +123,12 @@ def violations(s: Schedule, t: Target) -> list[Violation]:
     for r in rules_for(t):
         out.extend(r(s, t))
     return out
+
+
+def can_implement(s: Schedule, t: Target) -> ResourceReport:
+    """What the schedule needs of its target (its backend counts), against what it has:
+    ``report.ok``, ``report.needs`` (one Need per resource) and ``report.table()``."""
+    return ResourceReport(backend(t.kind).resources(s, t))
 
 
 def check(s: Schedule, loc: Located | None = None) -> Plan:
