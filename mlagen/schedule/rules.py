@@ -14,14 +14,15 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterator, Union
 
-from ..backends import backend
+from ..backends import backend, load_target, target_path
 from ..errors import ResourceError, TargetError
-from ..targets import Target, load_target, target_path
+from ..targets import Target
 from .located import Located
 from .plan import Plan
+from .. import kvformat
 from ..kvformat import FORMATS
 from .records import DTYPES, Schedule
-from .resources import can_implement
+from .resources import ResourceReport
 
 Violation = tuple[str, str, str]
 Rule = Callable[[Schedule, Target], Iterator[Violation]]
@@ -73,10 +74,11 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
     elif p.kv in ("bf16", "fp16") and p.kv != p.dtype:
         yield "problem", "kv_format", (f"kv_format = {p.kv_format!r} with dtype = "
                                        f"{p.dtype!r}: a 16-bit cache is stored in the dtype")
-    elif p.kv == "fp8_ds_mla" and p.kv_lora_rank % 128:
-        yield "problem", "kv_format", (f"kv_format = \"fp8_ds_mla\" scales 128 latent values "
+    elif kvformat.get(p.kv).tile() and p.kv_lora_rank % kvformat.get(p.kv).tile():
+        tile = kvformat.get(p.kv).tile()
+        yield "problem", "kv_format", (f"kv_format = \"{p.kv}\" scales {tile} latent values "
                                        f"at a time: kv_lora_rank = {p.kv_lora_rank} must be a "
-                                       "multiple of 128")
+                                       f"multiple of {tile}")
 
 
 # ---------------------------------------------------------------- target -----------
@@ -121,6 +123,12 @@ def violations(s: Schedule, t: Target) -> list[Violation]:
     for r in rules_for(t):
         out.extend(r(s, t))
     return out
+
+
+def can_implement(s: Schedule, t: Target) -> ResourceReport:
+    """What the schedule needs of its target (its backend counts), against what it has:
+    ``report.ok``, ``report.needs`` (one Need per resource) and ``report.table()``."""
+    return ResourceReport(backend(t.kind).resources(s, t))
 
 
 def check(s: Schedule, loc: Located | None = None) -> Plan:

@@ -25,17 +25,6 @@ class HopperBackend(Backend):
     def resources(self, s, t):
         return resources.needs(s, t)
 
-    def variant_parts(self, s):
-        # heads, s_q and the page size are run-time arguments: only dtype, the KV format
-        # and the tile knobs are compiled in, so every shape with the same knobs shares one
-        # build; a 16-bit cache's names carry neither its format (the dtype) nor fp8_mma
-        parts = super().variant_parts(s)
-        kv = s.problem.kv
-        if kv in ("bf16", "fp16"):
-            parts = [x for x in parts if not x.startswith("fp8")]
-            return parts[:1] + [s.problem.dtype] + parts[1:]
-        return parts[:1] + [s.problem.dtype, kv.replace("_", "")] + parts[1:]
-
     def render(self, plan):
         from . import render
 

@@ -28,3 +28,14 @@ class HopperMapping(Mapping):
     # run-time: the metadata kernel's cost of one split (the split policy "auto")
     split_cost: int = knob(5, "split policy \"auto\": 64-token blocks' worth of cost per split",
                            compile_time=False)
+
+    def variant_parts(self, s):
+        # heads, s_q and the page size are run-time arguments: only dtype, the KV format
+        # and the tile knobs are compiled in, so every shape with the same knobs shares one
+        # build; a 16-bit cache's names carry neither its format (the dtype) nor fp8_mma
+        parts = super().variant_parts(s)
+        kv = s.problem.kv
+        if kv in ("bf16", "fp16"):
+            parts = [x for x in parts if not x.startswith("fp8")]
+            return parts[:1] + [s.problem.dtype] + parts[1:]
+        return parts[:1] + [s.problem.dtype, kv.replace("_", "")] + parts[1:]
