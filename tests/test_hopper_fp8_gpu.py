@@ -48,7 +48,8 @@ def inputs(kv, batch, seqlens, s_q, h_q, page=64, seed=0, per_seq=False, edges=T
 def run(inp, sched=None, causal=True, **kw):
     a = api()
     s_q, h_q = inp.q.shape[1], inp.q.shape[2]
-    md, ns = a.get_mla_metadata(inp.cache_seqlens, s_q * h_q, 1, schedule=sched)
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, s_q * h_q, 1, schedule=sched,
+                                kv_format=inp.kv)
     return a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
                                     512, md, ns, softmax_scale=inp.softmax_scale,
                                     causal=causal, schedule=sched,
@@ -147,7 +148,7 @@ def test_planted_dequantization_faults_are_caught(kv, fault):
 def test_graph_capture_replays_with_new_descale():
     a = api()
     inp = inputs("fp8_e4m3", 4, [100, 4097, 64, 1], 1, 16, per_seq=True)
-    md, ns = a.get_mla_metadata(inp.cache_seqlens, 16, 1)
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, 16, 1, is_fp8_kvcache=True)
     desc = inp.k_descale.clone()
     run_args = (inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens, 512, md, ns)
     out = a.flash_mla_with_kvcache(*run_args, descale_k=desc)      # warm (plan, build)
@@ -165,7 +166,7 @@ def test_graph_capture_replays_with_new_descale():
 
 
 @pytest.mark.parametrize("what", ["missing", "dtype", "shape", "for_ds_mla", "descale_q",
-                                  "page", "width", "fp16_ds_mla"])
+                                  "page", "width", "fp16_ds_mla", "cpu_descale"])
 def test_bad_fp8_inputs_are_refused_before_launch(what):
     a = api()
     kv = "fp8_ds_mla" if what in ("for_ds_mla", "fp16_ds_mla") else "fp8_e4m3"
@@ -180,7 +181,9 @@ def test_bad_fp8_inputs_are_refused_before_launch(what):
     elif what == "for_ds_mla":
         kw["descale_k"] = torch.ones(1, dtype=torch.float32, device="cuda")
     elif what == "descale_q":
-        kw["descale_q"] = torch.full((2,), 0.5, dtype=torch.float32, device="cuda")
+        kw["descale_q"] = torch.full((2,), 0.5, dtype=torch.float16, device="cuda")
+    elif what == "cpu_descale":
+        kw["descale_k"] = inp.k_descale.cpu()
     elif what == "page":
         # 96-token pages: FP8 caches need multiples of 64
         inp.k_cache = torch.zeros(4, 96, 1, 576, dtype=torch.float8_e4m3fn, device="cuda")
@@ -194,10 +197,31 @@ def test_bad_fp8_inputs_are_refused_before_launch(what):
     assert "\n" not in str(e.value)
 
 
-def test_descale_q_of_ones_is_accepted():
-    inp = inputs("fp8_e4m3", 2, [100, 70], 1, 16)
-    ones = torch.ones(2, dtype=torch.float32, device="cuda")
-    ref, _ = run(inp)
-    out, _ = run(inp, descale_q=ones)
+@pytest.mark.parametrize("kv", FORMATS)
+def test_descale_q_multiplies_the_scores(kv):
+    """vLLM's descale_q (true q = q * descale_q): ones change nothing; 0.5 a sequence equals
+    half the softmax scale."""
+    inp = inputs(kv, 2, [100, 70], 1, 16)
+    ref, ref_lse = run(inp)
+    out, _ = run(inp, descale_q=torch.ones(2, dtype=torch.float32, device="cuda"))
     torch.cuda.synchronize()
     assert torch.equal(out, ref)
+    half, half_lse = run(inp, descale_q=torch.full((1,), 0.5, device="cuda"))
+    inp.softmax_scale *= 0.5
+    want, want_lse = run(inp)
+    torch.cuda.synchronize()
+    assert torch.allclose(half.float(), want.float(), atol=2e-3, rtol=1e-2)
+    assert torch.allclose(half_lse, want_lse, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(half.float(), ref.float(), atol=2e-3, rtol=1e-2)
+
+
+def test_bad_descale_values_give_nan_and_flag_8():
+    a = api()
+    inp = inputs("fp8_e4m3", 3, [100, 70, 5], 1, 16, per_seq=True)
+    a.check_device_errors()
+    inp.k_descale[1] = -1.0
+    out, lse = run(inp)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1]).all() and torch.isfinite(out[0]).all()
+    with pytest.raises(InputError, match="descale"):
+        a.check_device_errors()

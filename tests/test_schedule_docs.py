@@ -15,7 +15,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "schedule-language.md"
 
 def test_every_key_has_a_row():
     text = DOC.read_text()
-    rows = set(re.findall(r"^\| `([a-z_]+)` \|", text, flags=re.M))
+    rows = set(re.findall(r"^\| `([a-z0-9_]+)` \|", text, flags=re.M))
     for record in (Problem, TargetRef, *(b.mapping for b in all_backends())):
         for f in dataclasses.fields(record):
             assert f.name in rows, f"{f.name} ({record.__name__}) is not documented"

@@ -17,6 +17,9 @@ const char* mlagen_hopper_error_string(int code) {
 int mlagen_hopper_rows_per_tile() { return 64; }
 int mlagen_hopper_block_kv() { return 64; }
 int mlagen_hopper_dtype_bits() { return 1; }
+// The KV-cache format the split kernel reads (kKv* in mla_common.cuh: 0 the q dtype,
+// 1 fp8_e4m3, 2 fp8_ds_mla).
+int mlagen_hopper_kv_format() { return 0; }
 
 // CTAs of the split kernel per SM on the current device (> 0), or minus a cudaError_t.
 int mlagen_hopper_ctas_per_sm() {
@@ -39,14 +42,19 @@ int mlagen_hopper_metadata(const int* seqlens, int batch, int num_parts, int fix
 // One decode step.  shape[] holds what stays fixed for a call signature (the host caches
 // it per shape); its entries are declared once, in mlagen/backends/hopper/abi.py, and
 // their indices rendered here.  The workspace starts with the partial O; the partial lse
-// starts lse_offset floats in.
+// starts lse_offset floats in.  k_descale: an fp8_e4m3 cache's fp32 descale (one, or one a
+// sequence: k_descale_stride 0 or 1), null for the other formats; q_descale: q's (8-bit
+// caches; null: 1), likewise.
 int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
+                         const float* k_descale, const float* q_descale,
                          const int* block_table, const int* seqlens, const int* sched,
                          const int* num_splits, void* out, float* lse, float* workspace,
                          int* error, float scale_log2, void* stream) {
   MlaParams p{};
   p.q = q;
   p.k = k;
+  p.k_descale = k_descale;
+  p.q_descale = q_descale;
   p.block_table = block_table;
   p.seqlens = seqlens;
   p.sched = sched;
@@ -54,7 +62,7 @@ int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
   p.out = out;
   p.lse = lse;
   p.o_acc = workspace;
-  const long long lse_offset = shape[15];
+  const long long lse_offset = shape[17];
   p.lse_acc = workspace + lse_offset;
   // fp16 partials fill half of the fp32 ones' floats: their scales go in the other half
   p.o_scale = workspace + lse_offset / 2;
@@ -64,16 +72,18 @@ int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
   p.q_stride_h = shape[2];
   p.k_stride_block = shape[3];
   p.k_stride_token = shape[4];
-  p.bt_stride = static_cast<int>(shape[5]);
-  p.batch = static_cast<int>(shape[6]);
-  p.s_q = static_cast<int>(shape[7]);
-  p.h_q = static_cast<int>(shape[8]);
-  p.page_size = static_cast<int>(shape[9]);
-  p.num_blocks = static_cast<int>(shape[10]);
-  p.max_blocks = static_cast<int>(shape[11]);
-  p.num_parts = static_cast<int>(shape[12]);
-  p.causal = static_cast<int>(shape[13]);
-  p.num_sms = static_cast<int>(shape[14]);
+  p.k_descale_stride = shape[5];
+  p.q_descale_stride = shape[6];
+  p.bt_stride = static_cast<int>(shape[7]);
+  p.batch = static_cast<int>(shape[8]);
+  p.s_q = static_cast<int>(shape[9]);
+  p.h_q = static_cast<int>(shape[10]);
+  p.page_size = static_cast<int>(shape[11]);
+  p.num_blocks = static_cast<int>(shape[12]);
+  p.max_blocks = static_cast<int>(shape[13]);
+  p.num_parts = static_cast<int>(shape[14]);
+  p.causal = static_cast<int>(shape[15]);
+  p.num_sms = static_cast<int>(shape[16]);
   p.scale_log2 = scale_log2;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   cudaError_t e = launch_split(p, s);

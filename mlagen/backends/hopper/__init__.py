@@ -83,7 +83,8 @@ def runner(plan: Plan | Schedule, use_defaults: bool = False):
             raise ValueError("the hopper target runs attention only (inputs.q is None)")
         q = inputs.q
         s_q, h_q = q.shape[1], q.shape[2]
-        md, ns = api.get_mla_metadata(inputs.cache_seqlens, s_q * h_q, 1, schedule=schedule)
+        md, ns = api.get_mla_metadata(inputs.cache_seqlens, s_q * h_q, 1, schedule=schedule,
+                                      kv_format=inputs.kv)
         o, lse = api.flash_mla_with_kvcache(
             q, inputs.k_cache, inputs.block_table, inputs.cache_seqlens,
             512, md, ns, softmax_scale=inputs.softmax_scale,

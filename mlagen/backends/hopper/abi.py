@@ -6,6 +6,7 @@ from __future__ import annotations
 
 SHAPE_FIELDS = ("q_stride_b", "q_stride_s", "q_stride_h", "k_stride_block", "k_stride_token",
                 "k_descale_stride",   # fp8_e4m3: 0 (one descale) or 1 (one a sequence)
+                "q_descale_stride",   # 8-bit caches' descale_q: likewise
                 "bt_stride", "batch", "s_q", "h_q", "page_size", "num_blocks", "max_blocks",
                 "num_parts", "causal",
                 "num_sms",       # the device's SMs (the combine sizes its grid by them)

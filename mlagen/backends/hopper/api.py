@@ -42,10 +42,14 @@ from mlagen.errors import InputError
 from mlagen.schedule.records import Schedule
 from mlagen.schedule.rules import plan_of
 
+from mlagen import kvformat
+
 from . import defaults, ops, scheduler
 
 D, DV = 576, 512
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+_FP8_FORMATS = ("fp8_e4m3", "fp8_ds_mla")
+_BYTE_DTYPES = (torch.float8_e4m3fn, torch.uint8)    # 8-bit caches' tensor dtypes
 ops.STRICT = os.environ.get("MLAGEN_HOPPER_STRICT", "0") not in ("", "0")
 _DECODE_PLANS: dict = {}
 _METADATA_PLANS: dict = {}
@@ -86,20 +90,23 @@ def check_device_errors(device=None, clear: bool = True) -> None:
             what.append("a negative cache_seqlens entry")
         if v & 4:
             what.append("tile_scheduler_metadata planned for another launch (a cluster "
-                        "merge this call does not make: get_mla_metadata for this batch)")
+                        "merge this call does not make: get_mla_metadata for this batch, "
+                        "with is_fp8_kvcache=True for an 8-bit cache)")
+        if v & 8:
+            what.append("a descale_k or descale_q entry that is not finite and > 0")
         raise InputError("the decode kernel found " + " and ".join(what) +
                          "; those sequences got NaN (set_strict(True) names the entry)")
 
 
 @functools.lru_cache(maxsize=256)
 def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
-             gpu: str = "", page_size: int = 64) -> tuple[str, int, int, int]:
+             gpu: str = "", page_size: int = 64, kv: str = "") -> tuple[str, int, int, int]:
     """The miss path of a call signature, in order: the schedule (the caller's, or the
     per-shape default: defaults.resolve), its checked plan, its library (built once,
     cached, loaded once); returns (library key, rows_per_tile, fixed splits, split cost),
     what the launch takes.  Memoized because checking a schedule costs about a
     millisecond, more than a decode step."""
-    s = defaults.resolve(rows_total, dtype, schedule, batch, gpu, page_size)
+    s = defaults.resolve(rows_total, dtype, schedule, batch, gpu, page_size, kv)
     plan = plan_of(s)
     key = ops.library(plan)
     m = plan.mapping
@@ -122,19 +129,23 @@ def _per_shape(batch: int, device, schedule: Optional[Schedule]) -> tuple[int, s
 
 
 def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
-                 device=None, page_size: int = 64) -> str:
-    # the page size picks the main loop: wgmma takes multiples of 64 only (defaults.py)
+                 device=None, page_size: int = 64, kv: str = "") -> str:
+    # the page size picks the main loop: wgmma takes multiples of 64 only (defaults.py);
+    # kv: an 8-bit cache's format ("": the cache is in the dtype)
     return _resolve(rows_total, dtype, schedule, *_per_shape(batch, device, schedule),
-                    page_size)[0]
+                    page_size, kv)[0]
 
 
 def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
-                   schedule: Optional[Schedule]) -> tuple[int, int, str, int]:
-    # the schedule's own dtype: an fp16 schedule's metadata and decode share one library
+                   schedule: Optional[Schedule], kv: str = "") -> tuple[int, int, str, int]:
+    # the schedule's own dtype and format: an fp16 (or FP8) schedule's metadata and decode
+    # share one library
     dtype = schedule.problem.dtype if schedule is not None else "bf16"
+    if schedule is not None:
+        kv = "" if schedule.problem.kv in ("bf16", "fp16") else schedule.problem.kv
     key, rows, n, cost = _resolve(rows_total, dtype, schedule,
                                   *_per_shape(cache_seqlens.shape[0], cache_seqlens.device,
-                                              schedule))
+                                              schedule), 64, kv)
     b = cache_seqlens.shape[0]
     if n:
         return b * n, n, key, cost
@@ -175,15 +186,22 @@ def _on_cuda(tensors: dict[str, torch.Tensor]) -> torch.device:
 
 
 def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num_heads_k: int,
-                     schedule: Optional[Schedule] = None
+                     schedule: Optional[Schedule] = None, is_fp8_kvcache: bool = False,
+                     kv_format: Optional[str] = None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """The split of a decode step, computed on the GPU: (tile_scheduler_metadata int32
-    [num_sm_parts, 8], num_splits int32 [b + 1]).  Once per step, shared by all layers."""
+    [num_sm_parts, 8], num_splits int32 [b + 1]).  Once per step, shared by all layers.
+
+    An 8-bit cache (FlashMLA's ``is_fp8_kvcache=True``, or ``kv_format="fp8_e4m3"`` /
+    ``"fp8_ds_mla"``; an explicit schedule says it itself) is read by another kernel than a
+    bf16 cache of the same shape: its metadata must be made for it (metadata made for the
+    bf16 kernel can plan a cluster merge the FP8 kernel does not make: NaN and flag 4)."""
+    kv = _metadata_kv(is_fp8_kvcache, kv_format)
     if not torch.compiler.is_compiling():
         last = _LAST_METADATA[0]
         try:
             hit = last is not None and last.tail == (num_heads_per_head_k, num_heads_k,
-                                                      schedule)
+                                                      schedule, kv)
         except (RuntimeError, TypeError, ValueError):
             hit = False
         if hit:
@@ -192,7 +210,7 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
                 return r
         try:
             key = (cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype,
-                   cache_seqlens.get_device(), num_heads_per_head_k, num_heads_k, schedule)
+                   cache_seqlens.get_device(), num_heads_per_head_k, num_heads_k, schedule, kv)
             plan = _METADATA_PLANS.get(key)
         except (AttributeError, TypeError):
             plan = None
@@ -212,31 +230,89 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num
                          "must be in 1..1024 (h_q <= 128, s_q <= 8)")
     _on_cuda({"cache_seqlens": cache_seqlens})
     if torch.compiler.is_compiling():
-        plan = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule)
+        plan = _metadata_plan_compiled(cache_seqlens, num_heads_per_head_k, schedule, kv)
         return ops.get_mla_metadata_op(cache_seqlens, *plan)
     plan = ops.MetadataPlan(cache_seqlens,
-                            *_metadata_plan(cache_seqlens, num_heads_per_head_k, schedule))
+                            *_metadata_plan(cache_seqlens, num_heads_per_head_k, schedule, kv))
     if len(_METADATA_PLANS) >= _PLAN_LIMIT:
         _METADATA_PLANS.clear()
     _METADATA_PLANS[(cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype,
                      cache_seqlens.get_device(), num_heads_per_head_k, num_heads_k,
-                     schedule)] = plan
-    plan.attach_fast(cache_seqlens, (num_heads_per_head_k, num_heads_k, schedule))
+                     schedule, kv)] = plan
+    plan.attach_fast(cache_seqlens, (num_heads_per_head_k, num_heads_k, schedule, kv))
     if plan.fast is not None:
         _LAST_METADATA[0] = plan
     return plan.run(cache_seqlens)
 
 
-def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
-                 num_splits, softmax_scale) -> None:
-    """Raise InputError for anything the kernels cannot take (dtype, shape, device, stride).
-    Shape and dtype checks come first, so they run on CPU tensors too."""
+def _metadata_kv(is_fp8_kvcache, kv_format) -> str:
+    """get_mla_metadata's cache format: "" (the dtype) or an 8-bit format's name."""
+    if kv_format is not None:
+        if kv_format not in _FP8_FORMATS + ("", "bf16", "fp16"):
+            raise InputError(f"kv_format = {kv_format!r} must be one of "
+                             f"{', '.join(_FP8_FORMATS)}, bf16, fp16 or None")
+        if is_fp8_kvcache and kv_format not in _FP8_FORMATS:
+            raise InputError(f"is_fp8_kvcache=True with kv_format = {kv_format!r}")
+        return kv_format if kv_format in _FP8_FORMATS else ""
+    return "fp8_e4m3" if is_fp8_kvcache else ""
+
+
+def cache_format(q, k_cache) -> str:
+    """The format of k_cache for this q: "" (in q's dtype) or an 8-bit format's name
+    (float8_e4m3fn or uint8 bytes, by the last dimension: 576 fp8_e4m3, 656 fp8_ds_mla)."""
     if not (isinstance(q, torch.Tensor) and isinstance(k_cache, torch.Tensor)):
         raise InputError("q and k_cache must be torch.Tensors")
     if not (q.dtype in _DTYPES):
         raise InputError(f"q must be bfloat16 or float16, got {q.dtype}")
+    if k_cache.dtype in _BYTE_DTYPES:
+        kv = kvformat.detect(k_cache)
+        if kv not in _FP8_FORMATS:
+            raise InputError(f"k_cache is a {kv} cache; the hopper kernels read "
+                             f"{', '.join(_FP8_FORMATS)} and caches in q's dtype")
+        if kv == "fp8_ds_mla" and q.dtype != torch.bfloat16:
+            raise InputError(f"an fp8_ds_mla cache holds bf16 RoPE values: q must be bfloat16, "
+                             f"got {q.dtype}")
+        return kv
     if not (k_cache.dtype == q.dtype):
-        raise InputError(f"k_cache is {k_cache.dtype} but q is {q.dtype}")
+        raise InputError(f"k_cache is {k_cache.dtype} but q is {q.dtype} (8-bit caches: "
+                         "float8_e4m3fn or uint8)")
+    return ""
+
+
+def check_descales(kv: str, b: int, descale_k, descale_q) -> None:
+    """descale_k: fp32 [1] or [b], contiguous, required by fp8_e4m3 and refused otherwise;
+    descale_q (vLLM's): None or the same shape, 8-bit caches only.  Values live on the GPU:
+    the kernel turns one not finite and > 0 into NaN and error flag 8 (no host sync)."""
+    if kv:
+        try:
+            kvformat.check_descale(descale_k, kv, b)
+        except InputError as e:      # the keyword's name in this API
+            raise InputError(str(e).replace("k_descale", "descale_k")) from None
+    elif descale_k is not None:
+        raise InputError("descale_k is for fp8_e4m3 caches; this k_cache is in q's dtype")
+    for name, t in (("descale_k", descale_k), ("descale_q", descale_q)):
+        if t is None:
+            continue
+        if name == "descale_q":
+            if not kv:
+                raise InputError("descale_q is for 8-bit caches; this k_cache is in q's "
+                                 "dtype")
+            if not (isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.dim() == 1
+                    and t.shape[0] in (1, b)):
+                what = (f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor)
+                        else type(t).__name__)
+                raise InputError(f"descale_q must be fp32 [1] or [{b}], got {what}")
+        if not t.is_contiguous():
+            raise InputError(f"{name} must be contiguous")
+
+
+def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                 num_splits, softmax_scale) -> str:
+    """Raise InputError for anything the kernels cannot take (dtype, shape, device, stride);
+    return the cache's format ("" or an 8-bit format's name, cache_format).  Shape and dtype
+    checks come first, so they run on CPU tensors too."""
+    kv = cache_format(q, k_cache)
+    width = kvformat.get(kv).width() if kv else D
     if not (q.dim() == 4):
         raise InputError(f"q must be [b, s_q, h_q, {D}], got shape {tuple(q.shape)}")
     b, s_q, h_q, d = q.shape
@@ -251,14 +327,17 @@ def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_schedu
         raise InputError(f"k_cache must be [num_blocks, page_size, h_kv, {D}], "
                          f"got shape {tuple(k_cache.shape)}")
     nb, page, h_kv, dk = k_cache.shape
-    if not (dk == D):
-        raise InputError(f"k_cache's last dimension must be {D}, got {dk}")
+    if not (dk == width):
+        raise InputError(f"k_cache's last dimension must be {width}, got {dk}")
     if not (h_kv == 1):
         raise InputError(f"k_cache has h_kv = {h_kv}: MLA has one latent KV head")
     if not (1 <= h_q <= 128 and h_q % h_kv == 0):
         raise InputError(f"h_q = {h_q} must be in 1..128")
     if not (1 <= page <= 256):
         raise InputError(f"page size {page} must be in 1..256")
+    if kv and page % 64:
+        raise InputError(f"page size {page}: {kv} caches need a multiple of 64 (a 64-key "
+                         "block is one TMA box of one page)")
     if not (nb >= 1):
         raise InputError("k_cache has no blocks")
     if not (head_dim_v == DV):
@@ -267,9 +346,10 @@ def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_schedu
         raise InputError("q's last dimension must be contiguous (stride 1)")
     if not (k_cache.stride(-1) == 1):
         raise InputError("k_cache's last dimension must be contiguous (stride 1)")
-    if not (k_cache.stride(1) % 8 == 0 and k_cache.stride(0) % 8 == 0):
-        raise InputError("k_cache's block and token strides must be multiples of 8 elements "
-                         "(16 bytes)")
+    per16 = 16 if kv else 8      # elements in 16 bytes
+    if not (k_cache.stride(1) % per16 == 0 and k_cache.stride(0) % per16 == 0):
+        raise InputError(f"k_cache's block and token strides must be multiples of {per16} "
+                         "elements (16 bytes)")
     if not (isinstance(block_table, torch.Tensor) and block_table.dtype == torch.int32):
         raise InputError("block_table must be an int32 tensor")
     if not (block_table.dim() == 2 and block_table.shape[0] == b):
@@ -292,6 +372,7 @@ def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_schedu
     if softmax_scale is not None:
         if not (float(softmax_scale) > 0 and float(softmax_scale) != float("inf")):
             raise InputError(f"softmax_scale = {softmax_scale} must be a positive finite number")
+    return kv
 
 
 def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
@@ -299,11 +380,26 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
                            tile_scheduler_metadata: torch.Tensor, num_splits: torch.Tensor,
                            softmax_scale: Optional[float] = None, causal: bool = False,
                            schedule: Optional[Schedule] = None,
-                           out: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+                           out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+                           descale_q: Optional[torch.Tensor] = None,
+                           descale_k: Optional[torch.Tensor] = None
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """Paged MLA decode: (out [b, s_q, h_q, 512] in q's dtype, lse fp32 [b, h_q, s_q]).
 
-    Beyond FlashMLA: ``out=(out, lse)`` writes into given contiguous tensors (eager only)."""
+    Beyond FlashMLA: ``out=(out, lse)`` writes into given contiguous tensors (eager only).
+
+    8-bit caches (dequantized to q's dtype in the kernel; the metadata from
+    ``get_mla_metadata(..., is_fp8_kvcache=True)``), recognised by dtype and last dimension:
+    float8_e4m3fn or uint8 [num_blocks, page, 1, 576] is fp8_e4m3 (value = stored *
+    descale_k, ``descale_k`` fp32 [1] or [b] required), [..., 656] is fp8_ds_mla (DeepSeek-V3.2's
+    token: e4m3 latent, 4 fp32 tile scales, bf16 RoPE; q bf16; no descale_k).  Page sizes are
+    multiples of 64.  ``descale_q`` (vLLM's, fp32 [1] or [b]) multiplies the scores.
+    Descale values are read on the GPU: one not finite and > 0 gives NaN and error flag 8."""
+    if descale_k is not None or descale_q is not None \
+            or getattr(k_cache, "dtype", None) in _BYTE_DTYPES:
+        return _fp8_call(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                         tile_scheduler_metadata, num_splits, softmax_scale, causal, schedule,
+                         out, descale_q, descale_k)
     if out is None and not ops.STRICT and not torch.compiler.is_compiling():
         last = _LAST[0]
         try:
@@ -329,8 +425,13 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
                 _LAST[0] = plan
             return plan.run(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
                             num_splits)
-    check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
-                 num_splits, softmax_scale)
+    kv = check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                      tile_scheduler_metadata, num_splits, softmax_scale)
+    if kv:
+        # an 8-bit cache with no descale: fp8_ds_mla's calls, or fp8_e4m3's refusal
+        return _fp8_call(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                         tile_scheduler_metadata, num_splits, softmax_scale, causal, schedule,
+                         out, descale_q, descale_k, kv)
     if out is not None:
         _check_out(q, out)
     _on_cuda({"q": q, "k_cache": k_cache, "block_table": block_table,
@@ -367,6 +468,72 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
             _LAST[0] = plan
     return plan.run(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
                     num_splits)
+
+
+_FP8_PLANS: dict = {}
+
+
+def _fp8_call(q, k_cache, block_table, cache_seqlens, head_dim_v, md, num_splits,
+              softmax_scale, causal, schedule, out, descale_q, descale_k, kv=None):
+    """A call with an 8-bit cache or a descale: the checks (once per signature, the
+    descales' shapes with it), then the Python launch path (no C++ fast path: it carries
+    no descale pointers)."""
+    try:
+        sig = (_signature(q, k_cache, block_table, cache_seqlens, head_dim_v, md, num_splits,
+                          softmax_scale, causal, schedule),
+               _tensor_sig(descale_k), _tensor_sig(descale_q))
+        plan = _FP8_PLANS.get(sig) if out is None and not ops.STRICT \
+            and not torch.compiler.is_compiling() else None
+    except (AttributeError, TypeError):     # not tensors: the full checks say why
+        sig, plan = None, None
+    if plan is None:
+        if kv is None:
+            kv = check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, md,
+                              num_splits, softmax_scale)
+        b = q.shape[0]
+        check_descales(kv, b, descale_k, descale_q)
+        if out is not None:
+            _check_out(q, out)
+        named = {"q": q, "k_cache": k_cache, "block_table": block_table,
+                 "cache_seqlens": cache_seqlens, "tile_scheduler_metadata": md,
+                 "num_splits": num_splits}
+        named.update({n: t for n, t in (("descale_k", descale_k), ("descale_q", descale_q))
+                      if t is not None})
+        _on_cuda(named)
+        if any(st % 8 for st in q.stride()[:3]):
+            q = q.contiguous()
+            sig = None                # a copied q: no cached plan for its signature
+        scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
+        _, s_q, h_q, _ = q.shape
+        if torch.compiler.is_compiling():
+            if out is not None:
+                raise InputError("out= is not supported under torch.compile")
+            key = _library_key_compiled(s_q * h_q, _DTYPES[q.dtype], schedule, b, q.device,
+                                        k_cache.shape[1], kv)
+            return ops.mla_decode_op(q, k_cache, block_table, cache_seqlens, md, num_splits,
+                                     scale, bool(causal), key, descale_k, descale_q)
+        key = _library_key(s_q * h_q, _DTYPES[q.dtype], schedule, b, q.device,
+                           k_cache.shape[1], kv)
+        if out is not None or ops.STRICT:
+            return ops.decode_into(q, k_cache, block_table, cache_seqlens, md, num_splits,
+                                   scale, bool(causal), key,
+                                   *(out if out is not None else (None, None)),
+                                   k_descale=descale_k, q_descale=descale_q)
+        plan = ops.DecodePlan(q, k_cache, block_table, md.shape[0], scale, bool(causal), key,
+                              descale_k, descale_q)
+        if sig is not None and (softmax_scale is None
+                                or isinstance(softmax_scale, (int, float))):
+            if len(_FP8_PLANS) >= _PLAN_LIMIT:
+                _FP8_PLANS.clear()
+            _FP8_PLANS[sig] = plan
+    return plan.run(q, k_cache, block_table, cache_seqlens, md, num_splits,
+                    k_descale=descale_k, q_descale=descale_q)
+
+
+def _tensor_sig(t) -> tuple:
+    if t is None:
+        return ()
+    return (t.shape, t.stride(), t.dtype, t.get_device())
 
 
 def _signature(q, k_cache, block_table, cache_seqlens, head_dim_v, md, num_splits,

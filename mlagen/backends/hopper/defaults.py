@@ -152,14 +152,27 @@ def check_overrides() -> None:
     tile_knobs(), wgmma_knobs(), mainloops(), cluster_switch()
 
 
+# 8-bit KV caches (kv_format fp8_*): the few-rows wgmma kernel with its converter warpgroup
+# reads them alone, 16-row tiles up to 16 rows, 32-row tiles beyond (several row tiles a part
+# reading the same K blocks through L2: the 64-row kernel has no shared memory left for a
+# raw ring beside its Q and two 72 KiB stages)
+FP8_KNOBS = {16: (16, 64, 2, 4), 32: (32, 64, 2, 4)}
+
+
 def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
-                     gpu: str = "", page_size: int = 64) -> Schedule:
+                     gpu: str = "", page_size: int = 64, kv: str = "") -> Schedule:
     """The schedule of a shape: what `mlagen tune` measured best for this GPU, batch and
     s_q * h_q (tuned.tuned_knobs: main loop, tile knobs and split cost), else the wgmma
     main loop where MAINLOOP says so and the page size allows it, else the size class's
-    TILE_KNOBS."""
+    TILE_KNOBS.  An 8-bit cache format kv: FP8_KNOBS (the tuned tables are bf16's)."""
     from .tuned import tuned_entry
 
+    if kv and kv not in ("bf16", "fp16"):
+        rows, block_kv, buffers, warps = FP8_KNOBS[16 if rows_total <= 16 else 32]
+        return canonical(Schedule.build(name=f"hopper_default_{kv}_{dtype}", target="hopper",
+                                        dtype=dtype, kv_format=kv, rows_per_tile=rows,
+                                        block_kv=block_kv, buffers=buffers, warps=warps,
+                                        mainloop="wgmma"))
     # all three read, so that a malformed override is refused whichever one this shape uses
     tiles, wgmma, loops = tile_knobs(), wgmma_knobs(), mainloops()
     found = tuned_entry(gpu, batch, rows_total) if batch and gpu else None
@@ -193,31 +206,38 @@ def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
 
 
 def resolve(rows_total: int, dtype: str, schedule: Schedule | None, batch: int = 0,
-            gpu: str = "", page_size: int = 64) -> Schedule:
+            gpu: str = "", page_size: int = 64, kv: str = "") -> Schedule:
     """The canonical schedule of an eager call: the caller's (checked against the call:
     its kind, its main loop against the page size, the call's dtype), else the per-shape
     default for this GPU, batch, s_q * h_q and page size.  The cluster switch is read too,
     so that a malformed one is refused before a library is built or loaded (the library
-    reads MLAGEN_HOPPER_CLUSTER when it loads)."""
-    s = _resolved(rows_total, dtype, schedule, batch, gpu, page_size)
+    reads MLAGEN_HOPPER_CLUSTER when it loads).  kv: the cache's 8-bit format, or "" (a
+    cache in the dtype); a schedule for another format is refused."""
+    s = _resolved(rows_total, dtype, schedule, batch, gpu, page_size, kv)
     cluster_switch()
     return s
 
 
 def _resolved(rows_total: int, dtype: str, schedule: Schedule | None, batch: int,
-              gpu: str, page_size: int) -> Schedule:
+              gpu: str, page_size: int, kv: str = "") -> Schedule:
     from mlagen.errors import InputError
 
     if schedule is None:
-        return default_schedule(rows_total, dtype, batch, gpu, page_size)
+        return default_schedule(rows_total, dtype, batch, gpu, page_size, kv)
     if schedule.target.kind != "hopper":
         raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.kind!r}, "
                          "not hopper")
     if schedule.mapping.mainloop == "wgmma" and page_size % 64:
         raise InputError(f"schedule {schedule.name!r} uses mainloop = \"wgmma\", which needs a "
                          f"page size that is a multiple of 64, not {page_size}")
+    has = schedule.problem.kv
+    sixteen = has in ("bf16", "fp16")
+    if (sixteen and kv) or (not sixteen and has != kv):
+        raise InputError(f"schedule {schedule.name!r} reads {has} caches, this k_cache is "
+                         f"{kv or dtype}")
     if schedule.problem.dtype != dtype:
-        schedule = schedule.replace(dtype=dtype)
+        # a 16-bit cache is in the call's dtype: the schedule's format follows it
+        schedule = schedule.replace(dtype=dtype, **({"kv_format": ""} if sixteen else {}))
     return canonical(schedule)
 
 

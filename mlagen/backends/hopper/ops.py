@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
+from typing import Optional
 
 import torch
 
@@ -44,7 +45,7 @@ class KernelLib:
         lib.mlagen_hopper_metadata.restype = I
         lib.mlagen_hopper_metadata.argtypes = [P, I, I, I, I, P, P, P]
         lib.mlagen_hopper_decode.restype = I
-        lib.mlagen_hopper_decode.argtypes = ([ctypes.POINTER(LL)] + [P] * 10 + [F, P])
+        lib.mlagen_hopper_decode.argtypes = ([ctypes.POINTER(LL)] + [P] * 12 + [F, P])
         self.lib = lib
         self._ctas_per_sm: int | None = None
         self.rows_per_tile = lib.mlagen_hopper_rows_per_tile()
@@ -52,6 +53,13 @@ class KernelLib:
             raise RuntimeError(f"library {self.artifact.path} was built for "
                                f"{self.rows_per_tile} rows, expected "
                                f"{schedule.mapping.rows_per_tile}")
+        from . import KV_CODE
+
+        self.kv_format = schedule.problem.kv
+        if lib.mlagen_hopper_kv_format() != KV_CODE[self.kv_format]:
+            raise RuntimeError(f"library {self.artifact.path} reads KV format code "
+                               f"{lib.mlagen_hopper_kv_format()}, expected "
+                               f"{KV_CODE[self.kv_format]} ({self.kv_format})")
 
     def ctas_per_sm(self) -> int:
         """Split-kernel CTAs that fit on one SM (asked of the CUDA runtime once)."""
@@ -246,7 +254,7 @@ class DecodePlan:
                  "shape", "scale_log2", "error", "fast", "tail")
 
     def __init__(self, q, k_cache, block_table, parts: int, softmax_scale: float,
-                 causal: bool, kernel: str):
+                 causal: bool, kernel: str, k_descale=None, q_descale=None):
         self.lib = get(kernel)
         b, s_q, h_q, _ = q.shape
         self.device = q.device
@@ -260,6 +268,9 @@ class DecodePlan:
         self.shape = (LL * SHAPE_INTS)(*shape_array(
             q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
             k_stride_block=k_cache.stride(0), k_stride_token=k_cache.stride(1),
+            # one descale, or one a sequence (api checks the shapes: [1] or [b])
+            k_descale_stride=int(k_descale is not None and k_descale.numel() > 1),
+            q_descale_stride=int(q_descale is not None and q_descale.numel() > 1),
             bt_stride=block_table.stride(0), batch=b, s_q=s_q, h_q=h_q,
             page_size=k_cache.shape[1], num_blocks=k_cache.shape[0],
             max_blocks=block_table.shape[1], num_parts=parts, causal=int(causal),
@@ -312,7 +323,7 @@ class DecodePlan:
         return ws
 
     def run(self, q, k_cache, block_table, cache_seqlens, sched, num_splits, out=None,
-            lse=None) -> tuple[torch.Tensor, torch.Tensor]:
+            lse=None, k_descale=None, q_descale=None) -> tuple[torch.Tensor, torch.Tensor]:
         qp, kp = q.data_ptr(), k_cache.data_ptr()
         if kp % 16:
             raise InputError("k_cache's data must start on a 16-byte boundary")
@@ -322,7 +333,7 @@ class DecodePlan:
         if torch.cuda.current_device() != self.idx:
             with torch.cuda.device(self.idx):
                 return self.run(q, k_cache, block_table, cache_seqlens, sched, num_splits,
-                                out, lse)
+                                out, lse, k_descale, q_descale)
         # new_empty: q's dtype and device without parsing them again (~0.5 us a tensor)
         if out is None:
             out = q.new_empty(self.out_shape)
@@ -331,7 +342,9 @@ class DecodePlan:
         stream = _raw_stream(self.idx)
         ws = self.workspace(stream)
         code = self.lib.lib.mlagen_hopper_decode(
-            self.shape, qp, kp, block_table.data_ptr(), cache_seqlens.data_ptr(),
+            self.shape, qp, kp, None if k_descale is None else k_descale.data_ptr(),
+            None if q_descale is None else q_descale.data_ptr(),
+            block_table.data_ptr(), cache_seqlens.data_ptr(),
             sched.data_ptr(), num_splits.data_ptr(), out.data_ptr(), lse.data_ptr(),
             ws.data_ptr(), self.error, self.scale_log2, stream)
         if code:
@@ -341,21 +354,26 @@ class DecodePlan:
 
 def mla_decode_impl(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
                     cache_seqlens: torch.Tensor, sched: torch.Tensor, num_splits: torch.Tensor,
-                    softmax_scale: float, causal: bool, kernel: str
+                    softmax_scale: float, causal: bool, kernel: str,
+                    k_descale: Optional[torch.Tensor] = None,
+                    q_descale: Optional[torch.Tensor] = None
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     return decode_into(q, k_cache, block_table, cache_seqlens, sched, num_splits,
-                       softmax_scale, causal, kernel)
+                       softmax_scale, causal, kernel, k_descale=k_descale, q_descale=q_descale)
 
 
 def decode_into(q, k_cache, block_table, cache_seqlens, sched, num_splits, softmax_scale,
-                causal, kernel, out=None, lse=None) -> tuple[torch.Tensor, torch.Tensor]:
+                causal, kernel, out=None, lse=None, k_descale=None, q_descale=None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The launch without a cached plan (torch.compile's op, out=); writes into `out`/`lse`
     when given (the verifier poisons them first so an element the kernel never writes is
     caught), else allocates them."""
     if STRICT and not _capturing():
         check_indices(k_cache, block_table, cache_seqlens)
-    plan = DecodePlan(q, k_cache, block_table, sched.shape[0], softmax_scale, causal, kernel)
-    return plan.run(q, k_cache, block_table, cache_seqlens, sched, num_splits, out, lse)
+    plan = DecodePlan(q, k_cache, block_table, sched.shape[0], softmax_scale, causal, kernel,
+                      k_descale, q_descale)
+    return plan.run(q, k_cache, block_table, cache_seqlens, sched, num_splits, out, lse,
+                    k_descale, q_descale)
 
 
 mla_decode_op = torch.library.custom_op("mlagen_hopper::mla_decode", mla_decode_impl,
@@ -363,7 +381,8 @@ mla_decode_op = torch.library.custom_op("mlagen_hopper::mla_decode", mla_decode_
 
 
 @mla_decode_op.register_fake
-def _(q, k_cache, block_table, cache_seqlens, sched, num_splits, softmax_scale, causal, kernel):
+def _(q, k_cache, block_table, cache_seqlens, sched, num_splits, softmax_scale, causal, kernel,
+      k_descale=None, q_descale=None):
     b, s_q, h_q, _ = q.shape
     return (q.new_empty((b, s_q, h_q, 512)),
             q.new_empty((b, h_q, s_q), dtype=torch.float32))

@@ -20,7 +20,10 @@ FAULT_ENUMS = {"none": "FAULT_NONE", "causal_off_by_one": "FAULT_CAUSAL_OFF_BY_O
                "ignore_softmax_scale": "FAULT_IGNORE_SOFTMAX_SCALE",
                "page_start_assumed": "FAULT_PAGE_START_ASSUMED",
                "empty_partial_unmasked": "FAULT_EMPTY_PARTIAL_UNMASKED",
-               "default_head_split": "FAULT_DEFAULT_HEAD_SPLIT"}
+               "default_head_split": "FAULT_DEFAULT_HEAD_SPLIT",
+               "scale_wrong_tile": "FAULT_SCALE_WRONG_TILE",
+               "scale_twice": "FAULT_SCALE_TWICE",
+               "descale_not_in_output": "FAULT_DESCALE_NOT_IN_OUTPUT"}
 DTYPE_CLASSES = {"bf16": "Bf16", "fp16": "Fp16"}
 
 

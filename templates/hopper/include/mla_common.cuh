@@ -55,6 +55,8 @@ struct MlaParams {
   const void* k;             // [num_blocks, page, 1, 576], last dim contiguous (FP8: the
                              // format's bytes, 576 or 656 a token)
   const float* k_descale;    // fp8_e4m3: [1] or [b] fp32, entry req * k_descale_stride
+  const float* q_descale;    // 8-bit caches: q's [1] or [b] fp32 descale (vLLM's descale_q),
+                             // or null (1)
   const int* block_table;    // [b, max_blocks]
   const int* seqlens;        // [b]
   const int* sched;          // [num_parts, 8] (see mla_scheduler.cuh)
@@ -69,6 +71,7 @@ struct MlaParams {
   int64_t q_stride_b, q_stride_s, q_stride_h;   // elements
   int64_t k_stride_block, k_stride_token;       // elements (FP8 formats: bytes)
   int64_t k_descale_stride;                     // 0 (one descale) or 1 (one a sequence)
+  int64_t q_descale_stride;                     // likewise
   int bt_stride;
   int batch, s_q, h_q, page_size, num_blocks, max_blocks, num_parts;
   float scale_log2;          // softmax_scale * log2(e)
@@ -84,6 +87,7 @@ constexpr int kErrorBadPage = 1;      // a block-table entry outside [0, num_blo
 constexpr int kErrorBadLength = 2;    // a negative cache_seqlens entry
 constexpr int kErrorBadPlan = 4;      // metadata planned for a cluster merge the split launch
                                       // does not make (another batch's metadata)
+constexpr int kErrorBadDescale = 8;   // a k_descale or descale_q entry not finite and > 0
 
 // Programmatic dependent launch (sm_90): the combine is launched as a dependent of the
 // split kernel and waits here until the split grid has finished and its writes are visible.

@@ -472,11 +472,17 @@ struct WgmmaRowsKernel {
         }
       }
       // fp8_e4m3: the converted keys are the e4m3 values, true = e4m3 * k_descale: the
-      // descale goes into the scores' scale and into O (1 otherwise)
-      float dk = 1.f;
+      // descale goes into the scores' scale and into O; q's descale (8-bit caches, vLLM's
+      // descale_q) into the scores' scale alone (1 otherwise).  A descale not finite and
+      // > 0 makes the piece NaN and sets kErrorBadDescale (no host check: graph-safe).
+      float dk = 1.f, dq = 1.f;
       if constexpr (KV == kKvE4m3) dk = p.k_descale[pc.req * p.k_descale_stride];
+      if constexpr (C::kFp8) {
+        if (p.q_descale != nullptr) dq = p.q_descale[pc.req * p.q_descale_stride];
+      }
+      const bool bad_descale = !(dk > 0.f && dk < INFINITY && dq > 0.f && dq < INFINITY);
       const float scale =
-          (FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * dk;
+          (FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * (dk * dq);
       const float o_scale = FAULT == kFaultDescaleNotInOutput ? 1.f : dk;
       // Q of this piece: with two warpgroups both load it and both wait (the last piece's
       // S^T were waited for before its merge, so Q may be rewritten)
@@ -679,10 +685,11 @@ struct WgmmaRowsKernel {
         }
         if (wg == 1) continue;   // WG0 writes the piece's output
       }
-      if ((bad || bad_len || bad_plan) && t == 0 && p.error != nullptr)
+      if ((bad || bad_len || bad_plan || bad_descale) && t == 0 && p.error != nullptr)
         atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0) |
-                              (bad_plan ? kErrorBadPlan : 0));
-      bad |= bad_len || bad_plan;
+                              (bad_plan ? kErrorBadPlan : 0) |
+                              (bad_descale ? kErrorBadDescale : 0));
+      bad |= bad_len || bad_plan || bad_descale;
 
       const float kLn2 = 0.69314718055994531f;
       float inv[kCols];

@@ -36,6 +36,10 @@ enum Fault : int {
   FAULT_PAGE_START_ASSUMED = 8,      // a gather assumes its tile starts on a page boundary
   FAULT_EMPTY_PARTIAL_UNMASKED = 9,  // the merge weighs a partial that saw nothing as lse 0
   FAULT_DEFAULT_HEAD_SPLIT = 10,     // phases A/C give a core heads / cores heads, not HPC
+  // the dequantization of 8-bit caches (records.FAULTS; planted in the Hopper kernels)
+  FAULT_SCALE_WRONG_TILE = 11,       // fp8_ds_mla: the next 128-value tile's scale
+  FAULT_SCALE_TWICE = 12,            // fp8_ds_mla: the tile scale multiplied in twice
+  FAULT_DESCALE_NOT_IN_OUTPUT = 13,  // fp8_e4m3: k_descale in the scores, not in the output
 };
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
