@@ -18,7 +18,8 @@ def gpu(f):
 
 BOUNDS = Bounds(max_batch=4, max_len=300, long_len=1500, max_extra_table=2)
 EXAMPLES = ("hopper_tp8_r16", "hopper_h16_pg16", "hopper_h200", "hopper_r64_fp16_pg1",
-            "hopper_wgmma_r16", "hopper_wgmma_r32_fp16", "hopper_wgmma_r16_w8")
+            "hopper_wgmma_r16", "hopper_wgmma_r32_fp16", "hopper_wgmma_r16_w8",
+            "hopper_fp8_e4m3", "hopper_fp8_ds_mla")
 # each fault on a different tile size / dtype / page size (every example gets one)
 FAULTED = [("causal_off_by_one", "hopper_tp8_r16"), ("early_buffer_swap", "hopper_tp8_r16"),
            ("skip_partial_page", "hopper_h16_pg16"), ("wrong_scale", "hopper_h200"),
@@ -27,7 +28,11 @@ FAULTED = [("causal_off_by_one", "hopper_tp8_r16"), ("early_buffer_swap", "hoppe
            ("causal_off_by_one", "hopper_wgmma_r16"), ("skip_partial_page", "hopper_wgmma_r32_fp16"),
            # its two-consumer-warpgroup form (warps = 8)
            ("skip_partial_page", "hopper_wgmma_r16_w8"), ("causal_off_by_one", "hopper_wgmma_r16_w8"),
-           ("wrong_scale", "hopper_wgmma_r32_w8")]
+           ("wrong_scale", "hopper_wgmma_r32_w8"),
+           # the dequantization of 8-bit caches (mla_fp8.cuh's converter, the consumer's
+           # descale)
+           ("scale_wrong_tile", "hopper_fp8_ds_mla"), ("scale_twice", "hopper_fp8_ds_mla"),
+           ("descale_not_in_output", "hopper_fp8_e4m3")]
 
 
 def test_each_planted_fault_is_observable_on_its_example():

@@ -88,10 +88,27 @@ def workload(b: int, s_q: int, mean: int, h_q: int, varlen: bool, seed: int = 0,
     return q, k_cache, block_table.to(device), seqlens, lens
 
 
-def flops_bytes(b: int, s_q: int, h_q: int, lens: list[int]) -> tuple[float, float]:
+def quantized(k_cache, kv: str):
+    """(cache in format kv, its descale_k or None): fp8_e4m3 with one descale, amax / 448
+    of the whole cache (vLLM's per-tensor scale); fp8_ds_mla with its tile scales."""
+    import torch
+
+    from ... import kvformat
+
+    descale = None
+    if kvformat.get(kv).needs_descale:
+        descale = (k_cache.float().abs().amax() / kvformat.E4M3_MAX).reshape(1)
+    return kvformat.quantize(k_cache, kv, descale), descale
+
+
+def flops_bytes(b: int, s_q: int, h_q: int, lens: list[int], kv: str = "") -> tuple[float, float]:
+    """FLOPs and bytes moved (the cache's tokens at their format's size: kv)."""
+    from ... import kvformat
+
     total = sum(lens)
     flops = s_q * total * h_q * (D + DV) * 2
-    nbytes = (total * D + b * s_q * h_q * D + b * s_q * h_q * DV) * 2
+    token = kvformat.get(kv).token_bytes() if kv else 2 * D
+    nbytes = total * token + (b * s_q * h_q * D + b * s_q * h_q * DV) * 2
     return flops, nbytes
 
 
@@ -104,6 +121,7 @@ class Row:
     varlen: bool
     kind: str                        # "anchor" (the 51), "graph" (the 8), or a tool's own
     page: int = PAGE                 # tokens per page (the anchor's rows: 64)
+    kv: str = ""                     # the cache's 8-bit format (--kv-format), "": bf16
     anchor_ms: Optional[float] = None      # better of FlashMLA / FA3 (anchor rows)
     anchor_by: str = ""
     flashmla_ms: Optional[float] = None
@@ -136,7 +154,8 @@ class Row:
     def label(self) -> str:
         return (f"b={self.b} s_q={self.s_q} sk={self.sk} h_q={self.h_q}"
                 f"{' varlen' if self.varlen else ''}"
-                f"{f' page={self.page}' if self.page != PAGE else ''}")
+                f"{f' page={self.page}' if self.page != PAGE else ''}"
+                f"{f' {self.kv}' if self.kv else ''}")
 
 
 @dataclass
@@ -175,7 +194,7 @@ def _commit() -> str:
 class Caller:
     """The timed call of one workload: flash_mla_with_kvcache with metadata made once."""
 
-    def __init__(self, b, s_q, sk, h_q, varlen, schedule=None, data=None, page=PAGE):
+    def __init__(self, b, s_q, sk, h_q, varlen, schedule=None, data=None, page=PAGE, kv=""):
         from . import api
 
         self.api = api
@@ -183,10 +202,15 @@ class Caller:
         # read the very same K pages and the workload is made once (tune's candidates)
         self.data = data or workload(b, s_q, sk, h_q, varlen, page=page)
         self.q, self.k, self.bt, self.seqlens, self.lens = self.data
+        # kv: the same bf16 cache quantized to an 8-bit format (--kv-format)
+        self.kv, self.descale = kv, None
+        if kv:
+            self.k, self.descale = quantized(self.k, kv)
         self.schedule = schedule
-        self.md, self.ns = api.get_mla_metadata(self.seqlens, s_q * h_q, 1, schedule=schedule)
+        self.md, self.ns = api.get_mla_metadata(self.seqlens, s_q * h_q, 1, schedule=schedule,
+                                                kv_format=kv or None)
         self.variant = api._library_key(s_q * h_q, "bf16", schedule, b, self.q.device,
-                                        page_size=page)
+                                        page_size=page, kv=kv)
 
     def __call__(self):
         return self.decode(self.q, self.k)
@@ -194,7 +218,8 @@ class Caller:
     def decode(self, q, k_cache):
         """The call on another q and K cache of the same shapes (bench.Step's layers)."""
         return self.api.flash_mla_with_kvcache(q, k_cache, self.bt, self.seqlens, DV, self.md,
-                                               self.ns, causal=True, schedule=self.schedule)
+                                               self.ns, causal=True, schedule=self.schedule,
+                                               descale_k=self.descale)
 
 
 def check_output(c: Caller) -> tuple[str, float, float]:
@@ -207,7 +232,9 @@ def check_output(c: Caller) -> tuple[str, float, float]:
 
     out, lse = c()
     torch.cuda.synchronize()
-    ref_o, ref_l = attention(c.q, c.k, c.bt, c.seqlens, DV, None, True, torch.float32)
+    ref_o, ref_l = attention(c.q, c.k, c.bt, c.seqlens, DV, None, True, torch.float32,
+                             kv_format=getattr(c, "kv", "") or None,
+                             k_descale=getattr(c, "descale", None))
     if not torch.equal(torch.isfinite(out), torch.isfinite(ref_o.to(out.dtype))):
         return "out: finite masks differ", float("nan"), float("nan")
     if not torch.equal(torch.isfinite(lse), torch.isfinite(ref_l)):
@@ -484,12 +511,13 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "st
     import torch
 
     try:
-        c = Caller(row.b, row.s_q, row.sk, row.h_q, row.varlen, schedule, page=row.page)
+        c = Caller(row.b, row.s_q, row.sk, row.h_q, row.varlen, schedule, page=row.page,
+                   kv=row.kv)
         row.variant = c.variant
         row.check, row.cos_out, row.lse_err = check_output(c)
         if row.check != "ok":
             return row                     # a wrong answer is not timed
-        flops, nbytes = flops_bytes(row.b, row.s_q, row.h_q, c.lens)
+        flops, nbytes = flops_bytes(row.b, row.s_q, row.h_q, c.lens, row.kv)
         if "eager" in modes:
             row.eager_ms = time_eager(c)
             row.tflops = flops / 1e9 / row.eager_ms
@@ -523,11 +551,13 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "st
     return row
 
 
-def plan_rows(quick: bool = False, shapes=()) -> list[Row]:
+def plan_rows(quick: bool = False, shapes=(), kv_formats=("",)) -> list[Row]:
     """The benchmark of record's rows (the 51 anchor rows, then the 8 graph rows), or the
-    caller's shapes (shapes.Shape records: `mlagen bench --shape`), timed the same way."""
+    caller's shapes (shapes.Shape records: `mlagen bench --shape`), timed the same way, each
+    shape once for each cache format of kv_formats ("": bf16; `--kv-format`)."""
     if shapes:
-        return [Row(s.b, s.s_q, s.sk, s.h_q, s.varlen, "shape") for s in shapes]
+        return [Row(s.b, s.s_q, s.sk, s.h_q, s.varlen, "shape", kv=kv)
+                for s in shapes for kv in kv_formats]
     rows = [Row(r["b"], r["s_q"], r["sk"], r["h_q"], bool(r["varlen"]), "anchor",
                 anchor_ms=r["best_ms"], anchor_by=r["best"], flashmla_ms=r["flashmla_ms"])
             for r in anchor_rows()]
@@ -662,11 +692,12 @@ def _shapes_markdown(rep: Report) -> str:
     lines.append("In the table, " + _STEP)
     extra = (" FlashMLA now ms | vs FlashMLA now | FlashMLA now graph us | graph vs FlashMLA now |"
              " FlashMLA now step us | step vs FlashMLA now |" if now else "")
-    lines += ["", "| b | s_q | sk | h_q | varlen | check | eager ms | graph us | kernels ms | "
-              "step us | TFLOPS | GB/s | variant |" + extra, "|" + "---|" * (19 if now else 13)]
+    lines += ["", "| b | s_q | sk | h_q | varlen | kv | check | eager ms | graph us | "
+              "kernels ms | step us | TFLOPS | GB/s | variant |" + extra,
+              "|" + "---|" * (20 if now else 14)]
     for r in rep.rows:
         lines.append(f"| {r.b} | {r.s_q} | {r.sk} | {r.h_q} | {'yes' if r.varlen else 'no'} | "
-                     f"{r.check or r.error} | {_f(r.eager_ms, '.4f')} | "
+                     f"{r.kv or 'bf16'} | {r.check or r.error} | {_f(r.eager_ms, '.4f')} | "
                      f"{_f(r.graph_ms and r.graph_ms * 1e3, '.1f')} | {_f(r.kernel_ms, '.4f')} | "
                      f"{_f(r.step_us, '.1f')} | "
                      f"{_f(r.tflops, '.1f')} | {_f(r.gbps, '.0f')} | `{r.variant}` |"
@@ -676,11 +707,31 @@ def _shapes_markdown(rep: Report) -> str:
     notes = [f"{r.label()}: {r.step_note}" for r in rep.rows if r.step_note]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    lines += kv_speedups(rep)
     if rep.host:
         lines += ["", f"Host time per eager decode call (b=1, s_k=1024, h_q=16): "
                   f"{rep.host.get('decode_us')} us ({rep.host.get('decode_rounds_us')} us in "
                   f"rounds of {HOST_ROUND})."]
     return "\n".join(lines + [""])
+
+
+def kv_speedups(rep: Report) -> list[str]:
+    """Markdown lines: each 8-bit row's speed against the bf16 row of its shape (bf16 time /
+    its time) in eager, kernels and step time; none without both."""
+    base = {(r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page): r for r in rep.rows if not r.kv}
+    out = []
+    for r in rep.rows:
+        b = base.get((r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page))
+        if not r.kv or b is None:
+            continue
+        cells = []
+        for name, x, y in (("eager", b.eager_ms, r.eager_ms), ("kernels", b.kernel_ms,
+                                                                r.kernel_ms),
+                           ("graph", b.graph_ms, r.graph_ms), ("step", b.step_us, r.step_us)):
+            cells.append(f"{name} {_f(x / y if x and y else None, '.2f')}x")
+        out.append(f"- {r.label()}: " + ", ".join(cells) + " of bf16")
+    return ["", "Speed of each 8-bit cache against bf16 on its shape (bf16 time / its time):"
+            ] + out if out else []
 
 
 def rich_table(rep: Report):
@@ -703,7 +754,7 @@ def rich_table(rep: Report):
 
 def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = None,
               progress: bool = True, command: str = "mlagen bench --target hopper",
-              flashmla: Optional[str] = None, shapes=()) -> Report:
+              flashmla: Optional[str] = None, shapes=(), kv_formats=("",)) -> Report:
     import torch
 
     from ...version import __version__
@@ -717,7 +768,7 @@ def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = N
     rep = Report(device=torch.cuda.get_device_name(), torch=torch.__version__,
                  commit=_commit(), mlagen=__version__, command=command,
                  flashmla_lib=flashmla or "")
-    rows = plan_rows(quick, shapes)
+    rows = plan_rows(quick, shapes, kv_formats)
     # host time first, in a fresh process: measured after all the rows (59 profiler runs,
     # a full caching allocator) the same loop took 48 us per call, in a fresh process 19
     # (benchmarks/results/hopper_host_breakdown_6768d1b.log); which of the two costs it is
@@ -759,6 +810,18 @@ def bench_main(args) -> int:
     from .shapes import parse_shape
 
     shapes = [parse_shape(t) for t in (getattr(args, "shape", None) or [])]
+    kv_formats = tuple(getattr(args, "kv_format", None) or ())
+    if kv_formats and not shapes:
+        raise MlagenError("--kv-format times the shapes given by --shape in each format: "
+                          "give --shape too")
+    from ... import kvformat
+    from .api import _FP8_FORMATS
+
+    for kv in kv_formats:
+        if kv not in ("bf16",) + _FP8_FORMATS:
+            raise MlagenError(f"--kv-format {kv!r}: the hopper kernels read bf16, "
+                              f"{', '.join(_FP8_FORMATS)} (of {', '.join(kvformat.FORMATS)})")
+    kv_formats = tuple("" if kv == "bf16" else kv for kv in kv_formats) or ("",)
     if shapes and args.quick:
         raise MlagenError("--quick cuts the benchmark of record's rows; with --shape the "
                           "shapes given are the rows: give one or the other")
@@ -785,8 +848,10 @@ def bench_main(args) -> int:
                     progress=not getattr(args, "no_progress", False),
                     command="mlagen bench --target hopper" + (" --quick" if args.quick else "")
                     + "".join(f" --shape {s.label()}" for s in shapes)
+                    + "".join(f" --kv-format {kv or 'bf16'}" for kv in kv_formats
+                              if kv_formats != ("",))
                     + (f" --flashmla {flashmla}" if flashmla else ""), flashmla=flashmla,
-                    shapes=shapes)
+                    shapes=shapes, kv_formats=kv_formats)
     from rich.console import Console
 
     con = Console()

@@ -1,0 +1,82 @@
+#!/bin/bash
+# One GPU visit for 8-bit KV caches on Hopper ("dequantize" mode, mla_fp8.cuh): build the
+# FP8 libraries in parallel, the GPU tests of the FP8 path, verify on the two FP8 examples
+# (and their planted faults), compute-sanitizer memcheck on one call of each format, then the
+# timing table: our bf16 kernel vs fp8_e4m3 vs fp8_ds_mla on the same shapes (`mlagen bench
+# --shape ... --kv-format ...`), printed last.  Logs under $OUT.
+#
+#   bash benchmarks/fp8_visit.sh [all|tests|bench]     (TESTS_TIMEOUT, BENCH_TIMEOUT in s)
+set -u
+OUT=${OUT:-/tmp/fp8_visit}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+t0=$(date +%s)
+el() { echo "$(( $(date +%s) - t0 )) s"; }
+what=${1:-all}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv > "$OUT/gpu.txt" 2>&1
+git log -1 --format=%h > "$OUT/commit.txt" 2>/dev/null || true
+
+# 1. the libraries the tests and the table load, built side by side (nvcc only)
+timeout 150 python3 - > "$OUT/prebuild.log" 2>&1 <<'PY'
+import time
+from mlagen.backends.hopper import defaults
+from mlagen.backends.hopper.tune import build_schedules
+from mlagen.paths import SCHEDULES_DIR
+from mlagen.schedule import load
+from mlagen.schedule.records import Schedule
+rows = dict(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=4)
+scheds = []
+for kv in ("fp8_e4m3", "fp8_ds_mla"):
+    for r in (16, 32):
+        scheds.append(Schedule.build(**rows, rows_per_tile=r, kv_format=kv))
+scheds += [Schedule.build(**rows, rows_per_tile=r, kv_format="fp8_e4m3", dtype="fp16")
+           for r in (16, 32)]
+scheds += [load(SCHEDULES_DIR / "hopper_fp8_ds_mla.toml").with_fault(f)
+           for f in ("scale_wrong_tile", "scale_twice")]
+scheds += [load(SCHEDULES_DIR / "hopper_fp8_e4m3.toml").with_fault("descale_not_in_output")]
+scheds += [Schedule.build(**rows, rows_per_tile=16, kv_format="fp8_ds_mla")
+           .with_fault(f) for f in ("scale_wrong_tile", "scale_twice")]
+scheds += [Schedule.build(**rows, rows_per_tile=16, kv_format="fp8_e4m3")
+           .with_fault("descale_not_in_output")]
+scheds += [defaults.default_schedule(16)]          # the bf16 kernel the table compares with
+canon = {c.variant_name(): c for c in (defaults.canonical(s) for s in scheds)}
+t = time.time()
+errs = build_schedules(list(canon.values()), 16)
+print(f"{len(canon)} libraries in {time.time() - t:.1f} s; errors: {[e for e in errs if e] or 'none'}")
+PY
+echo "prebuild rc=$? $(el): $(tail -1 "$OUT/prebuild.log")"
+
+if [ "$what" != bench ]; then
+  # 2. the FP8 GPU tests
+  timeout "${TESTS_TIMEOUT:-170}" python3 -m pytest -q -p no:cacheprovider \
+    tests/test_hopper_fp8_gpu.py > "$OUT/pytest_fp8.log" 2>&1
+  echo "fp8 gpu tests rc=$? $(el)"; grep -E "passed|failed|FAILED|Error" "$OUT/pytest_fp8.log" | tail -12
+  # 3. verify reaches the FP8 path through the example schedules; their faults are caught
+  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_hopper_faults.py \
+    -k "fp8" > "$OUT/pytest_faults_fp8.log" 2>&1
+  echo "verify fp8 faults/examples rc=$? $(el)"; grep -E "passed|failed|FAILED" "$OUT/pytest_faults_fp8.log" | tail -6
+  # 4. memcheck on one call of each format
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  timeout 90 "$CS" --tool memcheck --error-exitcode 9 python3 - > "$OUT/memcheck.log" 2>&1 <<'PY'
+import torch
+from mlagen.backends.hopper.bench import Caller
+for kv in ("fp8_e4m3", "fp8_ds_mla"):
+    for s_q, h_q in ((1, 16), (2, 16)):
+        c = Caller(3, s_q, 300, h_q, True, kv=kv)
+        c()
+torch.cuda.synchronize()
+print("memcheck calls done")
+PY
+  echo "memcheck rc=$? $(el)"; grep -E "ERROR SUMMARY|calls done" "$OUT/memcheck.log" | head -2
+fi
+
+if [ "$what" != tests ]; then
+  # 5. the table: b in {1, 32, 128}, s_q 1, h_q 16, s_k 4096 and 8192, page 64
+  timeout "${BENCH_TIMEOUT:-200}" python3 -m mlagen.cli bench --target hopper --no-progress \
+    --shape 1,1,4096,16 --shape 32,1,4096,16 --shape 128,1,4096,16 \
+    --shape 1,1,8192,16 --shape 32,1,8192,16 --shape 128,1,8192,16 \
+    --kv-format bf16 --kv-format fp8_e4m3 --kv-format fp8_ds_mla \
+    --output "$OUT/fp8_bench" > "$OUT/bench.log" 2>&1
+  echo "bench rc=$? $(el)"
+  grep -E "^\| [0-9]|^- b=|Speed of" "$OUT/fp8_bench.md" 2>/dev/null || tail -20 "$OUT/bench.log"
+fi
