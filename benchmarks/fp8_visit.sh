@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv > "$OUT
 git log -1 --format=%h > "$OUT/commit.txt" 2>/dev/null || true
 
 # 1. the libraries the tests and the table load, built side by side (nvcc only)
-timeout 150 python3 - > "$OUT/prebuild.log" 2>&1 <<'PY'
+timeout "${PREBUILD_TIMEOUT:-150}" python3 - > "$OUT/prebuild.log" 2>&1 <<'PY'
 import time
 from mlagen.backends.hopper import defaults
 from mlagen.backends.hopper.tune import build_schedules
@@ -52,12 +52,12 @@ if [ "$what" != bench ]; then
     tests/test_hopper_fp8_gpu.py > "$OUT/pytest_fp8.log" 2>&1
   echo "fp8 gpu tests rc=$? $(el)"; grep -E "passed|failed|FAILED|Error" "$OUT/pytest_fp8.log" | tail -12
   # 3. verify reaches the FP8 path through the example schedules; their faults are caught
-  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_hopper_faults.py \
+  timeout "${FAULTS_TIMEOUT:-90}" python3 -m pytest -q -p no:cacheprovider tests/test_hopper_faults.py \
     -k "fp8" > "$OUT/pytest_faults_fp8.log" 2>&1
   echo "verify fp8 faults/examples rc=$? $(el)"; grep -E "passed|failed|FAILED" "$OUT/pytest_faults_fp8.log" | tail -6
   # 4. memcheck on one call of each format
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-  timeout 90 "$CS" --tool memcheck --error-exitcode 9 python3 - > "$OUT/memcheck.log" 2>&1 <<'PY'
+  timeout "${MEMCHECK_TIMEOUT:-90}" "$CS" --tool memcheck --error-exitcode 9 python3 - > "$OUT/memcheck.log" 2>&1 <<'PY'
 import torch
 from mlagen.backends.hopper.bench import Caller
 for kv in ("fp8_e4m3", "fp8_ds_mla"):
@@ -72,9 +72,9 @@ fi
 
 if [ "$what" != tests ]; then
   # 5. the table: b in {1, 32, 128}, s_q 1, h_q 16, s_k 4096 and 8192, page 64
+  SHAPES=${SHAPES:-"1,1,4096,16 32,1,4096,16 128,1,4096,16 1,1,8192,16 32,1,8192,16 128,1,8192,16"}
   timeout "${BENCH_TIMEOUT:-200}" python3 -m mlagen.cli bench --target hopper --no-progress \
-    --shape 1,1,4096,16 --shape 32,1,4096,16 --shape 128,1,4096,16 \
-    --shape 1,1,8192,16 --shape 32,1,8192,16 --shape 128,1,8192,16 \
+    $(for s in $SHAPES; do echo --shape "$s"; done) \
     --kv-format bf16 --kv-format fp8_e4m3 --kv-format fp8_ds_mla \
     --output "$OUT/fp8_bench" > "$OUT/bench.log" 2>&1
   echo "bench rc=$? $(el)"
