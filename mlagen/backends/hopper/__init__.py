@@ -15,7 +15,7 @@ from mlagen.schedule.plan import Plan
 from mlagen.schedule.rules import plan_of
 from mlagen.schedule.records import Schedule
 
-from .abi import SHAPE_INDEX
+from .abi import KV_CODE, SHAPE_INDEX
 
 DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 DTYPE_CODE = {"bf16": 1, "fp16": 2}
@@ -23,8 +23,6 @@ DTYPE_CODE = {"bf16": 1, "fp16": 2}
 FAULT_CODE = {"none": 0, "causal_off_by_one": 1, "wrong_scale": 2, "skip_partial_page": 3,
               "bad_split_merge": 4, "early_buffer_swap": 5, "scale_wrong_tile": 6,
               "scale_twice": 7, "descale_not_in_output": 8}
-# KV-cache formats -> the split kernel's KV argument (kKv* in mla_common.cuh)
-KV_CODE = {"bf16": 0, "fp16": 0, "fp8_e4m3": 1, "fp8_ds_mla": 2}
 # the dequantization faults mla_wgmma_rows.cuh plants, by the format whose path has them
 FP8_FAULTS = {"fp8_e4m3": ("descale_not_in_output",),
               "fp8_ds_mla": ("scale_wrong_tile", "scale_twice")}

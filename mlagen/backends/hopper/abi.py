@@ -12,6 +12,9 @@ SHAPE_FIELDS = ("q_stride_b", "q_stride_s", "q_stride_h", "k_stride_block", "k_s
                 "num_sms",       # the device's SMs (the combine sizes its grid by them)
                 "lse_offset")    # floats into the workspace where the partial lse starts
 SHAPE_INDEX = {name: i for i, name in enumerate(SHAPE_FIELDS)}
+# KV-cache formats -> the split kernel's KV template argument and mlagen_hopper_kv_format()
+# (kKv* in mla_common.cuh)
+KV_CODE = {"bf16": 0, "fp16": 0, "fp8_e4m3": 1, "fp8_ds_mla": 2}
 
 
 def shape_array(**values: int) -> list[int]:

@@ -20,7 +20,7 @@ from mlagen.errors import InputError
 from mlagen.schedule.plan import Plan
 
 from . import scheduler
-from .abi import SHAPE_FIELDS, shape_array
+from .abi import KV_CODE, SHAPE_FIELDS, shape_array
 
 _LOCK = threading.Lock()
 _LIBS: dict[str, "KernelLib"] = {}
@@ -53,8 +53,6 @@ class KernelLib:
             raise RuntimeError(f"library {self.artifact.path} was built for "
                                f"{self.rows_per_tile} rows, expected "
                                f"{schedule.mapping.rows_per_tile}")
-        from . import KV_CODE
-
         self.kv_format = schedule.problem.kv
         if lib.mlagen_hopper_kv_format() != KV_CODE[self.kv_format]:
             raise RuntimeError(f"library {self.artifact.path} reads KV format code "
