@@ -217,9 +217,11 @@ class Caller:
 
     def decode(self, q, k_cache):
         """The call on another q and K cache of the same shapes (bench.Step's layers)."""
+        descale = getattr(self, "descale", None)     # fp8_e4m3's (--kv-format)
+        kw = {} if descale is None else {"descale_k": descale}
         return self.api.flash_mla_with_kvcache(q, k_cache, self.bt, self.seqlens, DV, self.md,
                                                self.ns, causal=True, schedule=self.schedule,
-                                               descale_k=self.descale)
+                                               **kw)
 
 
 def check_output(c: Caller) -> tuple[str, float, float]:
@@ -512,7 +514,7 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "st
 
     try:
         c = Caller(row.b, row.s_q, row.sk, row.h_q, row.varlen, schedule, page=row.page,
-                   kv=row.kv)
+                   **({"kv": row.kv} if row.kv else {}))
         row.variant = c.variant
         row.check, row.cos_out, row.lse_err = check_output(c)
         if row.check != "ok":
@@ -692,12 +694,15 @@ def _shapes_markdown(rep: Report) -> str:
     lines.append("In the table, " + _STEP)
     extra = (" FlashMLA now ms | vs FlashMLA now | FlashMLA now graph us | graph vs FlashMLA now |"
              " FlashMLA now step us | step vs FlashMLA now |" if now else "")
-    lines += ["", "| b | s_q | sk | h_q | varlen | kv | check | eager ms | graph us | "
-              "kernels ms | step us | TFLOPS | GB/s | variant |" + extra,
-              "|" + "---|" * (20 if now else 14)]
+    # a kv column when --kv-format gave 8-bit rows
+    kvs = any(r.kv for r in rep.rows)
+    lines += ["", "| b | s_q | sk | h_q | varlen |" + (" kv |" if kvs else "") + " check | "
+              "eager ms | graph us | kernels ms | step us | TFLOPS | GB/s | variant |" + extra,
+              "|" + "---|" * ((19 if now else 13) + kvs)]
     for r in rep.rows:
         lines.append(f"| {r.b} | {r.s_q} | {r.sk} | {r.h_q} | {'yes' if r.varlen else 'no'} | "
-                     f"{r.kv or 'bf16'} | {r.check or r.error} | {_f(r.eager_ms, '.4f')} | "
+                     + (f"{r.kv or 'bf16'} | " if kvs else "") +
+                     f"{r.check or r.error} | {_f(r.eager_ms, '.4f')} | "
                      f"{_f(r.graph_ms and r.graph_ms * 1e3, '.1f')} | {_f(r.kernel_ms, '.4f')} | "
                      f"{_f(r.step_us, '.1f')} | "
                      f"{_f(r.tflops, '.1f')} | {_f(r.gbps, '.0f')} | `{r.variant}` |"
