@@ -219,3 +219,25 @@ def test_dequantization_faults_render_and_compile(kv, fault, tmp_path):
     src = _render(fp8(kv).with_fault(fault))
     assert f"#define MLAGEN_FAULT {FAULT_CODE[fault]}" in src.files["split.cu"]
     assert "mla_split_wgmma_rows_kernel" in _ptxas(src, tmp_path)
+
+
+def test_bench_times_each_shape_in_each_format_and_reports_the_speedup():
+    from mlagen.backends.hopper.bench import Report, kv_speedups, plan_rows
+    from mlagen.backends.hopper.shapes import parse_shape
+
+    rows = plan_rows(shapes=[parse_shape("32,1,4096,16")], kv_formats=("", "fp8_e4m3"))
+    assert [(r.b, r.kv) for r in rows] == [(32, ""), (32, "fp8_e4m3")]
+    assert rows[1].label().endswith("fp8_e4m3")
+    rows[0].eager_ms, rows[1].eager_ms = 0.09, 0.05
+    rows[0].step_us, rows[1].step_us = 90.0, 45.0
+    rep = Report(device="x", torch="t", commit="c", mlagen="m", command="cmd", rows=rows)
+    lines = kv_speedups(rep)
+    assert any("eager 1.80x" in x and "step 2.00x" in x and "kernels -x" in x for x in lines)
+
+
+def test_bench_refuses_an_unread_format(capsys):
+    from mlagen.cli import main
+
+    assert main(["bench", "--target", "hopper", "--shape", "1,1,64,16",
+                 "--kv-format", "fp8_ue8m0_paged"]) == 2
+    assert "--kv-format 'fp8_ue8m0_paged'" in capsys.readouterr().err
