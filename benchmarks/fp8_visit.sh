@@ -39,6 +39,8 @@ scheds += [Schedule.build(**rows, rows_per_tile=16, kv_format="fp8_ds_mla")
 scheds += [Schedule.build(**rows, rows_per_tile=16, kv_format="fp8_e4m3")
            .with_fault("descale_not_in_output")]
 scheds += [defaults.default_schedule(16)]          # the bf16 kernel the table compares with
+scheds += [Schedule.build(**rows, rows_per_tile=r, kv_format=kv, fp8_converters=2)
+           for kv in ("fp8_e4m3", "fp8_ds_mla") for r in (16, 32)]
 canon = {c.variant_name(): c for c in (defaults.canonical(s) for s in scheds)}
 t = time.time()
 errs = build_schedules(list(canon.values()), 16)
@@ -70,8 +72,30 @@ PY
   echo "memcheck rc=$? $(el)"; grep -E "ERROR SUMMARY|calls done" "$OUT/memcheck.log" | head -2
 fi
 
+if [ "$what" != tests ] && [ "${CV_AB:-1}" = 1 ]; then
+  # 5. one or two converter warpgroups (fp8_converters), same tensors, do_bench medians
+  timeout "${AB_TIMEOUT:-60}" python3 - > "$OUT/converters_ab.log" 2>&1 <<'PY'
+import triton.testing
+from mlagen.backends.hopper.bench import Caller
+from mlagen.schedule.records import Schedule
+rows = dict(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=4)
+for kv in ("fp8_e4m3", "fp8_ds_mla"):
+    for b, sk in ((32, 8192), (128, 8192), (1, 8192)):
+        base = None
+        cells = []
+        for cv in (1, 2):
+            s = Schedule.build(**rows, rows_per_tile=16, kv_format=kv, fp8_converters=cv)
+            c = Caller(b, 1, sk, 16, False, s, data=base and base.data, kv=kv)
+            base = base or c
+            ms = triton.testing.do_bench(c, warmup=25, rep=200, return_mode="median")
+            cells.append(f"cv{cv} {ms * 1e3:.1f} us")
+        print(f"{kv} b={b} sk={sk}: " + ", ".join(cells), flush=True)
+PY
+  echo "converters A/B rc=$? $(el)"; cat "$OUT/converters_ab.log" | tail -8
+fi
+
 if [ "$what" != tests ]; then
-  # 5. the table: b in {1, 32, 128}, s_q 1, h_q 16, s_k 4096 and 8192, page 64
+  # 6. the table: b in {1, 32, 128}, s_q 1, h_q 16, s_k 4096 and 8192, page 64
   SHAPES=${SHAPES:-"1,1,4096,16 32,1,4096,16 128,1,4096,16 1,1,8192,16 32,1,8192,16 128,1,8192,16"}
   timeout "${BENCH_TIMEOUT:-200}" python3 -m mlagen.cli bench --target hopper --no-progress \
     $(for s in $SHAPES; do echo --shape "$s"; done) \

@@ -47,12 +47,13 @@ rows_per_tile = {rows}
 warps = {warps}
 mainloop = "{mainloop}"
 fp8_mma = "{mma}"
+{extra}
 """
 
 
 def _toml(**kw):
     v = dict(page=64, dtype="bf16", kv="fp8_e4m3", rows=16, warps=4, mainloop="wgmma",
-             mma="dequant")
+             mma="dequant", extra="")
     v.update(kw)
     return BASE.format(**v)
 
@@ -66,6 +67,8 @@ def _toml(**kw):
     (dict(mma="mma"), 17, "no kernel yet"),
     (dict(mma="int4"), 17, "must be one of dequant, mma"),
     (dict(kv="fp8_ds_mla", dtype="fp16"), 5, "RoPE values in bf16"),
+    (dict(kv="fp8_e4m3", extra="fp8_converters = 3"), 18, "must be 1 or 2"),
+    (dict(kv="", dtype="bf16", extra="fp8_converters = 2"), 18, "for 8-bit kv_formats"),
 ])
 def test_rules_refuse_with_file_and_line(kw, line, words):
     with pytest.raises(ScheduleError) as e:
@@ -87,8 +90,8 @@ def test_variant_names_carry_the_format_and_16_bit_names_do_not_change():
     bf = Schedule.build(**ROWS, rows_per_tile=16)
     assert bf.variant_name() == "hopper_bf16_bkv64_buf2_r16_w4_wgmma"
     names = {fp8(kv).variant_name() for kv in KV_CODE}
-    assert names == {"hopper_bf16_fp8e4m3_bkv64_buf2_r16_w4_wgmma_fp8dequant",
-                     "hopper_bf16_fp8dsmla_bkv64_buf2_r16_w4_wgmma_fp8dequant"}
+    assert names == {"hopper_bf16_fp8e4m3_bkv64_buf2_r16_w4_wgmma_fp8dequant_fp8cv1",
+                     "hopper_bf16_fp8dsmla_bkv64_buf2_r16_w4_wgmma_fp8dequant_fp8cv1"}
 
 
 def test_render_passes_the_format_to_the_rows_kernel():
@@ -114,6 +117,7 @@ def test_render_refuses_a_fault_the_format_has_no_path_for(kv, fault):
 def test_fp8_mma_is_in_the_tuning_space():
     from mlagen.backends import backend
     assert backend("hopper").tuning_space()["fp8_mma"] == ("dequant",)
+    assert backend("hopper").tuning_space()["fp8_converters"] == (1, 2)
 
 
 def test_example_schedules_reach_both_formats():
@@ -192,14 +196,20 @@ def _ptxas(src, tmp_path):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("kv,rows,dtype", [("fp8_e4m3", 16, "bf16"), ("fp8_e4m3", 32, "bf16"),
-                                           ("fp8_ds_mla", 16, "bf16"),
-                                           ("fp8_ds_mla", 32, "bf16"),
-                                           ("fp8_e4m3", 16, "fp16")])
-def test_fp8_kernels_compile_without_spills(kv, rows, dtype, tmp_path):
-    """Consumer, converter and producer warpgroups: setmaxnreg honoured (no C7508), no
+@pytest.mark.parametrize("kv,rows,dtype,cv", [("fp8_e4m3", 16, "bf16", 1),
+                                              ("fp8_e4m3", 32, "bf16", 1),
+                                              ("fp8_ds_mla", 16, "bf16", 1),
+                                              ("fp8_ds_mla", 32, "bf16", 1),
+                                              ("fp8_e4m3", 16, "fp16", 1),
+                                              ("fp8_e4m3", 32, "bf16", 2),
+                                              ("fp8_ds_mla", 16, "bf16", 2)])
+def test_fp8_kernels_compile_without_spills(kv, rows, dtype, cv, tmp_path):
+    """Consumer, converter(s) and producer warpgroups: setmaxnreg honoured (no C7508), no
     spill, no local memory, the wgmmas neither serialized nor fenced one by one."""
-    log = _ptxas(_render(fp8(kv, rows, dtype=dtype)), tmp_path)
+    src = _render(fp8(kv, rows, dtype=dtype, fp8_converters=cv))
+    flat = re.sub(r"\s+", " ", src.files["split.cu"])
+    assert f"kFault, {KV_CODE[kv]}{f', {cv}' if cv != 1 else ''}>" in flat
+    log = _ptxas(src, tmp_path)
     assert "mla_split_wgmma_rows_kernel" in log
     assert "C7508" not in log, log
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]

@@ -75,7 +75,14 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "schedule", "fp8_mma", (f"fp8_mma = {m.fp8_mma!r} must be one of "
                                       f"{', '.join(FP8_MMAS)}")
         return
+    if m.fp8_converters not in (1, 2):
+        yield "schedule", "fp8_converters", (f"fp8_converters = {m.fp8_converters} must be 1 "
+                                             "or 2 (converter warpgroups)")
     if p.kv not in ("fp8_e4m3", "fp8_ds_mla"):
+        if m.fp8_converters != 1:
+            yield "schedule", "fp8_converters", (f"fp8_converters = {m.fp8_converters}: "
+                                                 "converters are for 8-bit kv_formats; "
+                                                 f"this cache is {p.kv}")
         return
     if m.fp8_mma == "mma":
         yield "schedule", "fp8_mma", ("fp8_mma = \"mma\" (e4m3 MMAs) has no kernel yet on "

@@ -49,7 +49,7 @@
 namespace mlagen {
 namespace hopper {
 
-template <int N, int WG = 1, int KV = kKvNative>
+template <int N, int WG = 1, int KV = kKvNative, int CV = 1>
 struct WgmmaRowsConfig {
   static_assert(N == 16 || N == 32, "16 or 32 query rows per tile");
   static_assert(WG == 1 || WG == 2, "one or two consumer warpgroups");
@@ -59,9 +59,12 @@ struct WgmmaRowsConfig {
   // FP8 caches: a converter warpgroup (WG1) between the producer and the consumer
   static constexpr bool kFp8 = KV != kKvNative;
   static_assert(!kFp8 || WG == 1, "FP8 caches: one consumer warpgroup");
+  // FP8: CV converter warpgroups (1 or 2), warpgroups 1..CV
+  static_assert(CV == 1 || (kFp8 && CV == 2), "one or two converter warpgroups (FP8)");
+  static constexpr int kConverters = CV;
   // one consumer warpgroup + the producer warp; or two + a producer warpgroup (setmaxnreg
-  // works on whole warpgroups); FP8: consumer, converter and producer warpgroups
-  static constexpr int kThreads = kFp8 ? 384 : WG == 1 ? 160 : 384;
+  // works on whole warpgroups); FP8: consumer, CV converter and producer warpgroups
+  static constexpr int kThreads = kFp8 ? 128 * (2 + CV) : WG == 1 ? 160 : 384;
   static constexpr int kSlices = kD / 64;
   static constexpr int kSliceBytes = 64 * 64 * 2;        // one TMA box: 64 keys x 64 columns
   static constexpr int kTileBytes = kSlices * kSliceBytes;
@@ -95,10 +98,11 @@ struct WgmmaRowsConfig {
   // 65536 / 384 = 168; the producer warpgroup keeps 24
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + 2 * kConsumerRegs * 128 <= 64512, "register file");
-  // FP8: the consumer gets all 256 (one warpgroup's 32-row O^T alone is 128), the converter
-  // 160 (16 bytes in, 32 out, 4 chunks in flight)
-  static constexpr int kFp8ConsumerRegs = 256, kConverterRegs = 160;
-  static_assert(kProducerRegs * 128 + (kFp8ConsumerRegs + kConverterRegs) * 128 <= 64512,
+  // FP8: the consumer gets all 256 (one warpgroup's 32-row O^T alone is 128), a converter
+  // 160 (16 bytes in, 32 out, 4 chunks in flight), or 112 each of two (512 threads enter
+  // with 128)
+  static constexpr int kFp8ConsumerRegs = 256, kConverterRegs = CV == 1 ? 160 : 112;
+  static_assert(kProducerRegs * 128 + (kFp8ConsumerRegs + CV * kConverterRegs) * 128 <= 64512,
                 "register file");
   static_assert(kKOff % 1024 == 0 && kRawOff % 1024 == 0 && kPOff % 1024 == 0,
                 "tiles on the swizzle atom");
@@ -117,9 +121,9 @@ struct WgmmaFp8Params {
 template <int KV>
 using RowsParams = typename std::conditional<KV == kKvNative, WgmmaParams, WgmmaFp8Params>::type;
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1>
 struct WgmmaRowsKernel {
-  using C = WgmmaRowsConfig<N, WG, KV>;
+  using C = WgmmaRowsConfig<N, WG, KV, CV>;
   using L = Fp8Layout<KV>;
   using Params = RowsParams<KV>;
   static constexpr int kAcc = N / 2;   // accumulator registers of one m64nN tile per thread
@@ -238,18 +242,18 @@ struct WgmmaRowsKernel {
     }
   }
 
-  // ---------------------------------------------------------- converter (FP8, 4 warps)
+  // ---------------------------------------- converter (FP8, CV warpgroups of 4 warps)
   // Blocks in order: a raw block in, its 9 bf16 slices out, in the slices' swizzled layout
   // (16-byte chunk c of key row r at chunk c ^ (r % 8), what TMA writes for the bf16 cache).
   // The latent goes in four pairs of slices (columns [128 q, 128 q + 128), ds_mla's scale
   // tile q), so that the converter waits for two free slots at a time and the consumer's
   // next block starts filling while it still holds the last one.  Thread t of a pair takes
-  // 4 chunks of 16 raw bytes: key row r = (t + 128 it) / 8, raw chunk k8 = t % 8 of the row's
+  // 4 / CV chunks of 16 raw bytes: key row r = (t + 128 CV it) / 8, raw chunk k8 = t % 8 of the row's
   // 128 bytes (8 lanes read 128 contiguous bytes: no bank conflict), written as two 16-byte
   // bf16 chunks of slice 2 q + k8 / 4; the odd slice's lanes store their second chunk first,
   // so that the 8 lanes of each store cover 8 distinct chunk columns.  The rope slice last:
   // e4m3 converted (fp8_e4m3), or its bf16 bytes copied (fp8_ds_mla).  Each warp's lane 0
-  // arrives on a slice's full barrier (4 arrivals) after every lane's proxy fence.
+  // arrives on a slice's full barrier (4 CV arrivals) after every lane's proxy fence.
   static __device__ __forceinline__ void wait_slot(const Smem& sm, int slot0, int lap0, int j) {
     int sl = slot0 + j, lap = lap0;
     if (sl >= C::kSlots) sl -= C::kSlots, ++lap;
@@ -261,6 +265,7 @@ struct WgmmaRowsKernel {
   }
 
   static __device__ void converter(const MlaParams& p, const Smem& sm) {
+    constexpr int kT = 128 * C::kConverters;   // converter threads
     const int t = threadIdx.x - 128, lane = t % 32;
     const uint32_t kbase = sm90::smem_addr(sm.k), rbase = sm90::smem_addr(sm.raw);
     constexpr bool kScaled = KV == kKvDsMla;
@@ -285,16 +290,16 @@ struct WgmmaRowsKernel {
           uint4 v[4];
           uint32_t sc[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-          for (int it = 0; it < 4; ++it) {
-            const int r = (t + 128 * it) >> 3;
+          for (int it = 0; it < 4 / C::kConverters; ++it) {
+            const int r = (t + kT * it) >> 3;
             v[it] = fp8::ld_shared_v4(raw + r * 512 + q * 128 + k8 * 16);
             if constexpr (kScaled)
               sc[it] = fp8::scale_bf16x2(sm90::ld_shared_f32(tail + r * L::kTailRow + 4 * tile));
           }
           const uint32_t dst0 = slice_addr(kbase, slot0, 2 * q + odd);
 #pragma unroll
-          for (int it = 0; it < 4; ++it) {
-            const int r = (t + 128 * it) >> 3;
+          for (int it = 0; it < 4 / C::kConverters; ++it) {
+            const int r = (t + kT * it) >> 3;
             uint32_t o[8];
             fp8::convert16<T, kScaled, FAULT == kFaultScaleTwice>(v[it], sc[it], o);
             const uint32_t row = dst0 + r * 128;
@@ -322,8 +327,8 @@ struct WgmmaRowsKernel {
         if constexpr (KV == kKvE4m3) {
           // 64 keys x 64 raw bytes: thread t, it: key r = (t + 128 it) / 4, chunk k = t % 4
 #pragma unroll
-          for (int it = 0; it < 2; ++it) {
-            const int g = t + 128 * it, r = g >> 2, k = g & 3;
+          for (int it = 0; it < 2 / C::kConverters; ++it) {
+            const int g = t + kT * it, r = g >> 2, k = g & 3;
             const uint4 v = fp8::ld_shared_v4(tail + r * L::kTailRow + k * 16);
             uint32_t o[8];
             fp8::convert16<T, false, false>(v, 0u, o);
@@ -334,8 +339,8 @@ struct WgmmaRowsKernel {
         } else {
           // 64 keys x 128 bf16 bytes after the 16 bytes of scales: key r = (t + 128 it) / 8
 #pragma unroll
-          for (int it = 0; it < 4; ++it) {
-            const int g = t + 128 * it, r = g >> 3, ch = g & 7;
+          for (int it = 0; it < 4 / C::kConverters; ++it) {
+            const int g = t + kT * it, r = g >> 3, ch = g & 7;
             const uint4 v = fp8::ld_shared_v4(tail + r * L::kTailRow + 16 + ch * 16);
             fp8::st_shared_v4(rope + r * 128 + ((ch ^ (r & 7)) << 4), v.x, v.y, v.z, v.w);
           }
@@ -739,12 +744,12 @@ struct WgmmaRowsKernel {
     if (threadIdx.x == 0) {
       for (int s = 0; s < C::kSlots; ++s) {
         // the producer's expect_tx, or FP8: one arrival per converter warp
-        sm90::mbar_init(&sm.full[s], C::kFp8 ? 4 : 1);
+        sm90::mbar_init(&sm.full[s], C::kFp8 ? 4 * C::kConverters : 1);
         sm90::mbar_init(&sm.empty[s], 4);   // one arrival per warp of the consuming WG
       }
       for (int s = 0; s < C::kRawSlots; ++s) {
         sm90::mbar_init(&sm.raw_full[s], 1);
-        sm90::mbar_init(&sm.raw_empty[s], 4);   // one arrival per converter warp
+        sm90::mbar_init(&sm.raw_empty[s], 4 * C::kConverters);   // one a converter warp
       }
       sm90::fence_mbar_init();
     }
@@ -755,12 +760,12 @@ struct WgmmaRowsKernel {
       if (wg == 0) {
         sm90::setmaxnreg_inc<C::kFp8ConsumerRegs>();
         consumer(wp.p, sm, 0);
-      } else if (wg == 1) {
+      } else if (wg <= C::kConverters) {
         sm90::setmaxnreg_dec<C::kConverterRegs>();
         converter(wp.p, sm);
       } else {
         sm90::setmaxnreg_dec<C::kProducerRegs>();
-        if (threadIdx.x == 256) producer(wp, sm);
+        if (threadIdx.x == 128 * (1 + C::kConverters)) producer(wp, sm);
       }
     } else if constexpr (WG == 1) {
       if (threadIdx.x < 128)
@@ -780,31 +785,31 @@ struct WgmmaRowsKernel {
   }
 };
 
-template <typename T, int N, int WG, int FAULT, int KV>
-__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV>::kThreads, 1)
+template <typename T, int N, int WG, int FAULT, int KV, int CV>
+__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV, CV>::kThreads, 1)
 mla_split_wgmma_rows_kernel(const __grid_constant__ RowsParams<KV> wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaRowsKernel<T, N, WG, FAULT, KV>::run(wp, smem);
+  WgmmaRowsKernel<T, N, WG, FAULT, KV, CV>::run(wp, smem);
 }
 
-template <typename T, int N, int WG, int FAULT, int KV>
+template <typename T, int N, int WG, int FAULT, int KV, int CV>
 cudaError_t prepare_split_wgmma_rows() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       WgmmaRowsConfig<N, WG, KV>::kSmem);
+                                       WgmmaRowsConfig<N, WG, KV, CV>::kSmem);
   done = e == cudaSuccess;
   return e;
 }
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1>
 cudaError_t split_wgmma_rows_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV>();
+  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV>, WgmmaRowsConfig<N, WG, KV>::kThreads,
-      WgmmaRowsConfig<N, WG, KV>::kSmem);
+      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV>,
+      WgmmaRowsConfig<N, WG, KV, CV>::kThreads, WgmmaRowsConfig<N, WG, KV, CV>::kSmem);
 }
 
 // The FP8 cache's two tensor maps over its bytes as 16-bit elements (mla_fp8.cuh): the
@@ -853,7 +858,7 @@ cudaError_t fp8_params(const MlaParams& p, WgmmaFp8Params* wp) {
   return cudaSuccess;
 }
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1>
 cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream) {
   RowsParams<KV> wp;
   cudaError_t e;
@@ -862,13 +867,13 @@ cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream
   else
     e = fp8_params<KV>(p, &wp);
   if (e != cudaSuccess) return e;
-  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV>();
+  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV>();
   if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid = split_grid(p.num_parts, (rows_total + N - 1) / N);
-  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV>, grid,
-                          WgmmaRowsConfig<N, WG, KV>::kThreads,
-                          WgmmaRowsConfig<N, WG, KV>::kSmem, stream, 1, wp);
+  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV>, grid,
+                          WgmmaRowsConfig<N, WG, KV, CV>::kThreads,
+                          WgmmaRowsConfig<N, WG, KV, CV>::kSmem, stream, 1, wp);
 }
 
 }  // namespace hopper
