@@ -359,3 +359,49 @@ def sparse_pool(seqlens: Sequence[int], s_q: int, topk: int, page_size: int, d: 
         cache = kvformat.quantize(cache, fmt.name, descale, rank)
     tl = torch.randint(topk + 1, (b,), generator=g, dtype=torch.int32) if topk_length else None
     return SparsePool(cache, slots_of(pos, table, page_size), tl, fmt.name, descale)
+
+
+def make_sparse_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: int = 1,
+                       heads: Optional[int] = None, seed: int = 0,
+                       extra_seqlens: Optional[Sequence[int]] = None, invalid: float = 0.0,
+                       repeats: float = 0.0, topk_length: bool = False,
+                       infinite_sinks: bool = False, device: str | torch.device = "cpu"
+                       ) -> SparseInputs:
+    """A random token-sparse workload for a problem with attention = "sparse": the main pool
+    (page_size, kv_format, topk over the sequences' positions) and, with extra_topk, a second
+    pool (extra_page_size, extra_kv_format, over extra_seqlens, default the same lengths);
+    sinks drawn per head when problem.sinks (infinite_sinks: the first +inf, the last -inf).
+    invalid / repeats / topk_length as sparse_pool."""
+    seqlens = [int(x) for x in seqlens]
+    if problem.attention != "sparse" or problem.topk < 1:
+        raise InputError("make_sparse_inputs needs a problem with attention = \"sparse\" and "
+                         "topk >= 1")
+    if len(seqlens) != batch or batch < 1:
+        raise InputError(f"{len(seqlens)} sequence lengths given for batch {batch}")
+    if min(seqlens) < 0 or s_q < 1:
+        raise InputError("sequence lengths must be >= 0 and s_q >= 1")
+    g = torch.Generator().manual_seed(seed)
+    dtype = TORCH_DTYPES[problem.dtype]
+    h = heads or problem.heads
+    rank = problem.kv_lora_rank
+    pools = [sparse_pool(seqlens, s_q, problem.topk, problem.page_size, problem.d, dtype, g,
+                         problem.kv, rank, invalid, repeats, topk_length)]
+    if problem.extra_topk:
+        extra = [int(x) for x in (extra_seqlens if extra_seqlens is not None else seqlens)]
+        pools.append(sparse_pool(extra, s_q, problem.extra_topk,
+                                 problem.extra_page_size or problem.page_size, problem.d, dtype,
+                                 g, problem.extra_kv, rank, invalid, repeats, topk_length))
+    q = torch.randn(batch, s_q, h, problem.d, generator=g).to(dtype)
+    sink = None
+    if problem.sinks:
+        sink = torch.randn(h, generator=g) * 2
+        if infinite_sinks:
+            sink[0], sink[-1] = math.inf, -math.inf
+    meta = dict(batch=batch, seqlens=seqlens, s_q=s_q, heads=h, seed=seed,
+                extra_seqlens=None if extra_seqlens is None else list(extra_seqlens),
+                invalid=invalid, repeats=repeats, topk_length=topk_length,
+                infinite_sinks=infinite_sinks)
+    mv = lambda t: None if t is None else t.to(device)   # noqa: E731
+    pools = [replace(p, k_cache=mv(p.k_cache), indices=mv(p.indices),
+                     topk_length=mv(p.topk_length), k_descale=mv(p.k_descale)) for p in pools]
+    return SparseInputs(q.to(device), pools, problem.default_scale(), mv(sink), problem.dv, meta)

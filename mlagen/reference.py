@@ -34,7 +34,7 @@ import torch
 
 from . import kvformat
 from .errors import InputError
-from .problem import FusedWeights, MlaInputs, MlaOutputs, SparsePool, positions
+from .problem import FusedWeights, MlaInputs, MlaOutputs, SparseInputs, SparsePool, positions
 from .rope import Rope, RopeConfig, RotaryTable, rotate
 
 __all__ = ["attention", "sparse_attention", "SparsePool", "fused_absorbed", "fused_plain",
@@ -505,15 +505,21 @@ def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tens
 
 # ---- dispatch on an MlaInputs -----------------------------------------------------------
 
-def run(inputs: MlaInputs, dtype: torch.dtype = torch.float32,
+def run(inputs: MlaInputs | SparseInputs, dtype: torch.dtype = torch.float32,
         rounded: tuple[str, ...] = ()) -> MlaOutputs:
-    """The reference result of a workload: attention when q is given, the fused (absorbed)
-    operator when q_lora and weights are.  rounded: the kernel's rounding points ("q",
-    "o_lat", "p"; see the module's docstring), e.g. ``Backend.rounded`` of its target; a
-    point the operator does not have is ignored.  The fused operator's extra holds its
+    """The reference result of a workload: token-sparse attention for SparseInputs, attention
+    when q is given, the fused (absorbed) operator when q_lora and weights are.  rounded:
+    the kernel's rounding points ("q", "o_lat", "p"; see the module's docstring), e.g.
+    ``Backend.rounded`` of its target; a point the operator does not have is ignored.  The fused operator's extra holds its
     absorbed query and latent output, each before its rounding point."""
     _check_rounded(rounded)
     extra: dict = {}
+    if isinstance(inputs, SparseInputs):
+        out, lse = sparse_attention(inputs.q, inputs.pools, dv=inputs.dv,
+                                    softmax_scale=inputs.softmax_scale,
+                                    attn_sink=inputs.attn_sink, dtype=dtype,
+                                    round_p=inputs.q.dtype if "p" in rounded else None)
+        return MlaOutputs(out, lse)
     if inputs.q is not None:
         out, lse = attention(inputs.q, inputs.k_cache, inputs.block_table,
                              inputs.cache_seqlens, dv=inputs.dv,

@@ -177,3 +177,25 @@ def test_bad_sparse_inputs():
         sparse_attention(q, [SparsePool(cache, idx)], attn_sink=torch.zeros(3))
     with pytest.raises(InputError, match="at least one pool"):
         sparse_attention(q, [])
+
+
+def test_sparse_problem_workload_runs_through_the_reference():
+    from mlagen.problem import make_sparse_inputs
+    from mlagen.reference import run
+    from mlagen.schedule.records import Problem
+
+    p = Problem(heads=16, kv_lora_rank=448, v_dim=512, page_size=64, attention="sparse",
+                topk=128, extra_topk=64, extra_page_size=2, kv_format="fp8_ue8m0_paged",
+                extra_kv_format="bf16", sinks=True, causal=False)
+    inp = make_sparse_inputs(p, 2, [300, 0], s_q=2, extra_seqlens=[75, 3], invalid=0.1,
+                             topk_length=True, infinite_sinks=True, seed=7)
+    assert [pool.kv_format for pool in inp.pools] == ["fp8_ue8m0_paged", "bf16"]
+    assert inp.pools[1].k_cache.shape[1] == 2 and inp.q.shape == (2, 2, 16, 512)
+    got = run(inp, F64)
+    want = sparse_attention(inp.q, inp.pools, dv=512, softmax_scale=inp.softmax_scale,
+                            attn_sink=inp.attn_sink, dtype=F64)
+    torch.testing.assert_close(got.out, want[0])
+    assert got.out.shape == (2, 2, 16, 512)
+    assert bool((got.out[:, :, 0] == 0).all())            # the +inf sink
+    oracle = _oracle(inp.q, inp.pools, 512, inp.softmax_scale, inp.attn_sink)
+    torch.testing.assert_close(got.out, oracle[0], rtol=1e-9, atol=1e-9)

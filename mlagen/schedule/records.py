@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 DTYPES = ("bf16", "fp16")
+ATTENTIONS = ("dense", "sparse")
 # Planted faults for the verifier's own tests.  They are not
 # schedule-file keys: only ``Schedule.with_fault`` sets one.
 FAULTS = (
@@ -63,6 +64,14 @@ class Problem:
     h_kv: int = 1
     causal: bool = True
     kv_format: str = ""           # how the cache stores a token (mlagen.kvformat); "": dtype
+    v_dim: int = 0                # V's width: the first v_dim values of a key; 0: kv_lora_rank
+    # token-sparse attention: each query row attends to the topk cache slots it names
+    attention: str = "dense"      # "dense" (every key of the sequence) or "sparse"
+    topk: int = 0                 # sparse: slots named per query row (the main pool)
+    extra_topk: int = 0           # sparse: slots of a second pool in the same softmax; 0: none
+    extra_page_size: int = 0      # the second pool's page size; 0: page_size
+    extra_kv_format: str = ""     # the second pool's format; "": kv_format
+    sinks: bool = False           # per-head sink logits scale the output (FlashMLA's attn_sink)
 
     @property
     def d(self) -> int:
@@ -70,7 +79,12 @@ class Problem:
 
     @property
     def dv(self) -> int:
-        return self.kv_lora_rank
+        return self.v_dim or self.kv_lora_rank
+
+    @property
+    def extra_kv(self) -> str:
+        """The second pool's format."""
+        return self.extra_kv_format or self.kv
 
     @property
     def kv(self) -> str:
