@@ -24,21 +24,28 @@ from mlagen.backends.hopper.tune import build_schedules
 from mlagen.paths import SCHEDULES_DIR
 from mlagen.schedule import load
 from mlagen.schedule.records import Schedule
+from mlagen.errors import ScheduleError
 rows = dict(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=4)
+faults = ("none", "scale_wrong_tile", "scale_twice", "descale_not_in_output")
 scheds = []
+# every legal FP8 variant of the knobs (rows, converters, raw slots), sound and with each
+# planted fault of its format (the variants verify's neighbourhood draws reach)
 for kv in ("fp8_e4m3", "fp8_ds_mla"):
     for r in (16, 32):
-        scheds.append(Schedule.build(**rows, rows_per_tile=r, kv_format=kv))
+        for cv in (1, 2):
+            for rs in (2, 3):
+                for f in faults:
+                    try:
+                        s = Schedule.build(**rows, rows_per_tile=r, kv_format=kv,
+                                           fp8_converters=cv, fp8_raw_slots=rs)
+                        if f != "none" and (f == "descale_not_in_output") != (kv == "fp8_e4m3"):
+                            continue
+                        scheds.append(s.with_fault(f))
+                    except ScheduleError:
+                        pass
 scheds += [Schedule.build(**rows, rows_per_tile=r, kv_format="fp8_e4m3", dtype="fp16")
            for r in (16, 32)]
-# the planted faults, in every variant verify's neighbourhood draws reach (rows, converters)
-faults = (("fp8_ds_mla", "scale_wrong_tile"), ("fp8_ds_mla", "scale_twice"),
-          ("fp8_e4m3", "descale_not_in_output"))
-scheds += [Schedule.build(**rows, rows_per_tile=r, kv_format=kv, fp8_converters=cv)
-           .with_fault(f) for kv, f in faults for r in (16, 32) for cv in (1, 2)]
 scheds += [defaults.default_schedule(16)]          # the bf16 kernel the table compares with
-scheds += [Schedule.build(**rows, rows_per_tile=r, kv_format=kv, fp8_converters=2)
-           for kv in ("fp8_e4m3", "fp8_ds_mla") for r in (16, 32)]
 canon = {c.variant_name(): c for c in (defaults.canonical(s) for s in scheds)}
 t = time.time()
 errs = build_schedules(list(canon.values()), 16)
@@ -71,25 +78,27 @@ PY
 fi
 
 if [ "$what" != tests ] && [ "${CV_AB:-1}" = 1 ]; then
-  # 5. one or two converter warpgroups (fp8_converters), same tensors, do_bench medians
-  timeout "${AB_TIMEOUT:-60}" python3 - > "$OUT/converters_ab.log" 2>&1 <<'PY'
+  # 5. the FP8 knobs (fp8_converters, fp8_raw_slots) on the same tensors, do_bench medians
+  # (eager, L2 flushed), the bf16 default beside
+  timeout "${AB_TIMEOUT:-60}" python3 - > "$OUT/knobs_ab.log" 2>&1 <<'PY'
 import triton.testing
 from mlagen.backends.hopper.bench import Caller
 from mlagen.schedule.records import Schedule
 rows = dict(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=4)
-for kv in ("fp8_e4m3", "fp8_ds_mla"):
-    for b, sk in ((32, 8192), (128, 8192), (1, 8192)):
-        base = None
+for b, sk in ((32, 8192), (128, 8192), (1, 8192)):
+    bf = Caller(b, 1, sk, 16, False)
+    t_bf = triton.testing.do_bench(bf, warmup=25, rep=200, return_mode="median")
+    for kv in ("fp8_e4m3", "fp8_ds_mla"):
         cells = []
-        for cv in (1, 2):
-            s = Schedule.build(**rows, rows_per_tile=16, kv_format=kv, fp8_converters=cv)
-            c = Caller(b, 1, sk, 16, False, s, data=base and base.data, kv=kv)
-            base = base or c
+        for cv, rs in ((1, 2), (2, 2), (1, 3), (2, 3)):
+            s = Schedule.build(**rows, rows_per_tile=16, kv_format=kv, fp8_converters=cv,
+                               fp8_raw_slots=rs)
+            c = Caller(b, 1, sk, 16, False, s, data=bf.data, kv=kv)
             ms = triton.testing.do_bench(c, warmup=25, rep=200, return_mode="median")
-            cells.append(f"cv{cv} {ms * 1e3:.1f} us")
-        print(f"{kv} b={b} sk={sk}: " + ", ".join(cells), flush=True)
+            cells.append(f"cv{cv} raw{rs} {ms * 1e3:.1f} us ({t_bf / ms:.2f}x)")
+        print(f"b={b} sk={sk} bf16 {t_bf * 1e3:.1f} us; {kv}: " + ", ".join(cells), flush=True)
 PY
-  echo "converters A/B rc=$? $(el)"; cat "$OUT/converters_ab.log" | tail -8
+  echo "knobs A/B rc=$? $(el)"; cat "$OUT/knobs_ab.log" | tail -8
 fi
 
 if [ "$what" != tests ]; then

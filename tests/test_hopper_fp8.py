@@ -69,6 +69,8 @@ def _toml(**kw):
     (dict(kv="fp8_ds_mla", dtype="fp16"), 5, "RoPE values in bf16"),
     (dict(kv="fp8_e4m3", extra="fp8_converters = 3"), 18, "must be 1 or 2"),
     (dict(kv="", dtype="bf16", extra="fp8_converters = 2"), 18, "for 8-bit kv_formats"),
+    (dict(kv="fp8_ds_mla", rows=32, extra="fp8_raw_slots = 3"), 18, "7 slots fit"),
+    (dict(extra="fp8_raw_slots = 4"), 18, "must be 2 or 3"),
 ])
 def test_rules_refuse_with_file_and_line(kw, line, words):
     with pytest.raises(ScheduleError) as e:
@@ -90,8 +92,8 @@ def test_variant_names_carry_the_format_and_16_bit_names_do_not_change():
     bf = Schedule.build(**ROWS, rows_per_tile=16)
     assert bf.variant_name() == "hopper_bf16_bkv64_buf2_r16_w4_wgmma"
     names = {fp8(kv).variant_name() for kv in KV_CODE}
-    assert names == {"hopper_bf16_fp8e4m3_bkv64_buf2_r16_w4_wgmma_fp8dequant_fp8cv1",
-                     "hopper_bf16_fp8dsmla_bkv64_buf2_r16_w4_wgmma_fp8dequant_fp8cv1"}
+    assert names == {"hopper_bf16_fp8e4m3_bkv64_buf2_r16_w4_wgmma_fp8dequant_fp8cv1_fp8raw2",
+                     "hopper_bf16_fp8dsmla_bkv64_buf2_r16_w4_wgmma_fp8dequant_fp8cv1_fp8raw2"}
 
 
 def test_render_passes_the_format_to_the_rows_kernel():
@@ -118,6 +120,7 @@ def test_fp8_mma_is_in_the_tuning_space():
     from mlagen.backends import backend
     assert backend("hopper").tuning_space()["fp8_mma"] == ("dequant",)
     assert backend("hopper").tuning_space()["fp8_converters"] == (1, 2)
+    assert backend("hopper").tuning_space()["fp8_raw_slots"] == (2, 3)
 
 
 def test_example_schedules_reach_both_formats():
@@ -176,18 +179,21 @@ def _header_constant(tmp_path, expr):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("rows", [16, 32])
+@pytest.mark.parametrize("rows,raw", [(16, 2), (32, 2), (16, 3)])
 @pytest.mark.parametrize("kv", sorted(KV_CODE))
-def test_smem_model_matches_the_fp8_kernel(rows, kv, tmp_path):
-    """resources.hopper_smem == WgmmaRowsConfig<N, 1, KV>::kSmem, and the ring is what the
-    kernel's comment says (bf16 slots beside two raw blocks)."""
+def test_smem_model_matches_the_fp8_kernel(rows, raw, kv, tmp_path):
+    """resources.hopper_smem == WgmmaRowsConfig<N, 1, KV, 1, RS>::kSmem, and the bf16 ring
+    the model counts is the kernel's kSlots."""
     from mlagen.backends.hopper.resources import hopper_smem
 
-    cfg = f"mlagen::hopper::WgmmaRowsConfig<{rows}, 1, {KV_CODE[kv]}>"
-    assert hopper_smem(fp8(kv, rows))["total"] == _header_constant(tmp_path, cfg + "::kSmem")
+    cfg = f"mlagen::hopper::WgmmaRowsConfig<{rows}, 1, {KV_CODE[kv]}, 1, {raw}>"
+    sm = hopper_smem(fp8(kv, rows, fp8_raw_slots=raw))
+    assert sm["total"] == _header_constant(tmp_path, cfg + "::kSmem")
     slots = _header_constant(tmp_path, cfg + "::kSlots")
-    assert slots == {(16, "fp8_e4m3"): 16, (16, "fp8_ds_mla"): 15,
-                     (32, "fp8_e4m3"): 14, (32, "fp8_ds_mla"): 12}[rows, kv]
+    assert slots == sm["slots"] == {(16, 2, "fp8_e4m3"): 16, (16, 2, "fp8_ds_mla"): 15,
+                                    (32, 2, "fp8_e4m3"): 14, (32, 2, "fp8_ds_mla"): 12,
+                                    (16, 3, "fp8_e4m3"): 12,
+                                    (16, 3, "fp8_ds_mla"): 10}[rows, raw, kv]
 
 
 def _ptxas(src, tmp_path):
@@ -202,13 +208,17 @@ def _ptxas(src, tmp_path):
                                               ("fp8_ds_mla", 32, "bf16", 1),
                                               ("fp8_e4m3", 16, "fp16", 1),
                                               ("fp8_e4m3", 32, "bf16", 2),
-                                              ("fp8_ds_mla", 16, "bf16", 2)])
+                                              ("fp8_ds_mla", 16, "bf16", 2),
+                                              ("fp8_e4m3", 16, "bf16", 3)])
 def test_fp8_kernels_compile_without_spills(kv, rows, dtype, cv, tmp_path):
     """Consumer, converter(s) and producer warpgroups: setmaxnreg honoured (no C7508), no
-    spill, no local memory, the wgmmas neither serialized nor fenced one by one."""
-    src = _render(fp8(kv, rows, dtype=dtype, fp8_converters=cv))
+    spill, no local memory, the wgmmas neither serialized nor fenced one by one.  cv 3:
+    one converter warpgroup and three raw slots."""
+    conv, raw = (1, 3) if cv == 3 else (cv, 2)
+    src = _render(fp8(kv, rows, dtype=dtype, fp8_converters=conv, fp8_raw_slots=raw))
     flat = re.sub(r"\s+", " ", src.files["split.cu"])
-    assert f"kFault, {KV_CODE[kv]}{f', {cv}' if cv != 1 else ''}>" in flat
+    tail = f", {conv}, {raw}" if (conv, raw) != (1, 2) else ""
+    assert f"kFault, {KV_CODE[kv]}{tail}>" in flat
     log = _ptxas(src, tmp_path)
     assert "mla_split_wgmma_rows_kernel" in log
     assert "C7508" not in log, log

@@ -34,8 +34,8 @@ def api():
     return a
 
 
-def schedule(kv, rows=16, fault="none"):
-    return Schedule.build(**ROWS, rows_per_tile=rows, kv_format=kv).with_fault(fault)
+def schedule(kv, rows=16, fault="none", **kw):
+    return Schedule.build(**ROWS, rows_per_tile=rows, kv_format=kv, **kw).with_fault(fault)
 
 
 def inputs(kv, batch, seqlens, s_q, h_q, page=64, seed=0, per_seq=False, edges=True,
@@ -93,12 +93,15 @@ def test_cases_default_schedule(kv, batch, seqlens, s_q, h_q, page):
 
 
 @pytest.mark.parametrize("kv", FORMATS)
-@pytest.mark.parametrize("rows", [16, 32])
-def test_explicit_schedules_and_per_sequence_descale(kv, rows):
+@pytest.mark.parametrize("rows,knobs", [(16, {}), (32, {}), (16, dict(fp8_converters=2)),
+                                        (32, dict(fp8_converters=2)),
+                                        (16, dict(fp8_raw_slots=3)),
+                                        (16, dict(fp8_converters=2, fp8_raw_slots=3))])
+def test_explicit_schedules_and_per_sequence_descale(kv, rows, knobs):
     for per_seq in (False, True):
         inp = inputs(kv, 5, [0, 1, 95, 4097, 700], 2 if rows == 32 else 1, 16, 64, seed=3,
                      per_seq=per_seq)
-        check(inp, schedule(kv, rows))
+        check(inp, schedule(kv, rows, **knobs))
 
 
 def test_fp16_query_with_an_e4m3_cache():

@@ -41,7 +41,8 @@ def render(plan: Plan | Schedule) -> SourceSet:
     ctx = dict(dtype_cpp=DTYPE_CPP[p.dtype], dtype_code=DTYPE_CODE[p.dtype],
                rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
                mainloop=m.mainloop, fault=FAULT_CODE[schedule.fault],
-               kv_format=p.kv, kv_code=KV_CODE[p.kv], converters=m.fp8_converters)
+               kv_format=p.kv, kv_code=KV_CODE[p.kv], converters=m.fp8_converters,
+               raw_slots=m.fp8_raw_slots)
     # the wgmma main loop is its own split kernel (mla_wgmma.cuh; 16 or 32 rows per tile:
     # mla_wgmma_rows.cuh, the rows in wgmma's N); the rest is shared
     split = "split"

@@ -75,7 +75,8 @@ class HopperBackend(Backend):
     def tuning_space(self):
         return {"block_kv": (16, 32, 64), "buffers": (1, 2, 3), "warps": (4, 8),
                 "rows_per_tile": (16, 32, 64), "split_kv": ("auto", 1, 2, 3, 4, 8),
-                "split_cost": (1, 5, 20), "fp8_mma": ("dequant",), "fp8_converters": (1, 2)}
+                "split_cost": (1, 5, 20), "fp8_mma": ("dequant",), "fp8_converters": (1, 2),
+                "fp8_raw_slots": (2, 3)}
 
     def verify_paths(self, s, device):
         # the 64-row kernel's cluster merge: batches of parts/4 < b <= parts/2 near-equal

@@ -38,13 +38,16 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
             # before the bf16 ring (Fp8Layout in mla_fp8.cuh)
             fmt = kvformat.get(p.kv)
             raw = 64 * fmt.token_bytes(p.kv_lora_rank, p.rope_dim) if fmt.quantized else 0
-            raw_slots = 2 if raw else 0
+            raw_slots = m.fp8_raw_slots if raw else 0
             fixed = q + probs + wgs * 4 * rows * 4 + merge + raw_slots * (raw + 16) + 1024
             slots = (WGMMA_SMEM - fixed) // (8192 + 16)
             kv = slots * 8192 + raw_slots * raw
             stats = wgs * 4 * rows * 4 + merge + 2 * (slots + raw_slots) * 8 + 1024
-        return {"q": q, "kv": kv, "p": probs, "scores": 0, "stats": stats,
-                "total": q + kv + probs + stats}
+        out = {"q": q, "kv": kv, "p": probs, "scores": 0, "stats": stats,
+               "total": q + kv + probs + stats}
+        if rows < 64:
+            out["slots"] = slots         # the bf16 ring's 8 KiB slots (WgmmaRowsConfig::kSlots)
+        return out
     tiles = (rows // 16) * (bkv // 8)            # 16x8 score tiles of one block
     # 16-row tiles split the reduction over every warp (Q in registers); larger ones give a
     # warp up to 4 tiles and split the reduction over the rest (kQInRegs, kKSplit)
@@ -79,4 +82,7 @@ def needs(s: Schedule, t: Target) -> list[Need]:
         Need("accumulator registers per thread", acc_regs, int(t.max_regs_per_thread) - 64,
              "rows_per_tile",
              f"{m.rows_per_tile} rows x {s.problem.dv} fp32 over {threads} threads"),
-    ]
+    ] + ([Need("bf16 slots of 8 KiB beside the raw ring (a 64-key block is 9)", 9,
+               sm["slots"], "fp8_raw_slots",
+               f"{sm['slots']} slots fit beside {m.fp8_raw_slots} raw blocks")]
+         if few and kvformat.get(s.problem.kv).quantized else [])

@@ -78,7 +78,14 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
     if m.fp8_converters not in (1, 2):
         yield "schedule", "fp8_converters", (f"fp8_converters = {m.fp8_converters} must be 1 "
                                              "or 2 (converter warpgroups)")
+    if m.fp8_raw_slots not in (2, 3):
+        yield "schedule", "fp8_raw_slots", (f"fp8_raw_slots = {m.fp8_raw_slots} must be 2 "
+                                            "or 3")
     if p.kv not in ("fp8_e4m3", "fp8_ds_mla"):
+        if m.fp8_raw_slots != 2:
+            yield "schedule", "fp8_raw_slots", (f"fp8_raw_slots = {m.fp8_raw_slots}: raw "
+                                                "slots are for 8-bit kv_formats; this cache "
+                                                f"is {p.kv}")
         if m.fp8_converters != 1:
             yield "schedule", "fp8_converters", (f"fp8_converters = {m.fp8_converters}: "
                                                  "converters are for 8-bit kv_formats; "

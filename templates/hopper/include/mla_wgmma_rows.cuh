@@ -49,7 +49,7 @@
 namespace mlagen {
 namespace hopper {
 
-template <int N, int WG = 1, int KV = kKvNative, int CV = 1>
+template <int N, int WG = 1, int KV = kKvNative, int CV = 1, int RS = 2>
 struct WgmmaRowsConfig {
   static_assert(N == 16 || N == 32, "16 or 32 query rows per tile");
   static_assert(WG == 1 || WG == 2, "one or two consumer warpgroups");
@@ -72,11 +72,12 @@ struct WgmmaRowsConfig {
   static constexpr int kMaxSmem = 232448;                // 227 KiB per CTA
   // m, l and the bad flag of each WG, the columns' key limits
   static constexpr int kStatBytes = WG == 1 ? 0 : 2 * 2 * N * 4 + 16 + N * 4;
-  // FP8: a ring of raw slots, one 64-key block's bytes each (Fp8Layout), two of them
-  // (36 or 41 KiB each: 2 blocks of raw bytes in flight, 3.6 KiB of reads a microsecond
-  // at 3.6 TB/s over 132 SMs would need under 1); the bf16 ring takes the rest
+  // FP8: a ring of RS raw slots (2 or 3), one 64-key block's bytes each (Fp8Layout, 36 or
+  // 41 KiB); the bf16 ring takes the rest.  A raw slot stays taken while its block is
+  // converted, so RS - 1 blocks are in flight at most
+  static_assert(RS == 2 || (kFp8 && RS == 3), "two or three raw slots (FP8)");
   static constexpr int kRawBytes = Fp8Layout<KV>::kRawBytes;
-  static constexpr int kRawSlots = kFp8 ? 2 : 0;
+  static constexpr int kRawSlots = kFp8 ? RS : 0;
   // a ring of 8 KiB slots, one TMA box each, filling what Q, P^T and the exchange leave
   // (a slot costs its bytes and two mbarriers): 25 slots (2.8 blocks) for 16 rows, 23 for 32
   // (22 with two consumer warpgroups); FP8 (bf16 slots written by the converter): 16 / 15
@@ -107,8 +108,9 @@ struct WgmmaRowsConfig {
   static_assert(kKOff % 1024 == 0 && kRawOff % 1024 == 0 && kPOff % 1024 == 0,
                 "tiles on the swizzle atom");
   // FP8: the consumer holds one block's 9 slots while the converter fills the next block's
-  // first pairs of slices; the bf16 kernel's TMA keeps two blocks in flight
-  static_assert(kSlots >= (kFp8 ? kSlices + 3 : 2 * kSlices), "ring too short");
+  // first pairs of slices (9 slots: none ahead); the bf16 kernel's TMA keeps two blocks in
+  // flight
+  static_assert(kSlots >= (kFp8 ? kSlices : 2 * kSlices), "ring too short");
   static_assert(kSmem <= kMaxSmem, "227 KiB of shared memory per CTA");
 };
 
@@ -121,9 +123,9 @@ struct WgmmaFp8Params {
 template <int KV>
 using RowsParams = typename std::conditional<KV == kKvNative, WgmmaParams, WgmmaFp8Params>::type;
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2>
 struct WgmmaRowsKernel {
-  using C = WgmmaRowsConfig<N, WG, KV, CV>;
+  using C = WgmmaRowsConfig<N, WG, KV, CV, RS>;
   using L = Fp8Layout<KV>;
   using Params = RowsParams<KV>;
   static constexpr int kAcc = N / 2;   // accumulator registers of one m64nN tile per thread
@@ -785,31 +787,31 @@ struct WgmmaRowsKernel {
   }
 };
 
-template <typename T, int N, int WG, int FAULT, int KV, int CV>
-__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV, CV>::kThreads, 1)
+template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS>
+__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV, CV, RS>::kThreads, 1)
 mla_split_wgmma_rows_kernel(const __grid_constant__ RowsParams<KV> wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaRowsKernel<T, N, WG, FAULT, KV, CV>::run(wp, smem);
+  WgmmaRowsKernel<T, N, WG, FAULT, KV, CV, RS>::run(wp, smem);
 }
 
-template <typename T, int N, int WG, int FAULT, int KV, int CV>
+template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS>
 cudaError_t prepare_split_wgmma_rows() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       WgmmaRowsConfig<N, WG, KV, CV>::kSmem);
+                                       WgmmaRowsConfig<N, WG, KV, CV, RS>::kSmem);
   done = e == cudaSuccess;
   return e;
 }
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2>
 cudaError_t split_wgmma_rows_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV>();
+  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV>,
-      WgmmaRowsConfig<N, WG, KV, CV>::kThreads, WgmmaRowsConfig<N, WG, KV, CV>::kSmem);
+      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS>,
+      WgmmaRowsConfig<N, WG, KV, CV, RS>::kThreads, WgmmaRowsConfig<N, WG, KV, CV, RS>::kSmem);
 }
 
 // The FP8 cache's two tensor maps over its bytes as 16-bit elements (mla_fp8.cuh): the
@@ -858,7 +860,7 @@ cudaError_t fp8_params(const MlaParams& p, WgmmaFp8Params* wp) {
   return cudaSuccess;
 }
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2>
 cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream) {
   RowsParams<KV> wp;
   cudaError_t e;
@@ -867,13 +869,13 @@ cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream
   else
     e = fp8_params<KV>(p, &wp);
   if (e != cudaSuccess) return e;
-  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV>();
+  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS>();
   if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid = split_grid(p.num_parts, (rows_total + N - 1) / N);
-  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV>, grid,
-                          WgmmaRowsConfig<N, WG, KV, CV>::kThreads,
-                          WgmmaRowsConfig<N, WG, KV, CV>::kSmem, stream, 1, wp);
+  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS>, grid,
+                          WgmmaRowsConfig<N, WG, KV, CV, RS>::kThreads,
+                          WgmmaRowsConfig<N, WG, KV, CV, RS>::kSmem, stream, 1, wp);
 }
 
 }  // namespace hopper
