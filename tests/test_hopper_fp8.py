@@ -261,3 +261,28 @@ def test_bench_refuses_an_unread_format(capsys):
     assert main(["bench", "--target", "hopper", "--shape", "1,1,64,16",
                  "--kv-format", "fp8_ue8m0_paged"]) == 2
     assert "--kv-format 'fp8_ue8m0_paged'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kv", sorted(KV_CODE))
+def test_verify_oracle_reads_8_bit_caches_as_their_values(kv):
+    """verify's oracle (its P-rounding allowance) on an 8-bit cache equals the oracle on a
+    float cache of the dequantized values (fp8_ds_mla's are exact in bf16: the same slack)."""
+    import dataclasses
+
+    from mlagen import kvformat
+    from mlagen.schedule import load
+    from mlagen.paths import SCHEDULES_DIR
+    from mlagen.verify.oracle import oracle_for
+    from mlagen.verify.strategies import Case
+
+    s = load(SCHEDULES_DIR / f"hopper_{kv}.toml")
+    inp = Case(s.problem, 2, 1, 16, (1, 300), 0, False, 0).inputs()
+    got = oracle_for(s)(inp, dtype=torch.float64)
+    vals = kvformat.dequantize(inp.k_cache, kv, None, dtype=torch.float64)
+    if inp.k_descale is not None:
+        vals = vals * float(inp.k_descale[0])      # one descale for the cache
+    plain = dataclasses.replace(inp, k_cache=vals, kv_format="", k_descale=None)
+    plain.kv_format = "bf16"        # the values are read as they are (float64)
+    want = oracle_for(s)(plain, dtype=torch.float64)
+    assert torch.allclose(got.out, want.out) and torch.allclose(got.lse, want.lse)
+    assert torch.allclose(got.extra["slack"]["out"], want.extra["slack"]["out"])

@@ -16,7 +16,23 @@ from typing import Callable
 
 import torch
 
+from .. import kvformat
 from ..problem import MlaInputs, MlaOutputs
+
+
+def _tokens(inputs: MlaInputs, i: int, n: int) -> torch.Tensor:
+    """Sequence i's first n tokens as values, float64 [n, width]: the cache's pages in order,
+    an 8-bit cache dequantized exactly (mlagen.kvformat, with the sequence's descale)."""
+    page = inputs.page_size
+    pages = max(1, -(-n // page))
+    raw = inputs.k_cache[inputs.block_table[i, :pages].long()]
+    fmt = kvformat.get(inputs.kv)
+    if fmt.quantized:
+        desc = inputs.k_descale
+        if desc is not None:
+            desc = desc[i if desc.numel() > 1 else 0]
+        raw = kvformat.dequantize(raw, fmt.name, desc, inputs.dv, torch.float64)
+    return raw.reshape(-1, raw.shape[-1])[:n].double()
 
 
 # How far a kernel's fp32 intermediate may sit from our float64 one, relative to
@@ -40,12 +56,11 @@ def _flip_room(x64: torch.Tensor, store: torch.dtype) -> torch.Tensor:
 
 def _key_absmax(inputs: MlaInputs) -> torch.Tensor:
     """[b, d]: the largest |k| of each sequence's valid tokens, per column (0 if empty)."""
-    page, d = inputs.page_size, inputs.k_cache.shape[-1]
     rows = []
     for i, n in enumerate(inputs.cache_seqlens.tolist()):
-        pages = max(1, -(-n // page))
-        kv = inputs.k_cache[inputs.block_table[i, :pages].long()].reshape(-1, d)[:n]
-        rows.append(kv.double().abs().amax(dim=0) if n else torch.zeros(d, dtype=torch.float64))
+        kv = _tokens(inputs, i, n)
+        rows.append(kv.abs().amax(dim=0) if n
+                    else torch.zeros(kv.shape[-1], dtype=torch.float64))
     return torch.stack(rows)
 
 
@@ -99,15 +114,12 @@ def p_rounding_slack(inputs: MlaInputs, expected: MlaOutputs, store: torch.dtype
     q = inputs.q
     b, s_q, h, d = q.shape
     dv = expected.out.shape[-1]
-    page = inputs.page_size
     slack = torch.zeros(b, s_q, h, dv, dtype=torch.float64)
     lse = expected.lse.double().cpu()                                   # [b, h, s_q]
     for i, n in enumerate(inputs.cache_seqlens.tolist()):
         if n == 0:
             continue
-        pages = -(-n // page)
-        kv = inputs.k_cache[inputs.block_table[i, :pages].long()].reshape(-1, d)[:n]
-        kv = kv.double().cpu()
+        kv = _tokens(inputs, i, n).cpu()
         scores = torch.einsum("shd,td->sht", q[i].double().cpu(), kv) * inputs.softmax_scale
         last = n - s_q + torch.arange(s_q)                              # bottom-right causal
         seen = torch.arange(n)[None, :] <= last[:, None] if inputs.causal \
