@@ -272,7 +272,7 @@ def parser() -> argparse.ArgumentParser:
                    help="time this shape instead of the benchmark of record's rows "
                         "(repeatable; targets whose bench has rows of shapes)")
     p.add_argument("--flashmla", default=None, metavar="LIB",
-                   help="also time FlashMLA, built by benchmarks/flashmla/build.sh, on each "
+                   help="also time FlashMLA (built as benchmarks/anchors/README.md says) on each "
                    "row's tensors (the 'now' columns; targets with a FlashMLA reference)")
     p.set_defaults(fn=cmd_bench)
 

@@ -239,7 +239,7 @@ def test_bench_flashmla_library_is_checked_before_the_device(tmp_path, clean, ca
     notlib = tmp_path / "notlib.so"
     notlib.write_text("not an ELF file")
     refused(capsys, ["bench", "--target", "hopper", "--flashmla", str(notlib)],
-            "not a FlashMLA library built by benchmarks/flashmla/build.sh")
+            "not a FlashMLA library with the shim of benchmarks/flashmla/shim.cu")
     refused(capsys, ["bench", "--target", "sc11", "--flashmla", str(notlib)],
             "target sc11 has no FlashMLA reference to time")
     assert clean() == []

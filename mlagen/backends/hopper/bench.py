@@ -172,6 +172,14 @@ def _commit() -> str:
         return ""
 
 
+def device_tag(name: str) -> str:
+    """A device's short name in result file names: "NVIDIA H200" -> "h200"."""
+    words = name.split()
+    if len(words) > 1 and words[0].upper() == "NVIDIA":
+        words = words[1:]
+    return "_".join(w.lower() for w in words)
+
+
 class Caller:
     """The timed call of one workload: flash_mla_with_kvcache with metadata made once."""
 
@@ -714,13 +722,14 @@ def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = N
 
         live = load_flashmla(flashmla)      # a bad path is refused before anything runs
     t0 = time.perf_counter()
+    # the library's file name only: a result file names no path of the machine it ran on
     rep = Report(device=torch.cuda.get_device_name(), torch=torch.__version__,
                  commit=_commit(), mlagen=__version__, command=command,
-                 flashmla_lib=flashmla or "")
+                 flashmla_lib=Path(flashmla).name if flashmla else "")
     rows = plan_rows(quick, shapes)
     # host time first, in a fresh process: measured after all the rows (59 profiler runs,
     # a full caching allocator) the same loop took 48 us per call, in a fresh process 19
-    # (benchmarks/results/hopper_host_breakdown_6768d1b.log); which of the two costs it is
+    # (5569878:benchmarks/results/hopper_host_breakdown_6768d1b.log); which of the two costs it is
     # not yet measured
     rep.host = host_time(schedule)
     if progress:
@@ -776,16 +785,17 @@ def bench_main(args) -> int:
         from ...schedule import load
 
         schedule = load(args.schedule)
-    name = torch.cuda.get_device_name().replace(" ", "_")
     prefix = (Path(args.output) if args.output else
-              RESULTS / f"hopper_bench_{name}{'_shapes' if shapes else ''}")
+              RESULTS / f"hopper_bench_{device_tag(torch.cuda.get_device_name())}_"
+                        f"{_commit() or 'nocommit'}{'_shapes' if shapes else ''}")
     if prefix.suffix in (".json", ".md"):
         prefix = prefix.with_suffix("")
     rep = run_bench(schedule, quick=args.quick, out_prefix=prefix,
                     progress=not getattr(args, "no_progress", False),
                     command="mlagen bench --target hopper" + (" --quick" if args.quick else "")
                     + "".join(f" --shape {s.label()}" for s in shapes)
-                    + (f" --flashmla {flashmla}" if flashmla else ""), flashmla=flashmla,
+                    + (f" --flashmla {Path(flashmla).name}" if flashmla else ""),
+                    flashmla=flashmla,
                     shapes=shapes)
     from rich.console import Console
 

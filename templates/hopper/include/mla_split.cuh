@@ -505,7 +505,7 @@ struct SplitKernel {
     const Smem sm = carve(smem);
     // No early pdl_launch_dependents(): the combine then starts as the split's CTAs exit.
     // Triggering here let the combine's CTAs sit beside the split and cost 1-6 us per call
-    // on the small graph rows (benchmarks/results/hopper_pdl_ab_6768d1b.log).
+    // on the small graph rows (5569878:benchmarks/results/hopper_pdl_ab_6768d1b.log).
     const int* md = p.sched + blockIdx.x * kMetaInts;
     const int first = md[0], last = md[2];
     for (int req = first; req <= last && req < p.batch; ++req) {

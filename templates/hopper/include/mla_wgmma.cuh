@@ -951,7 +951,7 @@ cudaError_t wgmma_params(const MlaParams& p, WgmmaParams* wp) {
   // L2 promotion 128 B, not 256: a box row is 128 bytes of a 1152-byte token, so a 256-byte
   // promotion fetches half of a neighbouring slice's row ahead of its own request; a probe
   // streaming shuffled pages with no math read 4.21 TB/s with 256 B and 4.56 with 128 B or
-  // none (benchmarks/tma_stream_probe.cu, H200; results/l2promo/)
+  // none (5569878:benchmarks/tma_stream_probe.cu, H200; 5569878:benchmarks/results/l2promo/)
   const CUtensorMapDataType dt = std::is_same<T, __nv_bfloat16>::value
                                      ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;

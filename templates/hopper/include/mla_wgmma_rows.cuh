@@ -20,7 +20,7 @@
 // 2.8 blocks deep for 16 rows (2 whole 72 KiB stages would leave 60 KiB idle); one consumer
 // warpgroup waits for a block's 9 slices and hands them back as soon as its P V is done.
 //
-// Measured on the H200 (benchmarks/results/hopper_rows_notes.md): 16 rows 3.5-4.1 TB/s,
+// Measured on the H200 (5569878:benchmarks/results/hopper_rows_notes.md): 16 rows 3.5-4.1 TB/s,
 // 0.93-1.01 of the best anchor, 1.03-1.07x the 16-row mma_sync kernel (the 16-row class's
 // default before it); 32 rows 0.77-0.87, below the 64-row kernel padded 2x (0.82-0.92),
 // so the 32-row class stays on mla_wgmma.cuh.
