@@ -2,7 +2,7 @@
 scheme at 1 and 2 buffers, the pipelined bound, the hardware floor per segment) and the
 best multi-core scheme by batch and sequence length.
 
-    python benchmarks/sc11_grid.py                # writes benchmarks/results/sc11_grid_<commit>_cpu.json
+    python benchmarks/sc11_grid.py                # writes benchmarks/results/sc11_grid_cpu_<commit>.json
     python benchmarks/sc11_grid.py --quick        # a 3 x 3 grid, to a file you name (--out)
 
 The full text report, with every scheme's time, timelines and the sensitivity table, is
@@ -31,10 +31,10 @@ def commit() -> str:
                           capture_output=True).stdout.strip()
 
 
-def record(seed, grid, command: str) -> dict:
+def record(seed, grid, command: str, at: str) -> dict:
     d = seed.sims[(2, seed.scheme)]
     return {
-        "commit": commit(), "device": "cpu", "machine": platform.processor() or
+        "commit": at, "commit_date": commit_date(at), "device": "cpu", "machine": platform.processor() or
         platform.machine(), "command": command, "schedule": grid.schedule,
         "assumed": grid.assumed,
         "seed": {"batch": seed.point.batch, "seqlen": seed.point.seqlen,
@@ -56,23 +56,29 @@ def record(seed, grid, command: str) -> dict:
     }
 
 
+def commit_date(commit: str) -> str:
+    return subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=Path(__file__).parent,
+                          text=True, capture_output=True).stdout.strip()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--schedule", default=None, help="schedule file (default: "
                     "schedules/sc11_fused_tp4.toml)")
     ap.add_argument("--out", default=None, help="the JSON record (default: "
-                    "benchmarks/results/sc11_grid_<commit>_cpu.json)")
+                    "benchmarks/results/sc11_grid_cpu_<commit>.json)")
     ap.add_argument("--quick", action="store_true", help="batch {1,16,128} x seqlen "
                     "{128,1024,16384}")
     a = ap.parse_args(argv)
     if a.quick and a.out is None:
         ap.error("--quick is not the record: name its file with --out")
+    at = commit()           # the code that runs: read before, not after, the minutes it takes
     seed = bench.seed_point(a.schedule)
     kw = dict(batches=(1, 16, 128), seqlens=(128, 1024, 16384)) if a.quick else {}
     grid = bench.bench_grid(a.schedule, progress=lambda line: print(line, file=sys.stderr),
                             **kw)
-    rec = record(seed, grid, "python benchmarks/sc11_grid.py" + (" --quick" if a.quick else ""))
-    out = Path(a.out) if a.out else HERE / "results" / f"sc11_grid_{rec['commit']}_cpu.json"
+    rec = record(seed, grid, "python benchmarks/sc11_grid.py" + (" --quick" if a.quick else ""), at)
+    out = Path(a.out) if a.out else HERE / "results" / f"sc11_grid_cpu_{rec['commit']}.json"
     out.write_text(json.dumps(rec, indent=1) + "\n")
     print(f"written: {out}")
     return 0 if all(seed.checks().values()) else 1

@@ -333,7 +333,7 @@ def test_public_build_stays_a_function_after_the_jit_package_is_imported():
     assert proc.returncode == 0, proc.stderr
 
 
-# ---------------------------------------------------------------- hints (issue 10) ----
+# ---------------------------------------------------------------- hints ----------------
 from mlagen.jit.compile import _first_error, _hint  # noqa: E402
 
 NVCC_MISSING = """\
@@ -386,7 +386,7 @@ def test_missing_compiler_says_not_found(cache, monkeypatch, tmp_path):
         cache_mod.compiler_version.cache_clear()
 
 
-# ---------------------------------------------------------------- feedback (issue 10) --
+# ---------------------------------------------------------------- feedback -------------
 def test_build_progress_names_the_compile_step(cache, wrapper, capsys):
     build(tiny(variant="buildtest_steps"), progress=True)
     err = capsys.readouterr().err

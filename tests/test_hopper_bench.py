@@ -78,7 +78,7 @@ def test_host_rounds_time_the_calls_not_the_syncs():
 
     def fn():
         calls[0] += 1
-        now[0] += 5e-6 if calls[0] != 7 else 500e-6   # one slow call in round 1
+        now[0] += 5e-6 if calls[0] != 7 else 500e-6   # one slow call in the second round
 
     def sync():
         syncs[0] += 1

@@ -156,6 +156,7 @@ class Report:
     won_now: int = 0
     flashmla_lib: str = ""
     elapsed_s: float = 0.0
+    commit_date: str = ""     # the commit's date (git), what orders the records of runs
 
 
 def _commit() -> str:
@@ -178,6 +179,14 @@ def device_tag(name: str) -> str:
     if len(words) > 1 and words[0].upper() == "NVIDIA":
         words = words[1:]
     return "_".join(w.lower() for w in words)
+
+
+def _commit_date(commit: str) -> str:
+    try:
+        return subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=DATA_ROOT,
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 class Caller:
@@ -726,6 +735,7 @@ def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = N
     rep = Report(device=torch.cuda.get_device_name(), torch=torch.__version__,
                  commit=_commit(), mlagen=__version__, command=command,
                  flashmla_lib=Path(flashmla).name if flashmla else "")
+    rep.commit_date = _commit_date(rep.commit) if rep.commit else ""
     rows = plan_rows(quick, shapes)
     # host time first, in a fresh process: measured after all the rows (59 profiler runs,
     # a full caching allocator) the same loop took 48 us per call, in a fresh process 19
