@@ -1,7 +1,9 @@
 """Start-up and build times on a CPU machine, the figures of record for the commands that
 need no kernel (bar: <= 0.3 s for --help, check, generate and cache) and for cold builds.
 
-    python benchmarks/cpu_times.py [--runs 11]   # writes benchmarks/results/cpu_times_cpu_<commit>.json
+    python benchmarks/cpu_times.py [--runs 11]
+
+writes the record benchmarks/results/cpu_times_cpu_<commit>.json.
 
 Run from the project root.  Start-up: the median wall and CPU (user + sys) time of N fresh
 processes per command, and of `python -c pass` for reference; the load average is recorded
@@ -55,8 +57,8 @@ def cold_build(schedule: str, env: dict) -> dict:
 
 
 def commit_date(commit: str) -> str:
-    return subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=Path(__file__).parent,
-                          text=True, capture_output=True).stdout.strip()
+    return subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=ROOT, text=True,
+                          capture_output=True).stdout.strip()
 
 
 def main() -> int:
@@ -86,7 +88,8 @@ def main() -> int:
               f"{b['build_s']} s build", flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                             capture_output=True).stdout.strip()
-    rec = {"commit": commit, "commit_date": commit_date(commit), "device": "cpu", "cores": os.cpu_count(),
+    rec = {"commit": commit, "commit_date": commit_date(commit), "device": "cpu",
+           "cores": os.cpu_count(),
            "machine": platform.machine(), "python": platform.python_version(),
            "command": "python benchmarks/cpu_times.py" + (f" --runs {args.runs}"
                                                           if args.runs != 11 else ""),

@@ -2,8 +2,8 @@
 scheme at 1 and 2 buffers, the pipelined bound, the hardware floor per segment) and the
 best multi-core scheme by batch and sequence length.
 
-    python benchmarks/sc11_grid.py                # writes benchmarks/results/sc11_grid_cpu_<commit>.json
-    python benchmarks/sc11_grid.py --quick        # a 3 x 3 grid, to a file you name (--out)
+    python benchmarks/sc11_grid.py              # the record: results/sc11_grid_cpu_<commit>.json
+    python benchmarks/sc11_grid.py --quick --out F.json     # a 3 x 3 grid
 
 The full text report, with every scheme's time, timelines and the sensitivity table, is
 `mlagen bench --target sc11 --output FILE.md`.  BENCHMARKS.md's SC11 table is generated from
@@ -34,8 +34,9 @@ def commit() -> str:
 def record(seed, grid, command: str, at: str) -> dict:
     d = seed.sims[(2, seed.scheme)]
     return {
-        "commit": at, "commit_date": commit_date(at), "device": "cpu", "machine": platform.processor() or
-        platform.machine(), "command": command, "schedule": grid.schedule,
+        "commit": at, "commit_date": commit_date(at), "device": "cpu",
+        "machine": platform.processor() or platform.machine(), "command": command,
+        "schedule": grid.schedule,
         "assumed": grid.assumed,
         "seed": {"batch": seed.point.batch, "seqlen": seed.point.seqlen,
                  "scheme": seed.scheme, "single_us": seed.single * 1e6,
@@ -57,8 +58,8 @@ def record(seed, grid, command: str, at: str) -> dict:
 
 
 def commit_date(commit: str) -> str:
-    return subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=Path(__file__).parent,
-                          text=True, capture_output=True).stdout.strip()
+    return subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=HERE, text=True,
+                          capture_output=True).stdout.strip()
 
 
 def main(argv=None) -> int:

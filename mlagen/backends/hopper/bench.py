@@ -1,7 +1,7 @@
 """`mlagen bench --target hopper`: the benchmark of record, on a GPU.
 
-Every row is the anchor's exact workload (shared/anchors/hopper-flashmla.md, "How these are
-counted"): seed 0, varlen lengths ``max(int(random.Random(0).normalvariate(mean, mean / 2)),
+Every row is the anchor's exact workload (benchmarks/anchors/README.md, "How they were
+timed"): seed 0, varlen lengths ``max(int(random.Random(0).normalvariate(mean, mean / 2)),
 s_q)`` in batch order, the block table padded to a multiple of 256 tokens and filled with
 ``torch.randperm`` pages, q and the cache ``randn`` bf16, causal, page 64; the metadata is
 computed once outside the timed call.  Each output is checked against the reference before
@@ -607,7 +607,7 @@ def markdown(rep: Report) -> str:
     lines = [f"# Hopper benchmark of record: {rep.device}", "",
              f"commit `{rep.commit}`, mlagen {rep.mlagen}, torch {rep.torch}; "
              f"command `{rep.command}`; {rep.elapsed_s:.0f} s.", "",
-             "Workloads exactly as shared/anchors/hopper-flashmla.md counts them (seed 0, "
+             "Workloads exactly as benchmarks/anchors/README.md counts them (seed 0, "
              "random.Random varlen lengths, 256-token padded tables, randperm pages, causal); "
              + _TIMING + " ratio = anchor time / eager time (> 1: faster than the better of "
              "FlashMLA and FA3).", ""]
@@ -795,9 +795,10 @@ def bench_main(args) -> int:
         from ...schedule import load
 
         schedule = load(args.schedule)
+    # a record: <what>_<device>_<commit>.json (benchmarks/report.py reads hopper_bench_*)
     prefix = (Path(args.output) if args.output else
-              RESULTS / f"hopper_bench_{device_tag(torch.cuda.get_device_name())}_"
-                        f"{_commit() or 'nocommit'}{'_shapes' if shapes else ''}")
+              RESULTS / f"hopper_{'shapes' if shapes else 'bench'}_"
+                        f"{device_tag(torch.cuda.get_device_name())}_{_commit() or 'nocommit'}")
     if prefix.suffix in (".json", ".md"):
         prefix = prefix.with_suffix("")
     rep = run_bench(schedule, quick=args.quick, out_prefix=prefix,

@@ -1,7 +1,8 @@
 """FlashMLA timed beside mlagen in the same process (`mlagen bench --flashmla LIB`).
 
 The anchor files were measured on another day; on the device FlashMLA's own time drifts 1-8 %
-against them with the visit's power state (5569878:benchmarks/results/hopper_flashmla_same_visit_h200.md).
+against them with the device's power state on the day
+(5569878:benchmarks/results/hopper_flashmla_same_visit_h200.md).
 LIB is FlashMLA's April-2025 decode built into a plain shared library as
 benchmarks/anchors/README.md describes: its kernels and a C shim of ours
 (benchmarks/flashmla/shim.cu: `fm_metadata`, `fm_fwd`), no torch extension, so it loads
