@@ -42,6 +42,8 @@ class Backend:
     rounded: tuple[str, ...] = ()
     run_point: tuple[int, int] = (1, 64)        # (batch, seqlen) of `mlagen run`
     foreign_why: dict[str, str] = {}            # why another target's knob is wrong here
+    kv_formats: tuple[str, ...] = ("bf16", "fp16")   # the KV-cache formats its kernels read
+    attentions: tuple[str, ...] = ("dense",)          # dense and/or token-sparse kernels
 
     # ---- the schedule language -------------------------------------------------------
     def knob_names(self) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 DTYPES = ("bf16", "fp16")
+ATTENTIONS = ("dense", "sparse")
 # Planted faults for the verifier's own tests.  They are not
 # schedule-file keys: only ``Schedule.with_fault`` sets one.
 FAULTS = (
@@ -58,6 +59,15 @@ class Problem:
     softmax_scale: float | None = None   # None: the convention's default (see default_scale)
     h_kv: int = 1
     causal: bool = True
+    kv_format: str = ""           # how the cache stores a token (mlagen.kvformat); "": dtype
+    v_dim: int = 0                # V's width: the first v_dim values of a key; 0: kv_lora_rank
+    # token-sparse attention: each query row attends to the topk cache slots it names
+    attention: str = "dense"      # "dense" (every key of the sequence) or "sparse"
+    topk: int = 0                 # sparse: slots named per query row (the main pool)
+    extra_topk: int = 0           # sparse: slots of a second pool in the same softmax; 0: none
+    extra_page_size: int = 0      # the second pool's page size; 0: page_size
+    extra_kv_format: str = ""     # the second pool's format; "": kv_format
+    sinks: bool = False           # per-head sink logits scale the output (FlashMLA's attn_sink)
 
     @property
     def d(self) -> int:
@@ -65,7 +75,17 @@ class Problem:
 
     @property
     def dv(self) -> int:
-        return self.kv_lora_rank
+        return self.v_dim or self.kv_lora_rank
+
+    @property
+    def extra_kv(self) -> str:
+        """The second pool's format."""
+        return self.extra_kv_format or self.kv
+
+    @property
+    def kv(self) -> str:
+        """The KV-cache format's name: kv_format, or the storage dtype when it is empty."""
+        return self.kv_format or self.dtype
 
     def default_scale(self) -> float:
         """FlashMLA's d**-0.5 for attention-only; (nope + rope)**-0.5 for the fused operator."""
