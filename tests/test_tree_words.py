@@ -15,7 +15,7 @@ PATTERNS = {
     "an absolute machine path": r"(?<![\w.~-])/(?:work|root|home)/",
     "an issue number": r"\bissues? #?\d+\b|(?<![\w&#\"'])#\d{1,5}\b(?![\w\"'])",
     "a round label": r"\bsessions? \d+\b|\bs\d{1,2}/|\bs\d{2} v\d+\b|\bround \d+\b"
-                     r"|\bvisit \d+\b|\bv\d+_[a-z]",
+                     r"|\bvisit \d+\b",
 }
 FOUND = re.compile("|".join(f"(?P<k{i}>{p})" for i, p in enumerate(PATTERNS.values())),
                    re.IGNORECASE)
