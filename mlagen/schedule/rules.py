@@ -14,10 +14,10 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterator, Union
 
-from .. import kvformat
+from .. import formats
 from ..backends import backend, load_target, target_path
 from ..errors import ResourceError, TargetError
-from ..kvformat import FORMATS
+from ..formats import FORMATS
 from ..targets import Target
 from .located import Located
 from .plan import Plan
@@ -74,8 +74,8 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
     elif p.kv in ("bf16", "fp16") and p.kv != p.dtype:
         yield "problem", "kv_format", (f"kv_format = {p.kv_format!r} with dtype = "
                                        f"{p.dtype!r}: a 16-bit cache is stored in the dtype")
-    elif kvformat.get(p.kv).tile() and p.kv_lora_rank % kvformat.get(p.kv).tile():
-        tile = kvformat.get(p.kv).tile()
+    elif formats.get(p.kv).tile() and p.kv_lora_rank % formats.get(p.kv).tile():
+        tile = formats.get(p.kv).tile()
         yield "problem", "kv_format", (f"kv_format = \"{p.kv}\" scales {tile} latent values "
                                        f"at a time: kv_lora_rank = {p.kv_lora_rank} must be a "
                                        f"multiple of {tile}")
@@ -150,10 +150,10 @@ def attention_supported(s: Schedule, t: Target) -> Iterator[Violation]:
 
 @rule
 def kv_format_supported(s: Schedule, t: Target) -> Iterator[Violation]:
-    formats = backend(t.kind).kv_formats
-    if s.problem.kv in FORMATS and s.problem.kv not in formats:
+    readable = backend(t.kind).kv_formats
+    if s.problem.kv in FORMATS and s.problem.kv not in readable:
         yield "problem", "kv_format", (f"kv_format = {s.problem.kv!r}: target {t.kind} "
-                                       f"reads {', '.join(formats)} caches")
+                                       f"reads {', '.join(readable)} caches")
 
 
 def rules_for(t: Target) -> list[Rule]:
