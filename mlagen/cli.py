@@ -196,10 +196,15 @@ def cmd_cache(args) -> int:
         if es:
             from .console import human_bytes, table
 
-            table(("build", "size", "created"),
+            table(("build", "size", "created", "state"),
                   [(e.key, human_bytes(e.size),
-                    time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created))) for e in es],
+                    time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)),
+                    "ok" if e.damaged is None else f"damaged: {e.damaged}") for e in es],
                   right=(1,), whole=(0,))
+            bad = sum(e.damaged is not None for e in es)
+            if bad:
+                print(f"{bad} damaged builds: the next build of each replaces it "
+                      "(or `mlagen cache clear`)")
     elif args.action == "clear":
         n = clear()
         print(f"removed {n} builds from {cache_dir()}")

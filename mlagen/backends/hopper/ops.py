@@ -33,16 +33,14 @@ class KernelLib:
 
     def __init__(self, schedule: Schedule):
         from mlagen.codegen import render
-        from mlagen.jit import build
-        from mlagen.runtime import load_library
+        from mlagen.jit import load
 
         from .defaults import cluster_switch
 
         cluster_switch()     # a malformed MLAGEN_HOPPER_CLUSTER, before the C++ reads it
 
         self.schedule = schedule
-        self.artifact = build(render(schedule), origin=schedule)
-        lib = load_library(self.artifact.path)
+        self.artifact, lib = load(render(schedule), origin=schedule)
         lib.mlagen_hopper_error_string.restype = ctypes.c_char_p
         lib.mlagen_hopper_error_string.argtypes = [I]
         lib.mlagen_hopper_metadata.restype = I

@@ -18,12 +18,11 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ...jit import build
+from ...jit import load
 from ...errors import EmulatorError, InputError
 from ...problem import TORCH_DTYPES, MlaInputs, MlaOutputs
 from ...reference import weights_rope
 from ...rope import RopeConfig, RotaryTable
-from ...runtime import load_library
 from ...schedule.plan import Plan
 from ...schedule.rules import plan_of
 from ...schedule.records import Schedule
@@ -63,8 +62,7 @@ class Sc11Runner:
         self.plan = plan = plan_of(plan)
         self.schedule = schedule = plan.schedule
         self.target = plan.target
-        self.artifact = build(render(plan), progress=progress, origin=schedule)
-        lib = load_library(self.artifact.path)
+        self.artifact, lib = load(render(plan), progress=progress, origin=schedule)
         lib.mlagen_sc11_run.argtypes = [ctypes.POINTER(_Args), ctypes.c_int,
                                         ctypes.POINTER(_Result), ctypes.c_char_p, ctypes.c_int]
         lib.mlagen_sc11_run.restype = ctypes.c_int
