@@ -72,3 +72,40 @@ def quarantine(directory: Path, scrap: Path) -> None:
     except FileNotFoundError:       # another process took it out first
         return
     shutil.rmtree(dest, ignore_errors=True)
+
+
+# A library built outside mlagen.jit (torch.utils.cpp_extension's, with its own staleness
+# check that a short file passes) keeps its record beside it.
+def _record_path(path: Path) -> Path:
+    return Path(str(path) + ".integrity.json")
+
+
+def record_beside(path: Path) -> None:
+    """Record ``path``'s size and sha256 beside it (after a build that loaded)."""
+    path = Path(path)
+    if path.is_file():
+        tmp = _record_path(path).with_suffix(f".{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_text(json.dumps(fingerprint(path)))
+        os.replace(tmp, _record_path(path))
+
+
+def beside_damage(path: Path) -> str | None:
+    """Why the library at ``path`` differs from the record beside it (None when it does
+    not, or when there is no library)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        recorded = json.loads(_record_path(path).read_text())
+    except (OSError, ValueError):
+        recorded = None
+    return damage(path, recorded if isinstance(recorded, dict) else None)
+
+
+def remove_beside(path: Path) -> None:
+    """Remove a damaged library and its record, so that its builder makes it again."""
+    for p in (Path(path), _record_path(Path(path))):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass

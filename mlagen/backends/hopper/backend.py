@@ -63,7 +63,7 @@ class HopperBackend(Backend):
 
         if not fastcall.enabled():
             return "C++ call path: off (MLAGEN_HOPPER_FASTCALL=0)"
-        cached = fastcall.library_path().exists()
+        cached = fastcall.intact()
         t0 = time.perf_counter()
         with status(f"mlagen: building the C++ call path in {fastcall.build_dir()} ...",
                     progress and not cached), warnings.catch_warnings():

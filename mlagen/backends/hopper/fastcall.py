@@ -48,6 +48,13 @@ def library_path() -> Path:
     return build_dir() / f"{NAME}.so"
 
 
+def intact() -> bool:
+    """Built, and still the library its build recorded."""
+    from mlagen.jit.integrity import beside_damage
+
+    return library_path().exists() and beside_damage(library_path()) is None
+
+
 def build_error() -> Optional[str]:
     """The first line of the build's error in this process, or None."""
     return _ERROR[0] if _ERROR else None
@@ -68,11 +75,20 @@ def module():
 def _load():
     from torch.utils import cpp_extension
 
+    from mlagen.jit.integrity import beside_damage, record_beside, remove_beside
+
     d = build_dir()
     try:
         d.mkdir(parents=True, exist_ok=True)
-        return cpp_extension.load(NAME, [str(SOURCE)], build_directory=str(d),
-                                  extra_cflags=["-O2"], verbose=False)
+        why = beside_damage(library_path())
+        if why is not None:   # checked before import dlopens it (a short file: a bus error)
+            print(f"mlagen: cache entry {d} is damaged ({why}); removed, rebuilding",
+                  file=sys.stderr, flush=True)
+            remove_beside(library_path())
+        m = cpp_extension.load(NAME, [str(SOURCE)], build_directory=str(d),
+                               extra_cflags=["-O2"], verbose=False)
+        record_beside(library_path())
+        return m
     except Exception as e:    # no compiler, headers or ninja: the Python path still works
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         _ERROR.append(first)
