@@ -317,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
 
     was, console.PROGRESS = console.PROGRESS, True    # say what every wait is for
     try:
+        from .environment import check_all
+
+        check_all()                 # every variable mlagen reads, before any work
         rc = int(args.fn(args) or 0)
         sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
         return rc

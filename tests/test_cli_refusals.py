@@ -259,3 +259,79 @@ def test_bench_shapes_are_checked_before_the_device(clean, capsys):
     refused(capsys, ["bench", "--target", "sc11", "--shape", "1,1,1024,16"],
             "--shape: target sc11's bench is its scheme grid")
     assert clean() == []
+
+
+# ------------------------------------------------------------- environment variables --
+@pytest.mark.parametrize("var,value,needle", [
+    ("MLAGEN_CACHE_DIR", "~nosuchuser/x", "~nosuchuser does not expand"),
+    ("MLAGEN_CACHE_DIR", "{file}", "is a file, not a folder"),
+    ("MLAGEN_CACHE_DIR", "{file}/sub", "is a file, not a folder"),
+    ("XDG_CACHE_HOME", "{file}", "is a file, not a folder"),
+    ("MLAGEN_BUILD_JOBS", "lots", "'lots' is not a whole number"),
+    ("MLAGEN_BUILD_JOBS", "0", "must be at least 1"),
+    ("CXX", "no-such-compiler-x", "no such program"),
+    ("CXX", " ", "set but empty"),
+    ("CUDA_HOME", "~nosuchuser", "does not expand"),
+    ("CUDA_PATH", "{file}", "is not a folder"),
+    ("MLAGEN_VERIFY_PROFILE", "fast", "must be one of ci, explore"),
+    ("MLAGEN_COMMIT", "a\nb", "must be one short line"),
+    ("MLAGEN_HOPPER_FASTCALL", "yes", "must be 0 (off) or 1 (on)"),
+    ("MLAGEN_HOPPER_STRICT", "on", "must be 0 (off) or 1 (on)"),
+    ("MLAGEN_HOPPER_TUNE_TABLE", "{dir}", "is a folder, not a file"),
+    ("MLAGEN_HOPPER_TUNE_TABLE", "~nosuchuser/t.json", "does not expand"),
+])
+@pytest.mark.parametrize("argv", [["cache", "list"], ["cache", "clear"], ["check", SC11]])
+def test_malformed_environment_variables_are_named_up_front(var, value, needle, argv,
+                                                            tmp_path, clean, capsys,
+                                                            monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv(var, value.format(file=afile, dir=tmp_path))
+    line = refused(capsys, argv, f"mlagen: {var}: ", needle)
+    assert len(line) < 200
+    assert afile.read_text() == "x" and clean() == []
+
+
+def test_a_cache_folder_that_is_a_file_is_refused_by_the_api(tmp_path, monkeypatch):
+    from mlagen.errors import MlagenError
+    from mlagen.jit import entries
+    from mlagen.paths import cache_dir
+
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path / "afile"))
+    with pytest.raises(MlagenError, match="MLAGEN_CACHE_DIR: .* is a file, not a folder"):
+        entries()                      # not "0 builds"
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", "~nosuchuser/cache")
+    with pytest.raises(MlagenError, match="~nosuchuser does not expand"):
+        cache_dir()
+
+
+def test_build_jobs_is_named_by_the_build_not_the_compiler(tmp_path, monkeypatch):
+    from mlagen.codegen import SourceSet
+    from mlagen.errors import BuildError, MlagenError
+    from mlagen.jit import build
+
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MLAGEN_BUILD_JOBS", "lots")
+    ss = SourceSet(variant="envtest", target="buildtest", files={"a.cpp": "int f();\n"},
+                   include_dirs=(), compiler="c++", flags=(), sources=("a.cpp",))
+    with pytest.raises(MlagenError) as info:
+        build(ss)
+    assert not isinstance(info.value, BuildError)
+    assert str(info.value) == "MLAGEN_BUILD_JOBS: 'lots' is not a whole number"
+
+
+@pytest.mark.parametrize("env,needle", [
+    (dict(RANK="x", WORLD_SIZE="2"), "RANK: 'x' is not a whole number"),
+    (dict(RANK="2", WORLD_SIZE="2"), "RANK: '2' must be below WORLD_SIZE"),
+    (dict(RANK="0", WORLD_SIZE="two"), "WORLD_SIZE: 'two' is not a whole number"),
+    (dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="-1"), "LOCAL_RANK: '-1' must be at least 0"),
+])
+def test_a_malformed_torchrun_environment_is_named(env, needle, monkeypatch):
+    from mlagen.errors import MlagenError
+    from mlagen.parallel import init_from_env
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(MlagenError, match=needle.replace("(", r"\(")):
+        init_from_env()

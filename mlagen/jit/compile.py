@@ -23,6 +23,7 @@ from ninja.ninja_syntax import Writer
 from .. import console
 
 from ..codegen import SourceSet, write
+from ..envvars import whole_number
 from ..errors import BuildError
 from .cache import (LIB_NAME, Artifact, builds_dir, cache_key, compiler_path,
                     compiler_version, locks_dir, staging_dir, torch_version)
@@ -137,8 +138,8 @@ def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool,
     write(sources, work)
     ninja_file, shown = _commands(sources, work, shared)
     (work / "build.ninja").write_text(ninja_file)
-    jobs = os.environ.get("MLAGEN_BUILD_JOBS")
-    cmd = ["ninja", "-C", str(work)] + (["-j", jobs] if jobs else [])
+    jobs = whole_number("MLAGEN_BUILD_JOBS")     # "lots": refused here, not by ninja
+    cmd = ["ninja", "-C", str(work)] + (["-j", str(jobs)] if jobs else [])
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace")

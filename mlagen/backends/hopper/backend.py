@@ -39,6 +39,16 @@ class HopperBackend(Backend):
 
         return runner(plan)
 
+    def check_environment(self):
+        from ...envvars import switch
+        from .defaults import check_overrides
+        from .tuned import user_table
+
+        check_overrides()            # the knob tables' overrides, MLAGEN_HOPPER_CLUSTER
+        switch("MLAGEN_HOPPER_STRICT", False)
+        switch("MLAGEN_HOPPER_FASTCALL", True)
+        user_table()                 # MLAGEN_HOPPER_TUNE_TABLE
+
     def device_check(self):
         import torch
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import sys
 import threading
 import warnings
@@ -31,7 +30,9 @@ _ERROR: list = []        # why the build failed (its first line), once it has
 
 
 def enabled() -> bool:
-    return os.environ.get("MLAGEN_HOPPER_FASTCALL", "1") not in ("", "0")
+    from mlagen.envvars import switch
+
+    return switch("MLAGEN_HOPPER_FASTCALL", True)
 
 
 def build_dir() -> Path:
