@@ -48,17 +48,10 @@ def _int(lo: int, hi: int = INT64_MAX):
 
 
 def _schedule(path: str):
-    """Load a schedule file; ``schedules/<name>.toml`` (or ``<name>``) that is not there
-    names an example shipped with mlagen, so the README's commands work from an installed
-    wheel too."""
-    from .paths import SCHEDULES_DIR
+    """Load a schedule file, or a shipped example by name (mlagen.paths.schedule_path: the
+    rule every command and mlagen.load_schedule follow)."""
     from .schedule import load
 
-    p = Path(path)
-    if not p.exists() and p.parent in (Path("."), Path("schedules")):
-        shipped = SCHEDULES_DIR / p.with_suffix(".toml").name
-        if shipped.is_file():
-            return load(shipped)
     return load(path)
 
 

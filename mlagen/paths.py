@@ -24,6 +24,19 @@ TARGETS_DIR = DATA_ROOT / "targets"
 SCHEDULES_DIR = DATA_ROOT / "schedules"
 
 
+def schedule_path(name: str | Path) -> Path:
+    """The one rule for finding a schedule by name, used by every command and by
+    ``mlagen.load_schedule``: the path as given when something is there; else, for a bare
+    name or ``schedules/<name>`` (with or without ``.toml``), the example of that name
+    shipped with mlagen (so the README's commands work outside a checkout too); else the
+    path as given (whose reading then says what is wrong)."""
+    p = Path(name)
+    if p.exists() or p.parent not in (Path("."), Path("schedules")) or not p.name:
+        return p
+    shipped = SCHEDULES_DIR / (p.name if p.suffix == ".toml" else p.name + ".toml")
+    return shipped if shipped.is_file() else p
+
+
 def cache_dir() -> Path:
     """Build cache: $MLAGEN_CACHE_DIR, else $XDG_CACHE_HOME/mlagen, else ~/.cache/mlagen.
     A ``~user`` that does not expand, or a path that is a file, is refused

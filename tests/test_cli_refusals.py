@@ -335,3 +335,46 @@ def test_a_malformed_torchrun_environment_is_named(env, needle, monkeypatch):
         monkeypatch.setenv(k, v)
     with pytest.raises(MlagenError, match=needle.replace("(", r"\(")):
         init_from_env()
+
+
+# ------------------------------------------------------------- finding a schedule -----
+@pytest.mark.parametrize("name", ["sc11_attn", "sc11_attn.toml", "schedules/sc11_attn.toml",
+                                  "schedules/sc11_attn"])
+def test_every_way_in_finds_a_shipped_schedule_by_name(name, clean, capsys, monkeypatch):
+    """Outside a checkout (the working folder has no schedules/): load_schedule, verify,
+    bench --schedule, run, check, build and generate follow one rule."""
+    import mlagen
+    from mlagen.backends.sc11 import bench as sc11_bench
+    from mlagen.verify import runner
+
+    assert not Path("schedules").exists()
+    s = mlagen.load_schedule(name)
+    assert s.name == "sc11_attn" and Path(s.source) == ROOT / "schedules" / "sc11_attn.toml"
+    assert sc11_bench._schedule(name).name == "sc11_attn"
+
+    seen = []
+
+    def stop(schedule, **kw):
+        seen.append(schedule.name)
+        raise mlagen.MlagenError("stopped here")
+    monkeypatch.setattr(runner, "verify", stop)
+    monkeypatch.setattr(sc11_bench, "seed_point",
+                        lambda schedule, **kw: stop(sc11_bench._schedule(schedule)))
+    refused(capsys, ["verify", name, "-n", "1"], "stopped here")
+    assert main(["bench", "--target", "sc11", "--schedule", name]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "mlagen: stopped here"
+    assert seen == ["sc11_attn", "sc11_attn"]
+    assert main(["check", name]) == 0 and "ok" in capsys.readouterr().out
+
+
+def test_a_path_that_is_there_wins_over_a_shipped_name(clean, capsys):
+    import mlagen
+
+    Path("schedules").mkdir()
+    mine = (ROOT / "schedules" / "sc11_attn.toml").read_text().replace(
+        "[problem]", "[problem]\n# my own copy", 1)
+    Path("schedules/sc11_attn.toml").write_text(mine)
+    s = mlagen.load_schedule("schedules/sc11_attn.toml")
+    assert Path(s.source) == Path("schedules/sc11_attn.toml")
+    with pytest.raises(mlagen.ScheduleError, match="No such file"):
+        mlagen.load_schedule("elsewhere/sc11_attn.toml")    # only bare and schedules/ names

@@ -273,8 +273,11 @@ def read_text_file(path: str | Path, what: str = "schedule") -> str:
 
 
 def load(path: str | Path) -> Schedule:
-    """Parse and check a schedule file (ScheduleError with file and line when it is not)."""
-    path = Path(path)
+    """Parse and check a schedule file (ScheduleError with file and line when it is not);
+    a name that is no file finds a shipped example (mlagen.paths.schedule_path)."""
+    from ..paths import schedule_path
+
+    path = schedule_path(path)
     return loads(read_text_file(path), source=str(path), name=path.stem)
 
 
