@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import MlagenError
+from .errors import MlagenError, clip
 
 
 class EnvironmentVariableError(MlagenError, ValueError):
@@ -20,8 +20,7 @@ class EnvironmentVariableError(MlagenError, ValueError):
 
 def shown(value: str, limit: int = 80) -> str:
     """A value as an error line shows it: repr, at most ~limit characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 13] + f"... ({len(value)} chars)"
+    return clip(repr(value), limit)
 
 
 def expand_path(var: str, value: str) -> Path:

@@ -378,3 +378,70 @@ def test_a_path_that_is_there_wins_over_a_shipped_name(clean, capsys):
     assert Path(s.source) == Path("schedules/sc11_attn.toml")
     with pytest.raises(mlagen.ScheduleError, match="No such file"):
         mlagen.load_schedule("elsewhere/sc11_attn.toml")    # only bare and schedules/ names
+
+
+# ------------------------------------------------------------- output paths -----------
+def _unwritable(tmp_path) -> Path:
+    """A folder no file can be created in, even by root (a read-only mount)."""
+    if os.geteuid() != 0:
+        d = tmp_path / "readonly"
+        d.mkdir()
+        d.chmod(0o500)
+        return d
+    return Path("/sys")
+
+
+def test_outputs_in_an_unwritable_place_are_refused_before_the_work(tmp_path, clean, capsys):
+    ro = _unwritable(tmp_path)
+    refused(capsys, ["run", SC11, "--chart", str(ro / "charts" / "t")], "--chart",
+            "cannot write in")
+    refused(capsys, ["bench", "--target", "sc11", "--output", str(ro / "b.md")], "--output",
+            "cannot write in")
+    refused(capsys, ["generate", SC11, "-o", str(ro / "gen")], "-o", "cannot write in")
+    refused(capsys, ["generate", "--examples", "-o", str(ro / "gen")], "-o", "cannot write in")
+    (tmp_path / "afile").write_text("x")
+    refused(capsys, ["run", SC11, "--chart", str(tmp_path / "afile" / "t")], "is not a folder")
+    assert clean() == []
+
+
+def test_generate_refuses_two_schedules_writing_into_one_folder(tmp_path, clean, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, heads in ((a, 128), (b, 64)):
+        d.mkdir()
+        (d / "attn.toml").write_text((ROOT / "schedules" / "sc11_attn.toml").read_text())
+    line = refused(capsys, ["generate", str(a / "attn.toml"), str(b / "attn.toml"), "-o", "out"],
+                   str(a / "attn.toml"), str(b / "attn.toml"), "out/attn", "separate folders")
+    assert clean() == []
+    # the same file twice is written once
+    assert main(["generate", str(a / "attn.toml"), str(a / "attn.toml"), "-o", "out"]) == 0
+    assert Path("out/attn/kernel.cpp").is_file()
+
+
+BIG = "x" * 500_000
+
+
+@pytest.mark.parametrize("text,needle", [
+    (f'[problem]\nheads = 128\n[target]\nkind = "sc11"\n[schedule]\nscheme = "{BIG}"\n',
+     "must be one of auto"),
+    (f'[problem]\nheads = "{BIG}"\n[target]\nkind = "sc11"\n', "must be an integer"),
+    (f'[problem]\n{BIG} = 1\n[target]\nkind = "sc11"\n', "unknown key"),
+    (f'[problem]\nheads = 128\n[target]\nkind = "{BIG}"\n', "unknown target"),
+    (f'[problem]\nheads = 128\ndtype = "{BIG}"\n[target]\nkind = "sc11"\n', "dtype ="),
+    (f'[{BIG}]\nheads = 128\n', "unknown table"),
+], ids=["scheme", "heads", "key", "kind", "dtype", "table"])
+def test_a_500kb_value_in_a_schedule_is_echoed_short(text, needle, tmp_path, clean, capsys):
+    (tmp_path / "big.toml").write_text(text)
+    line = refused(capsys, ["check", str(tmp_path / "big.toml")], needle, "characters)")
+    assert len(line) < 400, line[:400]
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--target", "sc11", "--output", f"/sys/{BIG}/b.md"],
+    ["check", BIG[:100_000]],
+    ["run", SC11, "--scheme", BIG[:100_000]],
+    ["run", SC11, "--batch", BIG[:100_000]],
+    ["bench", "--target", BIG[:100_000]],
+], ids=["output", "schedule", "scheme", "batch", "target"])
+def test_a_500kb_argument_is_echoed_short(argv, clean, capsys):
+    line = refused(capsys, argv, "characters)")
+    assert len(line) < 300, line[:400]
