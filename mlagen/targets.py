@@ -14,7 +14,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .backends import backend, kinds
-from .errors import TargetError
+from .errors import TargetError, clip
 from .paths import TARGETS_DIR
 
 
@@ -42,7 +42,7 @@ class Target:
 def _load(path: str) -> Target:
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
+        data = tomllib.loads(p.read_text(encoding="utf-8-sig"))   # a byte-order mark too
     except OSError as e:
         raise TargetError(f"{path}: cannot read target description: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
@@ -50,7 +50,7 @@ def _load(path: str) -> Target:
     head = data.get("target", {})
     kind = head.get("kind")
     if kind not in kinds():
-        raise TargetError(f"{path}: [target] kind = {kind!r} must be one of {', '.join(kinds())}")
+        raise TargetError(f"{path}: [target] kind = {clip(repr(kind))} must be one of {', '.join(kinds())}")
     params, sources = {}, {}
     for key, entry in data.get("params", {}).items():
         if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:

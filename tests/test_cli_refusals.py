@@ -3,6 +3,7 @@ nothing written (no output files, no build cache entries, no repro files)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -445,3 +446,22 @@ def test_a_500kb_value_in_a_schedule_is_echoed_short(text, needle, tmp_path, cle
 def test_a_500kb_argument_is_echoed_short(argv, clean, capsys):
     line = refused(capsys, argv, "characters)")
     assert len(line) < 300, line[:400]
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path, clean, capsys):
+    """Windows editors save UTF-8 with a BOM; tomllib alone calls it "Invalid statement
+    (column 1)"."""
+    import mlagen
+
+    text = (ROOT / "schedules" / "sc11_attn.toml").read_text()
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    s = mlagen.load_schedule(bom)
+    assert s == dataclasses.replace(mlagen.load_schedule(SC11), name="bom", source=str(bom))
+    assert main(["check", str(bom)]) == 0 and "ok" in capsys.readouterr().out
+    # an error further down still names its own line
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"\xef\xbb\xbf" + text.replace("[target]", "[target]\nnope = 1", 1).encode())
+    line = refused(capsys, ["check", str(bad)], "unknown key 'nope'")
+    want = text.splitlines().index("[target]") + 2
+    assert f"bad.toml:{want}:" in line

@@ -267,6 +267,8 @@ def read_text_file(path: str | Path, what: str = "schedule") -> str:
         line = data.count(b"\n", 0, e.start) + 1
         raise ScheduleError(f"not UTF-8 text (byte 0x{data[e.start]:02x}); a {what} is "
                             f"TOML in UTF-8", file=where, line=line) from None
+    if text.startswith("\ufeff"):   # a byte-order mark (Windows editors write one): UTF-8
+        text = text[1:]               # all the same, and TOML's parser refuses it
     if not text.strip():
         raise ScheduleError(f"{what} file is empty", file=where)
     return text

@@ -91,20 +91,27 @@ class Sc11Runner:
             need(tuple(t.shape) == shape, f"{name} has shape {tuple(t.shape)}; expected {shape}")
 
         bt, sl = inp.block_table, inp.cache_seqlens
-        need(isinstance(bt, torch.Tensor) and bt.dim() == 2, "block_table must be [batch, max_blocks]")
+        need(isinstance(bt, torch.Tensor), "block_table must be a tensor")
+        need(bt.dim() == 2, f"block_table has shape {tuple(bt.shape)}; expected "
+                            "[batch, max_blocks]")
         b, max_blocks = bt.shape
         need(b >= 1 and max_blocks >= 1, "block_table must have at least one row and column")
         tensor("block_table", bt, (b, max_blocks), torch.int32)
         tensor("cache_seqlens", sl, (b,), torch.int32)
         kc = inp.k_cache
-        need(isinstance(kc, torch.Tensor) and kc.dim() == 4, "k_cache must be [num_blocks, page, 1, d]")
+        need(isinstance(kc, torch.Tensor), "k_cache must be a tensor")
+        need(kc.dim() == 4, f"k_cache has shape {tuple(kc.shape)}; expected "
+                            f"[num_blocks, {p.page_size}, 1, {p.d}]")
         need(kc.shape[1] == p.page_size,
              f"k_cache page size {kc.shape[1]} differs from the schedule's page_size {p.page_size}")
         tensor("k_cache", kc, (kc.shape[0], p.page_size, 1, p.d), dt)
         if p.fused:
             need(inp.q_lora is not None and inp.weights is not None,
                  "the fused operator needs q_lora and weights (got q)")
-            s_q = inp.q_lora.shape[1] if inp.q_lora.dim() == 3 else -1
+            need(isinstance(inp.q_lora, torch.Tensor), "q_lora must be a tensor")
+            need(inp.q_lora.dim() == 3, f"q_lora has shape {tuple(inp.q_lora.shape)}; "
+                                        f"expected [batch, s_q, {p.q_lora_rank}]")
+            s_q = inp.q_lora.shape[1]
             need(1 <= s_q <= p.max_s_q, f"s_q = {s_q} must be between 1 and max_s_q = {p.max_s_q}")
             tensor("q_lora", inp.q_lora, (b, s_q, p.q_lora_rank), dt)
             w = inp.weights
@@ -113,7 +120,10 @@ class Sc11Runner:
             tensor("w_uv", w.w_uv, (h, p.kv_lora_rank, p.v_head_dim), dt)
         else:
             need(inp.q is not None, "attention-only needs q [batch, s_q, heads, d]")
-            s_q = inp.q.shape[1] if inp.q.dim() == 4 else -1
+            need(isinstance(inp.q, torch.Tensor), "q must be a tensor")
+            need(inp.q.dim() == 4, f"q has shape {tuple(inp.q.shape)}; expected "
+                                   f"[batch, s_q, {h}, {p.d}]")
+            s_q = inp.q.shape[1]
             need(1 <= s_q <= p.max_s_q, f"s_q = {s_q} must be between 1 and max_s_q = {p.max_s_q}")
             tensor("q", inp.q, (b, s_q, h, p.d), dt)
         need(inp.softmax_scale is not None and inp.softmax_scale > 0, "softmax_scale must be > 0")
