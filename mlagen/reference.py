@@ -121,11 +121,17 @@ def _softmax(scores: torch.Tensor, visible: torch.Tensor,
     """scores [b, h, s_q, slots] (already scaled), visible [b, s_q, slots] ->
     (p, lse [b, h, s_q]).  A row with no visible key gets p = 0 and lse = +inf.  With
     round_p, exp(s - rowmax) is rounded to that dtype before it is divided by its
-    (unrounded) sum: the "p" rounding point."""
+    (unrounded) sum: the "p" rounding point.
+
+    Non-finite scores (docs/conventions.md, "NaN and Inf"): a -inf score weighs nothing,
+    so a row whose every visible score is -inf is an empty row; a NaN or +inf score makes
+    the row's p and lse NaN (exp(inf - inf), as an online softmax computes it)."""
     vis = visible[:, None]
     scores = scores.masked_fill(~vis, -math.inf)
     lse = torch.logsumexp(scores, dim=-1)                                # -inf when empty
-    empty = ~vis.any(dim=-1)
+    poisoned = torch.isnan(lse) | (lse == math.inf)
+    empty = lse == -math.inf                     # no visible key, or only -inf scores
+    lse = torch.where(poisoned, math.nan, lse)
     if round_p is None:
         p = torch.exp(scores - torch.where(empty, 0.0, lse)[..., None])
     else:
@@ -133,6 +139,7 @@ def _softmax(scores: torch.Tensor, visible: torch.Tensor,
         e = torch.exp(scores - torch.where(empty[..., None], 0.0, top))  # 0 where not visible
         total = e.sum(dim=-1, keepdim=True)
         p = e.to(round_p).to(e.dtype) / torch.where(total > 0, total, 1.0)
+    p = torch.where(poisoned[..., None], math.nan, p)
     return p, torch.where(empty, math.inf, lse)
 
 

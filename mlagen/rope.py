@@ -198,8 +198,9 @@ def _check_dim(dim: int) -> None:
 
 def cos_sin(rope: Rope, pos: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [*pos.shape, dim // 2] (float64 from a config, the table's fp32 from a table).
-    A table must hold every position asked for; negative positions (rows that see no key)
-    get the identity rotation."""
+    A negative position (a query row of a sequence shorter than s_q, which sees keys when
+    attention is not causal) turns by the negative angle, as a config's angle pos * freq
+    does: a table gives row |pos| with its sine negated.  A table must hold every |pos|."""
     _check_dim(dim)
     if isinstance(rope, RopeConfig):
         return rope.cos_sin(pos, dim)
@@ -207,13 +208,13 @@ def cos_sin(rope: Rope, pos: torch.Tensor, dim: int) -> tuple[torch.Tensor, torc
         raise InputError(f"the rotary table has {rope.half_dim} frequencies; rope_dim {dim} "
                          f"needs {dim // 2}")
     p = pos.long()
-    if p.numel() and int(p.max()) >= rope.rows:
-        raise InputError(f"position {int(p.max())} is past the rotary table's "
-                         f"{rope.rows} rows")
+    if p.numel() and int(p.abs().max()) >= rope.rows:
+        worst = int(p.flatten()[int(p.abs().argmax())])
+        raise InputError(f"position {worst} is past the rotary table's {rope.rows} rows")
     neg = p < 0
-    idx = torch.where(neg, 0, p).to(rope.cos.device)
-    c = torch.where(neg.to(rope.cos.device)[..., None], 1.0, rope.cos[idx])
-    s = torch.where(neg.to(rope.cos.device)[..., None], 0.0, rope.sin[idx])
+    idx = p.abs().to(rope.cos.device)
+    c = rope.cos[idx]
+    s = torch.where(neg.to(rope.cos.device)[..., None], -rope.sin[idx], rope.sin[idx])
     return c, s
 
 

@@ -186,7 +186,8 @@ class Sc11Runner:
                 out = torch.empty(b, s_q, h, width, dtype=TORCH_DTYPES[p.dtype])
                 lse = torch.empty(b, h, s_q, dtype=torch.float32)
         w = inp.weights if fused else None
-        table = None if dry or w is None else rotary_table(w, inp.cache_seqlens)
+        table = None if dry or w is None else rotary_table(w, inp.cache_seqlens, s_q,
+                                                            inp.causal)
         args = _Args(batch=b, s_q=s_q, num_blocks=inp.k_cache.shape[0],
                      max_blocks=inp.block_table.shape[1], scheme=SCHEME_IDS[scheme],
                      causal=int(bool(inp.causal)), threads=int(threads or 0),
@@ -243,13 +244,17 @@ class Sc11Runner:
 LAYOUT_IDS = {"interleaved": 0, "half": 1}
 
 
-def rotary_table(weights, cache_seqlens: torch.Tensor) -> RotaryTable:
+def rotary_table(weights, cache_seqlens: torch.Tensor, s_q: int = 1,
+                 causal: bool = True) -> RotaryTable:
     """The fp32 table the kernel reads: the weights' own table, or one built from their rope
     config (plain RoPE at rope_theta when none) for the positions this call needs (rows
-    rounded up to a power of two so that growing sequences reuse one table)."""
+    rounded up to a power of two so that growing sequences reuse one table).  Without
+    causal, a row at a negative position -k that sees keys reads row k (mlagen.rope)."""
     rope = weights_rope(weights)
     rope_dim = weights.w_uq.shape[-1] - weights.w_uk.shape[1]
-    longest = int(cache_seqlens.max()) if cache_seqlens.numel() else 0
+    lens = cache_seqlens.tolist()
+    longest = max(lens, default=0)
+    deepest = 0 if causal else max((s_q - n for n in lens if 0 < n < s_q), default=0)
     if isinstance(rope, RotaryTable):
         if rope.half_dim != rope_dim // 2:
             raise InputError(f"the rotary table has {rope.half_dim} frequencies; rope_dim "
@@ -257,6 +262,10 @@ def rotary_table(weights, cache_seqlens: torch.Tensor) -> RotaryTable:
         if longest > rope.rows:
             raise InputError(f"a sequence of {longest} tokens needs positions past the rotary "
                              f"table's {rope.rows} rows")
+        if deepest >= rope.rows:
+            raise InputError(f"a row at position -{deepest} (a sequence shorter than s_q, "
+                             f"not causal) needs the rotary table's row {deepest}; it has "
+                             f"{rope.rows} rows")
         return RotaryTable(rope.cos.float().cpu().contiguous(),
                            rope.sin.float().cpu().contiguous(), rope.layout)
     return _config_table(rope, rope_dim, max(1024, 1 << max(0, longest - 1).bit_length()))
