@@ -280,6 +280,19 @@ def absorb_query(q_lora: torch.Tensor, weights: FusedWeights, cache_seqlens: tor
     return torch.cat((q_lat, q_pe), dim=-1)
 
 
+def _check_negative_rows(rope: Rope, cache_seqlens: torch.Tensor, s_q: int) -> None:
+    """Without causal, a row at position -k (a sequence shorter than s_q) sees keys and is
+    turned by the negative angle: a rotary table must hold row k (mlagen.rope.cos_sin)."""
+    if not isinstance(rope, RotaryTable):
+        return
+    lens = cache_seqlens.tolist()
+    deepest = max((s_q - n for n in lens if 0 < n < s_q), default=0)
+    if deepest >= rope.rows:
+        raise InputError(f"a row at position -{deepest} (a sequence shorter than s_q, not "
+                         f"causal) needs the rotary table's row {deepest}; it has "
+                         f"{rope.rows} rows")
+
+
 def fused_absorbed(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tensor,
                    block_table: torch.Tensor, cache_seqlens: torch.Tensor,
                    softmax_scale: float, causal: bool = True, rope_dim: int = 64,
@@ -301,6 +314,8 @@ def _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens, softma
         raise InputError(f"q_lora must be [b, s_q, q_lora_rank], got {tuple(q_lora.shape)}")
     _check_rounded(rounded)
     store = q_lora.dtype
+    if not causal:
+        _check_negative_rows(weights_rope(weights), cache_seqlens, q_lora.shape[1])
     q = absorb_query(q_lora, weights, cache_seqlens, q_lora.shape[1], rope_dim, dtype)
     rank = weights.w_uk.shape[-1]
     if k_cache.dim() != 4 or k_cache.shape[-1] != rank + rope_dim:

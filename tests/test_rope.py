@@ -238,8 +238,11 @@ def test_a_negative_position_turns_by_the_negative_angle(rope):
     back = rotate(rotate(x, pos, rope), -pos, rope)
     scale = rope.attention_scaling ** 2           # cos^2 + sin^2 of a scaled table
     assert torch.allclose(back, x * scale, atol=1e-9)
-    with pytest.raises(InputError, match="position -16 is past the rotary table's 16 rows"):
-        cos_sin(table, torch.tensor([-16]), 64)
+    with pytest.raises(InputError, match="position 16 is past the rotary table's 16 rows"):
+        cos_sin(table, torch.tensor([16]), 64)
+    # past the table, a negative position (a row that sees no key) turns by nothing
+    c, s = cos_sin(table, torch.tensor([-16]), 64)
+    assert (c == 1).all() and (s == 0).all()
 
 
 @pytest.mark.parametrize("rope", [None, DSV3, DSV3.table(64, 64)], ids=["plain", "yarn", "table"])
@@ -263,4 +266,6 @@ def test_a_table_too_short_for_a_negative_row_is_refused():
                               weights=dataclasses.replace(inp.weights, rope=t))
     with pytest.raises(InputError, match="position -1 .* needs the rotary table's row 1"):
         _runner()(bad)
-    _runner()(dataclasses.replace(bad, causal=True))   # causal: that row sees nothing
+    with pytest.raises(InputError, match="position -1 .* needs the rotary table's row 1"):
+        fused_rounded(bad)                              # the reference too
+    _check(dataclasses.replace(bad, causal=True))       # causal: that row sees nothing
