@@ -221,6 +221,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_tune(args) -> int:
+    _output_file(args.table, "--table")
     from .backends import backend
 
     return backend(args.target).tune_main(args)

@@ -400,6 +400,8 @@ def test_outputs_in_an_unwritable_place_are_refused_before_the_work(tmp_path, cl
             "cannot write in")
     refused(capsys, ["generate", SC11, "-o", str(ro / "gen")], "-o", "cannot write in")
     refused(capsys, ["generate", "--examples", "-o", str(ro / "gen")], "-o", "cannot write in")
+    refused(capsys, ["tune", "--target", "hopper", "--table", str(ro / "t.json")], "--table",
+            "cannot write in")
     (tmp_path / "afile").write_text("x")
     refused(capsys, ["run", SC11, "--chart", str(tmp_path / "afile" / "t")], "is not a folder")
     assert clean() == []
