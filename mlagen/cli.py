@@ -104,10 +104,10 @@ def cmd_generate(args) -> int:
     out = Path(args.output or ".")
     _output_folder(out, "-o")
     loaded = _schedules(args.schedules)
-    folders: dict[str, str] = {}
+    folders: dict[str, tuple[str, Path]] = {}
     for path, s in loaded:            # each schedule writes into out/<its name>/
-        first = folders.setdefault(s.name, path)
-        if Path(first).resolve() != Path(path).resolve():
+        first, source = folders.setdefault(s.name, (path, Path(s.source or path).resolve()))
+        if source != Path(s.source or path).resolve():
             raise MlagenError(f"{_shown(first)} and {_shown(path)} would both be written "
                               f"into {_shown(out / s.name)}; generate them into separate "
                               "folders (-o)")
@@ -190,8 +190,6 @@ def _writable_under(p: Path, flag: str) -> None:
 
 
 def _shown(p) -> str:
-    from .errors import clip
-
     return clip(str(p))
 
 
