@@ -290,8 +290,8 @@ def load(sources: SourceSet, progress: Optional[bool] = None, origin=None
     try:
         return art, load_library(art.path)
     except (OSError, CacheError) as e:     # damaged after build()'s check, or not loadable
-        _warn(f"mlagen: cache entry {art.directory} does not load "
-                     f"({_short(e)}); removed, rebuilding")
+        _warn(f"mlagen: cache entry {art.directory} does not load ({_short(e)}); "
+              "removed, rebuilding")
         quarantine(art.directory, staging_dir())
     art = build(sources, progress=progress, origin=origin)
     try:
