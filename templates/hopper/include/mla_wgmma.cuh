@@ -545,7 +545,8 @@ struct WgmmaKernel {
           sm.l[r] = lsum[h];
           if (gr < rows_total) {
             const float empty = pc.direct ? INFINITY : -INFINITY;
-            const float lse = bad ? NAN : (l > 0.f ? (m[h] + log2f(l)) * kLn2 : empty);
+            // a NaN sum is a NaN row, not an empty one (fmaxf skips NaN scores)
+            const float lse = bad || l != l ? NAN : (l > 0.f ? (m[h] + log2f(l)) * kLn2 : empty);
             if (pc.direct) {
               const int sq = gr / p.h_q, hq = gr % p.h_q;
               p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;

@@ -507,10 +507,12 @@ struct WgmmaRowsKernel {
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int col = 8 * (c >> 1) + c2 + (c & 1), gr = row0 + col;
-        inv[c] = bad ? NAN : (l[c] > 0.f ? 1.f / l[c] : 0.f);
+        // a NaN sum is a NaN row, not an empty one (fmaxf skips NaN scores)
+        inv[c] = bad || l[c] != l[c] ? NAN : (l[c] > 0.f ? 1.f / l[c] : 0.f);
         if (warp == 0 && lane < 4 && gr < rows_total) {
           const float empty = pc.direct ? INFINITY : -INFINITY;
-          const float lse = bad ? NAN : (l[c] > 0.f ? (m[c] + log2f(l[c])) * kLn2 : empty);
+          const float lse = bad || l[c] != l[c] ? NAN
+                                                : (l[c] > 0.f ? (m[c] + log2f(l[c])) * kLn2 : empty);
           if (pc.direct) {
             const int sq = gr / p.h_q, hq = gr % p.h_q;
             p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;
