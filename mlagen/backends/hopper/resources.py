@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ... import kvformat
+from ... import formats
 from ...schedule.records import Schedule
 from ...schedule.resources import Need
 from ...targets import Target
@@ -36,7 +36,7 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
             merge = 0 if wgs == 1 else 2 * 2 * rows * 4 + 16 + rows * 4
             # 8-bit caches: two raw slots of one 64-key block's bytes each (and two mbarriers)
             # before the bf16 ring (Fp8Layout in mla_fp8.cuh)
-            fmt = kvformat.get(p.kv)
+            fmt = formats.get(p.kv)
             raw = 64 * fmt.token_bytes(p.kv_lora_rank, p.rope_dim) if fmt.quantized else 0
             raw_slots = m.fp8_raw_slots if raw else 0
             fixed = q + probs + wgs * 4 * rows * 4 + merge + raw_slots * (raw + 16) + 1024
@@ -85,4 +85,4 @@ def needs(s: Schedule, t: Target) -> list[Need]:
     ] + ([Need("bf16 slots of 8 KiB beside the raw ring (a 64-key block is 9)", 9,
                sm["slots"], "fp8_raw_slots",
                f"{sm['slots']} slots fit beside {m.fp8_raw_slots} raw blocks")]
-         if few and kvformat.get(s.problem.kv).quantized else [])
+         if few and formats.get(s.problem.kv).quantized else [])
