@@ -410,7 +410,7 @@ def test_a_record_names_its_device_and_no_path_of_the_machine(monkeypatch, tmp_p
             return "NVIDIA H200"
 
     monkeypatch.setattr(flashmla_live, "load", lambda path: object())
-    monkeypatch.setattr(bench, "plan_rows", lambda quick, shapes: [])
+    monkeypatch.setattr(bench, "plan_rows", lambda quick, shapes, kv_formats=("",): [])
     monkeypatch.setattr(bench, "host_time", lambda schedule: {})
     monkeypatch.setattr(torch, "cuda", Cuda)
     rep = bench.run_bench(progress=False, out_prefix=tmp_path / "r",
