@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from .. import kvformat
 from ..problem import MlaInputs, MlaOutputs
 
 
@@ -38,14 +39,28 @@ def _flip_room(x64: torch.Tensor, store: torch.dtype) -> torch.Tensor:
     return (hi - lo).abs()
 
 
+def _keys(inputs: MlaInputs, i: int, n: int) -> torch.Tensor:
+    """The first n keys of sequence i as float64 values [n, d], dequantized from the
+    cache's format (mlagen.kvformat) as the reference reads them."""
+    page, width = inputs.page_size, inputs.k_cache.shape[-1]
+    pages = max(1, -(-n // page))
+    kv = inputs.k_cache[inputs.block_table[i, :pages].long()].reshape(-1, width)[:n]
+    name = inputs.kv
+    if not kvformat.get(name).quantized:
+        return kv.double()
+    ds = inputs.k_descale
+    if ds is not None:
+        ds = ds[0 if ds.numel() == 1 else i]
+    rank = inputs.weights.w_uk.shape[-1] if inputs.weights is not None else inputs.dv
+    return kvformat.dequantize(kv, name, ds, rank, torch.float64)
+
+
 def _key_absmax(inputs: MlaInputs) -> torch.Tensor:
     """[b, d]: the largest |k| of each sequence's valid tokens, per column (0 if empty)."""
-    page, d = inputs.page_size, inputs.k_cache.shape[-1]
     rows = []
     for i, n in enumerate(inputs.cache_seqlens.tolist()):
-        pages = max(1, -(-n // page))
-        kv = inputs.k_cache[inputs.block_table[i, :pages].long()].reshape(-1, d)[:n]
-        rows.append(kv.double().abs().amax(dim=0) if n else torch.zeros(d, dtype=torch.float64))
+        kv = _keys(inputs, i, n)
+        rows.append(kv.abs().amax(dim=0) if n else torch.zeros(kv.shape[-1], dtype=torch.float64))
     return torch.stack(rows)
 
 
@@ -99,15 +114,12 @@ def p_rounding_slack(inputs: MlaInputs, expected: MlaOutputs, store: torch.dtype
     q = inputs.q
     b, s_q, h, d = q.shape
     dv = expected.out.shape[-1]
-    page = inputs.page_size
     slack = torch.zeros(b, s_q, h, dv, dtype=torch.float64)
     lse = expected.lse.double().cpu()                                   # [b, h, s_q]
     for i, n in enumerate(inputs.cache_seqlens.tolist()):
         if n == 0:
             continue
-        pages = -(-n // page)
-        kv = inputs.k_cache[inputs.block_table[i, :pages].long()].reshape(-1, d)[:n]
-        kv = kv.double().cpu()
+        kv = _keys(inputs, i, n).cpu()
         scores = torch.einsum("shd,td->sht", q[i].double().cpu(), kv) * inputs.softmax_scale
         last = n - s_q + torch.arange(s_q)                              # bottom-right causal
         seen = torch.arange(n)[None, :] <= last[:, None] if inputs.causal \
