@@ -449,17 +449,14 @@ class Mla {
       return;
     }
     constexpr int TILES = DV / kDsTile;
-    float scales[TILES];
-    std::memcpy(scales, row + DV, sizeof scales);
     for (int t = 0; t < TILES; ++t) {
       const int from = Cfg::FAULT == FAULT_KV_SCALE_WRONG_TILE ? (t + 1) % TILES : t;
-      float s = scales[from];
+      float s = f32_at(row + DV + 4 * from);
       if (Cfg::FAULT == FAULT_KV_SCALE_TWICE) s *= s;
       for (int d = t * kDsTile; d < (t + 1) * kDsTile; ++d) out[d] = e4m3[row[d]] * s;
     }
-    uint16_t rope[ROPE];
-    std::memcpy(rope, row + DV + sizeof scales, sizeof rope);
-    to_f32<Bf16>(rope, out + DV, ROPE);
+    const uint8_t* rope = row + DV + 4 * TILES;   // bf16, not quantized
+    for (int i = 0; i < ROPE; ++i) out[DV + i] = Bf16::to_f32(u16_at(rope + 2 * i));
   }
 
   void block(Core& c, const uint8_t* kv, int nb, int64_t j0, int rows, const int64_t* lim,

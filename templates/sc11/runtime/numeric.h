@@ -47,6 +47,17 @@ inline float e4m3_to_f32(uint8_t b) {
   const float v = e ? std::ldexp(1.0f + m / 8.0f, e - 7) : std::ldexp((float)m, -9);
   return (b & 0x80) ? -v : v;
 }
+// Unaligned little-endian fields of a packed token (fp8_ds_mla's scales and rope values).
+inline float f32_at(const uint8_t* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
+}
+inline uint16_t u16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
 // The 256 values, looked up as the BDC's conversion would produce them.
 inline const float* e4m3_table() {
   struct Table {
