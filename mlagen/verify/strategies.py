@@ -21,6 +21,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from .. import kvformat
 from ..errors import ScheduleError
 from ..problem import MlaInputs, make_inputs
 from ..backends import all_backends, backend
@@ -41,11 +42,14 @@ class Case:
     seed: int
     q_noncontiguous: bool
     extra_table: int
+    kv_edges: bool = False          # 8-bit caches: the quantizer's edge cases in the tokens
+    descale_per_seq: bool = False   # fp8_e4m3: one k_descale per sequence, not one
 
     def inputs(self) -> MlaInputs:
         inp = make_inputs(self.problem, self.batch, list(self.seqlens), s_q=self.s_q,
                           heads=self.heads, seed=self.seed, shuffle=True, nan_fill=True,
-                          q_noncontiguous=self.q_noncontiguous)
+                          q_noncontiguous=self.q_noncontiguous, kv_edges=self.kv_edges,
+                          descale_per_seq=self.descale_per_seq)
         if self.extra_table:
             inp = widen_table(inp, self.extra_table, self.seed)
         inp.meta.update(q_noncontiguous=self.q_noncontiguous, extra_table=self.extra_table,
@@ -57,7 +61,10 @@ class Case:
                 f"page {self.problem.page_size}, {self.problem.dtype}, seqlens "
                 f"{list(self.seqlens)}, seed {self.seed}"
                 + (", strided q" if self.q_noncontiguous else "")
-                + (f", +{self.extra_table} table columns" if self.extra_table else ""))
+                + (f", +{self.extra_table} table columns" if self.extra_table else "")
+                + (f", KV {self.problem.kv}" if self.problem.kv != self.problem.dtype else "")
+                + (", quantizer edges" if self.kv_edges else "")
+                + (", descale per sequence" if self.descale_per_seq else ""))
 
 
 def widen_table(inp: MlaInputs, extra: int, seed: int) -> MlaInputs:
@@ -127,7 +134,11 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     noncontig = False if prob.fused else draw(st.booleans())
     extra = draw(st.integers(0, bounds.max_extra_table))
     seed = draw(st.integers(0, 2**31 - 1))
-    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra)
+    fmt = kvformat.get(prob.kv)
+    # drawn only for 8-bit caches, so a 16-bit problem's draws are what they were
+    edges = draw(st.booleans()) if fmt.quantized else False
+    per_seq = draw(st.booleans()) if fmt.needs_descale else False
+    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, edges, per_seq)
 
 
 def problems(spec: Union[Schedule, Problem], bounds: Bounds = Bounds(), **kw
