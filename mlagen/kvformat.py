@@ -12,6 +12,13 @@ the reference and the writer go through this module, so a format is defined once
                      512 + 64): rank e4m3 values, then one fp32 scale per 128 of them (a power
                      of two), then rope bf16 values, not quantized.  value = e4m3 * scale.
                      The tensor is float8_e4m3fn (or uint8) [blocks, page, 1, 656]
+    "fp8_ue8m0_paged"  a page-major layout (DeepSeek-V4's cache, FlashMLA's MODEL1): per page,
+                     first every token's data row of rank e4m3 values and rope bf16 values
+                     (576 bytes for 448 + 64), then every token's rank / 64 UE8M0 scales (one
+                     per 64 values, 2^(byte - 127)) and one pad byte.  The tensor is viewed as
+                     [blocks, page, 1, rank + 2 rope + rank / 64 + 1] (584), its block stride
+                     the page's bytes rounded up to a multiple of 576; a "token" of that view
+                     is no token, only the page is.
 
 Quantization (``quantize``, ``write``) rounds as the formats' producers do:
 fp8_ds_mla's scale of a 128-value tile is amax(|x|) / 448 in float32, clamped below at 1e-4
@@ -34,6 +41,8 @@ from .errors import InputError
 
 E4M3_MAX = 448.0
 DS_TILE = 128                 # latent values per fp8_ds_mla scale
+PAGED_TILE = 64               # latent values per fp8_ue8m0_paged scale
+PAGED_ALIGN = 576             # fp8_ue8m0_paged pages are padded to a multiple of this
 DS_SCALE_FLOOR = 1e-4         # amax / 448 is clamped below at this before rounding up
 FP8 = torch.float8_e4m3fn
 
@@ -44,12 +53,19 @@ class KvFormat:
     quantized: bool           # stored in 8 bits, not in the storage dtype
     needs_descale: bool       # the call passes k_descale
     doc: str
+    paged: bool = False       # laid out per page: only whole pages can be decoded
 
     def width(self, rank: int = 512, rope: int = 64) -> int:
         """Elements of the cache tensor's last dimension (bytes, for an 8-bit format)."""
         if self.name == "fp8_ds_mla":
             return rank + 4 * (rank // DS_TILE) + 2 * rope
+        if self.paged:
+            return rank + 2 * rope + rank // PAGED_TILE + 1
         return rank + rope
+
+    def tile(self) -> int:
+        """Latent values one scale covers (0: none)."""
+        return DS_TILE if self.name == "fp8_ds_mla" else PAGED_TILE if self.paged else 0
 
     def token_bytes(self, rank: int = 512, rope: int = 64) -> int:
         """Bytes one token occupies (what a kernel streams per key)."""
@@ -64,6 +80,10 @@ _FORMATS = {
     "fp8_ds_mla": KvFormat("fp8_ds_mla", True, False,
                            "e4m3 latent with a power-of-two fp32 scale per 128 values, "
                            "bf16 rope (656 bytes for 512 + 64)"),
+    "fp8_ue8m0_paged": KvFormat("fp8_ue8m0_paged", True, False,
+                                "per page: e4m3 latent and bf16 rope rows, then a UE8M0 scale "
+                                "per 64 latent values of each token (584 bytes for 448 + 64)",
+                                paged=True),
 }
 FORMATS = tuple(_FORMATS)
 PLAIN_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -84,13 +104,14 @@ def detect(k_cache: torch.Tensor, rank: int = 512, rope: int = 64) -> str:
         if w == rank + rope:
             return name
     elif k_cache.dtype in (FP8, torch.uint8):
-        for name in ("fp8_e4m3", "fp8_ds_mla"):
+        for name in ("fp8_e4m3", "fp8_ds_mla", "fp8_ue8m0_paged"):
             if w == _FORMATS[name].width(rank, rope):
                 return name
     raise InputError(
         f"k_cache {k_cache.dtype} [..., {w}] is no KV format for kv_lora_rank {rank} + "
         f"rope {rope}: bf16/fp16 [..., {rank + rope}], float8_e4m3fn [..., {rank + rope}] "
-        f"(fp8_e4m3) or [..., {_FORMATS['fp8_ds_mla'].width(rank, rope)}] (fp8_ds_mla)")
+        f"(fp8_e4m3), [..., {_FORMATS['fp8_ds_mla'].width(rank, rope)}] (fp8_ds_mla) or "
+        f"[..., {_FORMATS['fp8_ue8m0_paged'].width(rank, rope)}] (fp8_ue8m0_paged)")
 
 
 def check_descale(descale: Optional[torch.Tensor], name: str, batch: int,
@@ -119,11 +140,11 @@ def check_descale(descale: Optional[torch.Tensor], name: str, batch: int,
 
 # ---- quantization ------------------------------------------------------------------
 
-def ds_scales(latent: torch.Tensor) -> torch.Tensor:
-    """fp8_ds_mla's scale of each 128-value tile of latent [..., rank]: float32
-    [..., rank / 128], amax / 448 clamped at 1e-4 and rounded up to a power of two (the
-    amax taken in the input's dtype)."""
-    tiles = latent.unflatten(-1, (-1, DS_TILE))
+def ds_scales(latent: torch.Tensor, tile: int = DS_TILE) -> torch.Tensor:
+    """The scale of each tile of latent [..., rank]: float32 [..., rank / tile], amax / 448
+    clamped at 1e-4 and rounded up to a power of two (the amax taken in the input's
+    dtype).  fp8_ds_mla's tiles are 128 values, fp8_ue8m0_paged's 64."""
+    tiles = latent.unflatten(-1, (-1, tile))
     s = tiles.abs().amax(dim=-1).float() / E4M3_MAX
     return torch.exp2(torch.ceil(torch.log2(torch.clamp_min(s, DS_SCALE_FLOOR))))
 
@@ -151,8 +172,10 @@ def quantize(x: torch.Tensor, name: str, descale: Optional[torch.Tensor] = None,
         if d.numel() > 1:
             d = d.reshape(-1, *([1] * (x.dim() - 1)))
         return _e4m3(x.float() / d)
-    if rank % DS_TILE:
-        raise InputError(f"fp8_ds_mla needs kv_lora_rank a multiple of {DS_TILE}, got {rank}")
+    if rank % fmt.tile():
+        raise InputError(f"{name} needs kv_lora_rank a multiple of {fmt.tile()}, got {rank}")
+    if fmt.paged:
+        return _quantize_paged(x, rank)
     latent = x[..., :rank]
     scales = ds_scales(latent)                                         # [..., rank / 128]
     q = (latent.float().unflatten(-1, (-1, DS_TILE)) / scales[..., None]).flatten(-2)
@@ -178,6 +201,8 @@ def dequantize(cache: torch.Tensor, name: str, descale: Optional[torch.Tensor] =
             d = descale.to(cache.device, dtype)
             v = v * (d.reshape(-1, *([1] * (v.dim() - 1))) if d.numel() > 1 else d)
         return v
+    if fmt.paged:
+        return _dequantize_paged(cache, rank, dtype)
     raw = cache.view(torch.uint8)
     tiles = rank // DS_TILE
     latent = raw[..., :rank].view(FP8).to(dtype)
@@ -185,6 +210,77 @@ def dequantize(cache: torch.Tensor, name: str, descale: Optional[torch.Tensor] =
     rope = raw[..., rank + 4 * tiles:].contiguous().view(torch.bfloat16).to(dtype)
     latent = (latent.unflatten(-1, (tiles, DS_TILE)) * scales[..., None]).flatten(-2)
     return torch.cat((latent, rope), dim=-1)
+
+
+# ---- the page-major layout (fp8_ue8m0_paged) ---------------------------------------
+
+def _paged_sizes(rank: int, rope: int) -> tuple[int, int]:
+    """Bytes of a token's data row (e4m3 latent, bf16 rope) and of its scale row."""
+    return rank + 2 * rope, rank // PAGED_TILE + 1
+
+
+def paged_rows(cache: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of a page-major cache [blocks, page, 1, width] (any block stride) as its data
+    rows uint8 [blocks, page, rank + 2 rope] and scale rows uint8 [blocks, page, 8]."""
+    blocks, page, _, width = cache.shape
+    rope = (width - rank // PAGED_TILE - 1 - rank) // 2
+    data, sc = _paged_sizes(rank, rope)
+    raw = cache.view(torch.uint8)
+    if raw.stride(3) != 1 or raw.stride(1) != width:
+        raise InputError("a fp8_ue8m0_paged cache must keep each page's bytes contiguous")
+    pages = raw.as_strided((blocks, page * width), (raw.stride(0), 1), raw.storage_offset())
+    return (pages[:, :page * data].unflatten(1, (page, data)),
+            pages[:, page * data:].unflatten(1, (page, sc)))
+
+
+def _quantize_paged(x: torch.Tensor, rank: int) -> torch.Tensor:
+    if x.dim() != 4 or x.shape[2] != 1:
+        raise InputError(f"fp8_ue8m0_paged quantizes whole pages [blocks, page, 1, values], "
+                         f"got {tuple(x.shape)}")
+    blocks, page, _, d = x.shape
+    rope = d - rank
+    width = _FORMATS["fp8_ue8m0_paged"].width(rank, rope)
+    stride = -(-page * width // PAGED_ALIGN) * PAGED_ALIGN
+    buf = torch.zeros(blocks, stride, dtype=torch.uint8, device=x.device)
+    cache = buf[:, :page * width].view(blocks, page, 1, width)
+    data, scale_rows = paged_rows(cache, rank)
+    _store_paged(data, scale_rows, x[:, :, 0], rank)
+    return cache.view(FP8)
+
+
+def _store_paged(data: torch.Tensor, scale_rows: torch.Tensor, x: torch.Tensor,
+                 rank: int) -> None:
+    """Tokens x [..., rank + rope] into data rows [..., rank + 2 rope] and scale rows
+    [..., rank / 64 + 1] (uint8 views, written in place)."""
+    scales = ds_scales(x[..., :rank], PAGED_TILE)                       # powers of two
+    q = (x[..., :rank].float().unflatten(-1, (-1, PAGED_TILE)) / scales[..., None]).flatten(-2)
+    data[..., :rank] = q.to(FP8).view(torch.uint8)
+    data[..., rank:] = x[..., rank:].to(torch.bfloat16).contiguous().view(torch.uint8)
+    # UE8M0: the biased exponent of a power of two (frexp's mantissa is 0.5)
+    _, e = torch.frexp(scales)
+    scale_rows[..., :rank // PAGED_TILE] = (e - 1 + 127).clamp(0, 254).to(torch.uint8)
+    scale_rows[..., rank // PAGED_TILE:] = 0
+
+
+def _dequantize_paged(cache: torch.Tensor, rank: int, dtype: torch.dtype) -> torch.Tensor:
+    """Whole pages [..., page, 1, width] (each page's bytes in order, as a gather of pages
+    or the cache itself) -> values [..., page, 1, rank + rope]."""
+    *lead, page, one, width = cache.shape
+    rope = (width - rank // PAGED_TILE - 1 - rank) // 2
+    data_b, sc_b = _paged_sizes(rank, rope)
+    if cache.dim() == 4 and cache.stride(0) != page * width:
+        data, scale_rows = paged_rows(cache, rank)                      # the padded cache
+    else:
+        raw = cache.reshape(*lead, page * width).view(torch.uint8) if cache.dtype != torch.uint8 \
+            else cache.reshape(*lead, page * width)
+        data = raw[..., :page * data_b].unflatten(-1, (page, data_b))
+        scale_rows = raw[..., page * data_b:].unflatten(-1, (page, sc_b))
+    latent = data[..., :rank].contiguous().view(FP8).to(dtype)
+    rope_v = data[..., rank:].contiguous().view(torch.bfloat16).to(dtype)
+    e = scale_rows[..., :rank // PAGED_TILE].to(torch.int32)
+    scales = torch.where(e == 255, torch.nan, torch.exp2((e - 127).to(dtype)))
+    latent = (latent.unflatten(-1, (-1, PAGED_TILE)) * scales[..., None]).flatten(-2)
+    return torch.cat((latent, rope_v), dim=-1).unsqueeze(-2)
 
 
 # ---- the writer --------------------------------------------------------------------
@@ -213,6 +309,16 @@ def write(k_cache: torch.Tensor, slot_mapping: torch.Tensor, kv: torch.Tensor, n
     if bool((slots >= k_cache.shape[0] * page).any()):
         raise InputError(f"slot_mapping has a slot past the cache's {k_cache.shape[0] * page}")
     slots = slots[keep]
+    if fmt.paged:
+        data, scale_rows = paged_rows(k_cache, rank)
+        new = kv.to(k_cache.device)[keep]
+        d_rows = torch.empty(new.shape[0], data.shape[-1], dtype=torch.uint8, device=new.device)
+        s_rows = torch.empty(new.shape[0], scale_rows.shape[-1], dtype=torch.uint8,
+                             device=new.device)
+        _store_paged(d_rows, s_rows, new, rank)
+        data[slots // page, slots % page] = d_rows
+        scale_rows[slots // page, slots % page] = s_rows
+        return
     stored = quantize(kv.to(k_cache.device)[keep], name, descale, rank)
     target = k_cache.view(torch.uint8) if fmt.quantized else k_cache
     target[slots // page, slots % page, 0] = stored.view(target.dtype)

@@ -34,11 +34,11 @@ import torch
 
 from . import kvformat
 from .errors import InputError
-from .problem import FusedWeights, MlaInputs, MlaOutputs, positions
+from .problem import FusedWeights, MlaInputs, MlaOutputs, SparseInputs, SparsePool, positions
 from .rope import Rope, RopeConfig, RotaryTable, rotate
 
-__all__ = ["attention", "fused_absorbed", "fused_plain", "absorb_query", "rope",
-           "rope_cos_sin", "weights_rope", "run", "ROUNDING_POINTS"]
+__all__ = ["attention", "sparse_attention", "SparsePool", "fused_absorbed", "fused_plain",
+           "absorb_query", "rope", "rope_cos_sin", "weights_rope", "run", "ROUNDING_POINTS"]
 
 ROUNDING_POINTS = ("q", "o_lat", "p")
 
@@ -97,12 +97,13 @@ class _Decode:
         self.name, self.descale, self.rank = name, descale, rank
 
     def __call__(self, kv: torch.Tensor, lo: int, hi: int, dtype: torch.dtype) -> torch.Tensor:
+        v = kvformat.dequantize(kv, self.name, None, self.rank, dtype)
         d = self.descale
         if d is not None:
+            ones = [1] * (kv.dim() - 1)
             d = d.to(kv.device, dtype)
-            d = d.reshape(1, 1, 1, 1) if d.numel() == 1 else d[lo:hi].reshape(-1, 1, 1, 1)
-            return kvformat.dequantize(kv, self.name, None, self.rank, dtype) * d
-        return kvformat.dequantize(kv, self.name, None, self.rank, dtype)
+            v = v * (d.reshape(1, *ones) if d.numel() == 1 else d[lo:hi].reshape(-1, *ones))
+        return v
 
 
 def _decoder(k_cache: torch.Tensor, kv_format: Optional[str], k_descale, rank: int, d: int,
@@ -139,8 +140,9 @@ def _gather(k_cache: torch.Tensor, block_table: torch.Tensor, lens: torch.Tensor
     page_used = torch.arange(pages, device=k_cache.device)[None, :] \
         < ((lens + page - 1) // page)[:, None]                           # [b, pages]
     table = torch.where(page_used, block_table[:, :pages].long(), 0)
-    kv = k_cache[table].reshape(b, pages * page, *k_cache.shape[2:])    # [b, slots', h_kv, w]
+    kv = k_cache[table]                                   # [b, pages, page, h_kv, width]
     kv = decode(kv, lo, lo + b, dtype) if decode is not None else kv.to(dtype)
+    kv = kv.reshape(b, pages * page, *kv.shape[3:])                      # [b, slots', h_kv, d]
     kv = torch.where(valid[:, :, None, None], kv, 0)
     return kv[:, :slots], valid[:, :slots]
 
@@ -192,10 +194,12 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
               cache_seqlens: torch.Tensor, dv: int = 512, softmax_scale: Optional[float] = None,
               causal: bool = True, dtype: torch.dtype = torch.float32,
               round_p: Optional[torch.dtype] = None, kv_format: Optional[str] = None,
-              k_descale: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+              k_descale: Optional[torch.Tensor] = None, rope_dim: int = 64
+              ) -> tuple[torch.Tensor, torch.Tensor]:
     """Paged attention with V = the first dv columns of K (round_p: the "p" rounding point,
     see the module's docstring).  The cache may be in any mlagen.kvformat (kv_format, or
-    detected from its dtype and width; fp8_e4m3 takes k_descale); it is dequantized exactly.
+    detected from its dtype and width; fp8_e4m3 takes k_descale; the format's quantized
+    part is the first d - rope_dim values); it is dequantized exactly.
 
     q [b, s_q, h_q, d], k_cache [num_blocks, page, h_kv, d] (h_q a multiple of h_kv; query
     head j uses KV head j // (h_q // h_kv)), block_table int32 [b, max_blocks],
@@ -212,7 +216,7 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
         raise InputError(f"q has batch {b}, block_table {block_table.shape[0]} rows")
     if not 0 < dv <= d:
         raise InputError(f"dv = {dv} must lie in (0, {d}]")
-    decode = _decoder(k_cache, kv_format, k_descale, dv, d, b)
+    decode = _decoder(k_cache, kv_format, k_descale, d - rope_dim, d, b)
     if decode is None and d != k_cache.shape[3]:
         raise InputError(f"q has head dim {d}, k_cache {k_cache.shape[3]}")
     if h_kv < 1 or h_q % h_kv:
@@ -238,6 +242,97 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
         o = torch.einsum("bkgst,btkv->bskgv", p.reshape(hi - lo, h_kv, g, s_q, slots),
                          kv[..., :dv])
         out[lo:hi] = o.reshape(hi - lo, s_q, h_q, dv)
+    return out, lse
+
+
+# ---- token-sparse attention (FlashMLA's sparse decode convention) ----------------------
+
+def _check_pool(pool: SparsePool, b: int, s_q: int, d: int, rope_dim: int) -> None:
+    c, idx = pool.k_cache, pool.indices
+    if c.dim() != 4 or c.shape[2] != 1:
+        raise InputError(f"k_cache must be [blocks, page, 1, width], got {tuple(c.shape)}")
+    if idx.dtype != torch.int32 or idx.dim() != 3 or tuple(idx.shape[:2]) != (b, s_q):
+        raise InputError(f"indices must be int32 [b = {b}, s_q = {s_q}, topk], got "
+                         f"{idx.dtype} {tuple(idx.shape)}")
+    cap = c.shape[0] * c.shape[1]
+    if idx.numel() and int(idx.max()) >= cap:
+        raise InputError(f"indices name slot {int(idx.max())}; the cache holds {cap} "
+                         f"({c.shape[0]} pages of {c.shape[1]})")
+    tl = pool.topk_length
+    if tl is not None:
+        if tl.dtype != torch.int32 or tuple(tl.shape) != (b,):
+            raise InputError(f"topk_length must be int32 [{b}], got {tl.dtype} {tuple(tl.shape)}")
+        if tl.numel() and int(tl.min()) < 0:
+            raise InputError(f"topk_length must be >= 0, got {int(tl.min())}")
+
+
+def _pool_keys(pool: SparsePool, lo: int, hi: int, d: int, rope_dim: int,
+               dtype: torch.dtype, dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys [c, s_q, topk, d] of batch rows lo:hi (zero where no key) and valid [c, s_q, topk].
+    Only the pages a valid entry names are decoded (a page-major format decodes whole
+    pages)."""
+    c = pool.k_cache.to(dev)
+    page = c.shape[1]
+    idx = pool.indices[lo:hi].to(dev).long()
+    valid = idx >= 0
+    if pool.topk_length is not None:
+        pos = torch.arange(idx.shape[-1], device=dev)
+        valid &= pos[None, None, :] < pool.topk_length[lo:hi].to(dev).long()[:, None, None]
+    slot = torch.where(valid, idx, 0)
+    pages, inv = torch.unique(slot // page, return_inverse=True)
+    decode = _decoder(c, pool.kv_format, pool.k_descale, d - rope_dim, d, 1)
+    if pool.k_descale is not None and pool.k_descale.numel() > 1:
+        raise InputError("a sparse pool's k_descale is one for its cache (fp32 [1])")
+    got = c[pages]                                                 # [n, page, 1, width]
+    vals = decode(got[None], 0, 1, dtype)[0] if decode is not None else got.to(dtype)
+    keys = vals[inv, slot % page, 0]                                # [c, s_q, topk, d]
+    return torch.where(valid[..., None], keys, 0), valid
+
+
+def sparse_attention(q: torch.Tensor, pools: list[SparsePool], dv: int = 512,
+                     softmax_scale: Optional[float] = None,
+                     attn_sink: Optional[torch.Tensor] = None,
+                     dtype: torch.dtype = torch.float32, round_p: Optional[torch.dtype] = None,
+                     rope_dim: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-sparse attention: query row (i, s) attends to the keys its pools' indices name,
+    all pools in one softmax (FlashMLA's indices / extra_k_cache, 9241ae3), V = the first dv
+    values of each key.  attn_sink [h_q] fp32: the output (not the lse) is scaled by
+    exp(lse) / (exp(lse) + exp(sink)) (a sink of +inf makes it 0).  A row with no key gets
+    out 0 and lse +inf.  q [b, s_q, h_q, d]; returns out [b, s_q, h_q, dv] and lse
+    [b, h_q, s_q] in dtype.  softmax_scale defaults to d**-0.5."""
+    _check_dtype(dtype)
+    if q.dim() != 4:
+        raise InputError(f"q must be [b, s_q, h_q, d], got {tuple(q.shape)}")
+    if not pools:
+        raise InputError("sparse attention needs at least one pool of keys")
+    b, s_q, h_q, d = q.shape
+    if not 0 < dv <= d:
+        raise InputError(f"dv = {dv} must lie in (0, {d}]")
+    for pool in pools:
+        _check_pool(pool, b, s_q, d, rope_dim)
+    if attn_sink is not None and (attn_sink.dtype != torch.float32
+                                  or tuple(attn_sink.shape) != (h_q,)):
+        raise InputError(f"attn_sink must be fp32 [h_q = {h_q}], got {attn_sink.dtype} "
+                         f"{tuple(attn_sink.shape)}")
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    dev = q.device
+    out = torch.zeros(b, s_q, h_q, dv, dtype=dtype, device=dev)
+    lse = torch.full((b, h_q, s_q), math.inf, dtype=dtype, device=dev)
+    per_row = s_q * sum(p.indices.shape[-1] for p in pools) * d
+    step = max(1, _CHUNK_ELEMENTS // max(1, per_row))
+    for lo in range(0, b, step):
+        hi = min(b, lo + step)
+        parts = [_pool_keys(p, lo, hi, d, rope_dim, dtype, dev) for p in pools]
+        keys = torch.cat([k for k, _ in parts], dim=2)              # [c, s_q, T, d]
+        valid = torch.cat([v for _, v in parts], dim=2)             # [c, s_q, T]
+        scores = torch.einsum("cshd,cstd->chst", q[lo:hi].to(dtype), keys) * scale
+        p, lse[lo:hi] = _softmax(scores, valid, round_p)
+        out[lo:hi] = torch.einsum("chst,cstv->cshv", p, keys[..., :dv])
+    if attn_sink is not None:
+        sink = attn_sink.to(dev, dtype)
+        l = lse.transpose(1, 2)                                     # [b, s_q, h_q]
+        keep = torch.where(torch.isinf(l) & (l > 0), 0.0, torch.sigmoid(l - sink[None, None]))
+        out = out * keep[..., None]
     return out, lse
 
 
@@ -348,7 +443,7 @@ def _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens, softma
     o_lat, lse = attention(q.to(store) if "q" in rounded else q, k_cache, block_table,
                            cache_seqlens, dv=rank, softmax_scale=softmax_scale, causal=causal,
                            dtype=dtype, round_p=store if "p" in rounded else None,
-                           kv_format=kv_format, k_descale=k_descale)
+                           kv_format=kv_format, k_descale=k_descale, rope_dim=rope_dim)
     o_used = o_lat.to(store).to(dtype) if "o_lat" in rounded else o_lat
     out = torch.einsum("bshc,hcv->bshv", o_used, weights.w_uv.to(o_lat.device, dtype))
     return out, lse, {"q": q, "o_lat": o_lat}
@@ -410,15 +505,21 @@ def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tens
 
 # ---- dispatch on an MlaInputs -----------------------------------------------------------
 
-def run(inputs: MlaInputs, dtype: torch.dtype = torch.float32,
+def run(inputs: MlaInputs | SparseInputs, dtype: torch.dtype = torch.float32,
         rounded: tuple[str, ...] = ()) -> MlaOutputs:
-    """The reference result of a workload: attention when q is given, the fused (absorbed)
-    operator when q_lora and weights are.  rounded: the kernel's rounding points ("q",
-    "o_lat", "p"; see the module's docstring), e.g. ``Backend.rounded`` of its target; a
-    point the operator does not have is ignored.  The fused operator's extra holds its
+    """The reference result of a workload: token-sparse attention for SparseInputs, attention
+    when q is given, the fused (absorbed) operator when q_lora and weights are.  rounded:
+    the kernel's rounding points ("q", "o_lat", "p"; see the module's docstring), e.g.
+    ``Backend.rounded`` of its target; a point the operator does not have is ignored.  The fused operator's extra holds its
     absorbed query and latent output, each before its rounding point."""
     _check_rounded(rounded)
     extra: dict = {}
+    if isinstance(inputs, SparseInputs):
+        out, lse = sparse_attention(inputs.q, inputs.pools, dv=inputs.dv,
+                                    softmax_scale=inputs.softmax_scale,
+                                    attn_sink=inputs.attn_sink, dtype=dtype,
+                                    round_p=inputs.q.dtype if "p" in rounded else None)
+        return MlaOutputs(out, lse)
     if inputs.q is not None:
         out, lse = attention(inputs.q, inputs.k_cache, inputs.block_table,
                              inputs.cache_seqlens, dv=inputs.dv,

@@ -44,6 +44,63 @@ def test_ds_mla_bytes_equal_flashmla_quantizer():
     assert hashlib.sha256(got.numpy().tobytes()).hexdigest() == FLASHMLA_DS_MLA_SHA256
 
 
+def _pattern_paged() -> torch.Tensor:
+    """_pattern's construction for the page-major layout: 448 + 64 values, tiles of 64."""
+    n, page, d = 3, 64, 512
+    i = torch.arange(n * page * d, dtype=torch.float64).reshape(n, page, 1, d)
+    tok = torch.arange(n * page, dtype=torch.float64).reshape(n, page, 1, 1)
+    x = (torch.sin(i * 0.7071) * torch.exp2((tok % 31) - 20)).to(torch.bfloat16)
+    x[0, 1, 0, :64] = 0
+    x[0, 2, 0, 64:128] = x[0, 2, 0, 64:128] / x[0, 2, 0, 64:128].abs().max() * 3.5
+    x[0, 2, 0, 64] = 3.5
+    x[0, 3, 0, 128:192] = 3.5 * 1.01
+    x[0, 4, 0, :448] = 1e-6
+    x[1, 5, 0, :] = 448.0
+    return x
+
+
+def _page_bytes(cache: torch.Tensor) -> torch.Tensor:
+    """Each page's bytes [blocks, page * width], the pad byte of every scale row zeroed
+    (FlashMLA's quantizer leaves it uninitialised)."""
+    b, page, _, w = cache.shape
+    raw = cache.view(torch.uint8)
+    out = torch.as_strided(raw, (b, page * w), (raw.stride(0), 1), raw.storage_offset()).clone()
+    out[:, page * 576 + 7::8] = 0
+    return out
+
+
+# the same for its page-major layout: quantize_k_cache(_pattern_paged(), MODEL1_FP8Sparse)
+FLASHMLA_PAGED_SHA256 = "56127da324d76116410c1594771357c4e4ee32aced377eb3490a521922acdd62"
+
+
+def test_paged_bytes_equal_flashmla_quantizer():
+    got = kvformat.quantize(_pattern_paged(), "fp8_ue8m0_paged", rank=448)
+    assert tuple(got.shape) == (3, 64, 1, 584)
+    assert got.stride(0) == 37440                          # the page padded to 65 x 576 bytes
+    assert hashlib.sha256(_page_bytes(got).numpy().tobytes()).hexdigest() == \
+        FLASHMLA_PAGED_SHA256
+
+
+def test_paged_writer_and_reference():
+    x = _pattern_paged()
+    whole = kvformat.quantize(x, "fp8_ue8m0_paged", rank=448)
+    # the writer, token by token in a shuffled order, makes the same pages
+    cache = torch.zeros_like(whole.view(torch.uint8)).view(kvformat.FP8)
+    order = torch.randperm(3 * 64, generator=torch.Generator().manual_seed(0))
+    for part in order.split(50):
+        kvformat.write(cache, part, x.reshape(-1, 512)[part], "fp8_ue8m0_paged", rank=448)
+    assert torch.equal(_page_bytes(cache), _page_bytes(whole))
+    # exact dequantization, and the reference reads the page-major cache as its values
+    vals = kvformat.dequantize(whole, "fp8_ue8m0_paged", rank=448)
+    assert (vals - x.float()).abs().amax() <= x.float().abs().amax() * 2 ** -3
+    q = torch.randn(1, 2, 8, 512, generator=torch.Generator().manual_seed(1))
+    table = torch.tensor([[2, 0, 1]], dtype=torch.int32)
+    lens = torch.tensor([150], dtype=torch.int32)
+    got = attention(q, whole, table, lens, dv=512, dtype=torch.float64)
+    want = attention(q, vals, table, lens, dv=512, dtype=torch.float64)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-12)
+
+
 def test_ds_mla_layout_and_edges():
     x = _pattern()
     raw = kvformat.quantize(x, "fp8_ds_mla").view(torch.uint8)
