@@ -122,6 +122,21 @@ def test_dmas_move_the_formats_bytes_and_the_bdc_dequantizes():
         assert sim.total_s > 0
 
 
+@pytest.mark.parametrize("scheme", ["batch", "seq"])
+def test_happens_before_holds_with_the_dequantization(scheme):
+    """The multi-buffer protocol and every phase's order, checked from the trace, with each
+    step's first BDC event its block's dequantization (it waits for the tile load)."""
+    from mlagen.backends.sc11 import tracecheck
+
+    for build in ("attn_e4m3", "fused_ds"):
+        s = schedule(build)
+        tr = runner(build).dry_run(case(build, [70, 0, 33]).inputs(), scheme)
+        assert tracecheck.check(tr, s.mapping.buffers, s.problem.d) == []
+        st = tracecheck.phase_b_steps(tr, 0, s.problem.d * 2)
+        ops = {int(e["id"]): int(e["op"]) for e in tr}
+        assert st.bdc_first and all(ops[i] == Op.DEQUANT for i in st.bdc_first)
+
+
 def test_the_timeline_shows_the_dequantization(tmp_path):
     from mlagen.backends.sc11.timeline import _labels, text_summary
 
