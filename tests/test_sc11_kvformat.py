@@ -226,3 +226,14 @@ def test_bench_compares_the_formats_at_one_point():
     assert rows[0][0] == "| bf16" and rows[1][0] == "| fp8_e4m3"
     assert float(rows[1][7]) == pytest.approx(float(rows[0][7]) / 2, rel=1e-3)   # SDMA MB
     assert seeds[1].double < seeds[0].double          # half the KV bytes: faster
+
+
+def test_bench_kv_format_option(capsys):
+    """`mlagen bench --kv-format`: a bad name is one line and exit 2; a target whose bench
+    does not take it says so before anything else (no GPU needed to refuse)."""
+    from mlagen.cli import main
+
+    assert main(["bench", "--target", "sc11", "--kv-format", "fp4", "--quick"]) == 2
+    assert "fp4" in capsys.readouterr().err
+    assert main(["bench", "--target", "hopper", "--kv-format", "fp8_e4m3"]) == 2
+    assert "--kv-format: target hopper" in capsys.readouterr().err
