@@ -49,7 +49,7 @@ def case(build: str, lens, s_q: int = 2, seed: int = 1, edges: bool = True,
          per_seq: bool = False) -> Case:
     s = schedule(build)
     return Case(s.problem, len(lens), s_q, s.heads_per_device, tuple(lens), seed, False, 0,
-                edges, per_seq)
+                kv_edges=edges, descale_per_seq=per_seq)
 
 
 def test_the_format_is_a_compile_time_field():

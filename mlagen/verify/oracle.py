@@ -56,11 +56,13 @@ def _keys(inputs: MlaInputs, i: int, n: int) -> torch.Tensor:
 
 
 def _key_absmax(inputs: MlaInputs) -> torch.Tensor:
-    """[b, d]: the largest |k| of each sequence's valid tokens, per column (0 if empty)."""
+    """[b, d]: the largest finite |k| of each sequence's valid tokens, per column (0 if
+    empty).  A NaN or inf key makes every row that sees it NaN, or weighs nothing (a -inf
+    score): either way it moves no finite result (docs/conventions.md, "NaN and Inf")."""
     rows = []
     for i, n in enumerate(inputs.cache_seqlens.tolist()):
-        kv = _keys(inputs, i, n)
-        rows.append(kv.abs().amax(dim=0) if n else torch.zeros(kv.shape[-1], dtype=torch.float64))
+        kv = _keys(inputs, i, n).abs().nan_to_num(nan=0.0, posinf=0.0)
+        rows.append(kv.amax(dim=0) if n else torch.zeros(kv.shape[-1], dtype=torch.float64))
     return torch.stack(rows)
 
 

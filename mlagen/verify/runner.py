@@ -104,6 +104,11 @@ class VerifyResult:
         return self.ok
 
 
+# Drawn besides shapes and lengths: NaN / inf inputs (the conventions' propagation rule) and
+# causal (not the schedule's value alone: non-causal rows at negative positions see keys).
+DRAWN = dict(nonfinite=True, draw_causal=True)
+
+
 def _default_reference(schedule: Schedule) -> Callable[..., MlaOutputs]:
     try:
         from .. import reference  # noqa: F401
@@ -262,11 +267,11 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         # the drawn schedule carries its own run-time scheme (the backend's RUN_KNOBS)
         runs_scheme = not isolate and accepts(base_kernel, "scheme")
         drawn = schedules(schedule.target.name, base=schedule, neighbourhood=True).flatmap(
-            lambda s: st.tuples(st.just(s), cases(s, bounds),
+            lambda s: st.tuples(st.just(s), cases(s, bounds, **DRAWN),
                                 st.just(getattr(s.mapping, "scheme", None)
                                         if runs_scheme else None)))
     else:
-        drawn = st.tuples(st.none(), cases(schedule, bounds), scheme_st)
+        drawn = st.tuples(st.none(), cases(schedule, bounds, **DRAWN), scheme_st)
 
     state = dict(run=0, failure=None, first_fail_t=None, poisoned=True, shrinking=False)
 
@@ -405,7 +410,8 @@ def _case_fields(case: Case) -> dict:
     return dict(batch=case.batch, s_q=case.s_q, heads=case.heads, seqlens=list(case.seqlens),
                 seed=case.seed, q_noncontiguous=case.q_noncontiguous,
                 extra_table=case.extra_table, page_size=case.problem.page_size,
-                dtype=case.problem.dtype)
+                dtype=case.problem.dtype, causal=case.causal,
+                poisons=[p.describe() for p in case.poisons])
 
 
 def replay(path: "str | Path | repro.Repro", *, runner: Optional[Callable] = None,

@@ -3,7 +3,9 @@
 problems(spec)        -> MlaInputs   batch, s_q, heads, sequence lengths chosen to sit on the
                                      edges kernels get wrong (0, 1, page +- 1, whole pages,
                                      across KV tiles), shuffled block tables whose unused
-                                     entries point at NaN pages, NaN page tails, strided q
+                                     entries point at NaN pages, NaN page tails, strided q;
+                                     with nonfinite, NaN / +-inf in q and in cache slots
+                                     every query row sees; with draw_causal, causal drawn
 schedules(target)     -> Schedule    knobs the target allows, illegal draws rejected with
                                      assume(False) through the same rules a file goes through
 
@@ -14,6 +16,7 @@ shape of a case (fewer, shorter sequences) and its data (seed towards 0) alike.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -30,6 +33,68 @@ from .profiles import Bounds  # noqa: F401  (defined beside the profiles; re-exp
 
 
 # ---------------------------------------------------------------- problems ---------
+NONFINITE = (math.nan, math.inf, -math.inf)
+
+
+@dataclass(frozen=True)
+class Poison:
+    """One non-finite input element (docs/conventions.md, "NaN and Inf").  where "q": query
+    token ``row`` of sequence ``seq`` (head ``head``; the fused operator's q_lora has no
+    head), element ``col``; where "cache": the sequence's key slot ``row``, one that every
+    query row sees, element ``col``."""
+
+    where: str
+    seq: int
+    row: int
+    head: int
+    col: int
+    value: float
+
+    def describe(self) -> str:
+        at = (f"q[{self.seq}, {self.row}, {self.head}, {self.col}]" if self.where == "q"
+              else f"cache slot {self.row} of sequence {self.seq}, column {self.col}")
+        return f"{self.value} at {at}"
+
+
+def poison(inp: MlaInputs, poisons: Sequence[Poison]) -> MlaInputs:
+    """Write each Poison into inp's q (q_lora) or k_cache, in place (a strided q stays
+    strided), and return inp.  Case.inputs() hands it tensors of its own."""
+    page = inp.page_size
+    for p in poisons:
+        if p.where == "q" and inp.q is not None:
+            inp.q[p.seq, p.row, p.head, p.col] = p.value
+        elif p.where == "q":
+            inp.q_lora[p.seq, p.row, p.col] = p.value
+        else:
+            blk = int(inp.block_table[p.seq, p.row // page])
+            _poison_key(inp, blk, p.row % page, p.col, p.value)
+    return inp
+
+
+def _poison_key(inp: MlaInputs, blk: int, slot: int, col: int, value: float) -> None:
+    """Value `col` of a cached token made `value`, in the cache's format.  e4m3 has no
+    infinity (torch would saturate it to +-448), so a poisoned e4m3 value is NaN; fp8_ds_mla's
+    RoPE values are bf16 and take it as it is; its scales are not poisoned (a NaN byte in
+    one is a finite, absurd scale, not a nonfinite input)."""
+    name = inp.kv
+    if name not in ("fp8_e4m3", "fp8_ds_mla"):
+        inp.k_cache[blk, slot, 0, col] = value
+        return
+    raw = inp.k_cache.view(torch.uint8)[blk, slot, 0]
+    rank = inp.weights.w_uk.shape[-1] if inp.weights is not None else inp.dv
+    if name == "fp8_e4m3" or col < rank:
+        raw[col] = 0x7F                                   # e4m3 NaN
+    else:
+        at = rank + 4 * (rank // kvformat.DS_TILE) + 2 * (col - rank)
+        raw[at:at + 2] = torch.tensor([value], dtype=torch.bfloat16).view(torch.uint8)
+
+
+def seen_by_every_row(length: int, s_q: int, causal: bool) -> int:
+    """How many of a sequence's first key slots every query row sees (bottom-right causal:
+    the first row sees length - s_q + 1)."""
+    return max(0, length - s_q + 1) if causal else length
+
+
 @dataclass(frozen=True)
 class Case:
     """The drawn description of one problem; `inputs()` makes its tensors."""
@@ -42,8 +107,10 @@ class Case:
     seed: int
     q_noncontiguous: bool
     extra_table: int
-    kv_edges: bool = False          # 8-bit caches: the quantizer's edge cases in the tokens
-    descale_per_seq: bool = False   # fp8_e4m3: one k_descale per sequence, not one
+    causal: Optional[bool] = None      # None: the problem's
+    poisons: tuple = ()                # Poison elements (NaN / inf inputs)
+    kv_edges: bool = False             # 8-bit caches: the quantizer's edge cases in the tokens
+    descale_per_seq: bool = False      # fp8_e4m3: one k_descale per sequence, not one
 
     def inputs(self) -> MlaInputs:
         inp = make_inputs(self.problem, self.batch, list(self.seqlens), s_q=self.s_q,
@@ -52,6 +119,9 @@ class Case:
                           descale_per_seq=self.descale_per_seq)
         if self.extra_table:
             inp = widen_table(inp, self.extra_table, self.seed)
+        if self.causal is not None:
+            inp = dataclasses.replace(inp, causal=self.causal)
+        inp = poison(inp, self.poisons)
         inp.meta.update(q_noncontiguous=self.q_noncontiguous, extra_table=self.extra_table,
                         fused=self.problem.fused)
         return inp
@@ -62,6 +132,8 @@ class Case:
                 f"{list(self.seqlens)}, seed {self.seed}"
                 + (", strided q" if self.q_noncontiguous else "")
                 + (f", +{self.extra_table} table columns" if self.extra_table else "")
+                + ("" if self.causal is None else f", causal {self.causal}")
+                + "".join(f", {p.describe()}" for p in self.poisons)
                 + (f", KV {self.problem.kv}" if self.problem.kv != self.problem.dtype else "")
                 + (", quantizer edges" if self.kv_edges else "")
                 + (", descale per sequence" if self.descale_per_seq else ""))
@@ -113,10 +185,13 @@ def _problem_of(spec: Union[Schedule, Problem]) -> Problem:
 @st.composite
 def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
           heads: Optional[int] = None, page_sizes: Sequence[int] = (1, 16, 64),
-          dtypes: Sequence[str] = DTYPES, head_counts: Sequence[int] = (1, 2, 3, 8, 16)
-          ) -> Case:
+          dtypes: Sequence[str] = DTYPES, head_counts: Sequence[int] = (1, 2, 3, 8, 16),
+          nonfinite: bool = False, draw_causal: bool = False) -> Case:
     """A Case for a schedule (heads, page size and dtype fixed: they are compiled in) or for
-    a bare Problem (heads, page size and dtype drawn)."""
+    a bare Problem (heads, page size and dtype drawn).  nonfinite: up to two NaN / +-inf
+    elements in q and in cache slots every query row sees (none is the first choice, where
+    shrinking goes); draw_causal: causal drawn too (with s_q > length, rows at negative
+    positions then see keys)."""
     prob = _problem_of(spec)
     if isinstance(spec, Schedule):
         h = heads or spec.heads_per_device
@@ -134,11 +209,34 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     noncontig = False if prob.fused else draw(st.booleans())
     extra = draw(st.integers(0, bounds.max_extra_table))
     seed = draw(st.integers(0, 2**31 - 1))
+    # drawn last, so that a draw without them is the draw it always was
+    causal = draw(st.booleans().map(lambda b: not b)) if draw_causal else None
+    poisons = draw(poisons_strategy(prob, batch, s_q, h, lens,
+                                    prob.causal if causal is None else causal)) \
+        if nonfinite else ()
     fmt = kvformat.get(prob.kv)
     # drawn only for 8-bit caches, so a 16-bit problem's draws are what they were
     edges = draw(st.booleans()) if fmt.quantized else False
     per_seq = draw(st.booleans()) if fmt.needs_descale else False
-    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, edges, per_seq)
+    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, causal, poisons,
+                kv_edges=edges, descale_per_seq=per_seq)
+
+
+def poisons_strategy(prob: Problem, batch: int, s_q: int, heads: int, lens: Sequence[int],
+                     causal: bool) -> st.SearchStrategy:
+    """0, 1 or 2 Poisons (0 first: a failing case shrinks to finite inputs when it can)."""
+    width = prob.q_lora_rank if prob.fused else prob.d
+    seen = [seen_by_every_row(n, s_q, causal) for n in lens]
+
+    @st.composite
+    def one(draw):
+        seq = draw(st.integers(0, batch - 1))
+        where = draw(st.sampled_from(("q", "cache") if seen[seq] else ("q",)))
+        row = draw(st.integers(0, (s_q if where == "q" else seen[seq]) - 1))
+        return Poison(where, seq, row, draw(st.integers(0, heads - 1)),
+                      draw(st.integers(0, (width if where == "q" else prob.d) - 1)),
+                      draw(st.sampled_from(NONFINITE)))
+    return st.one_of(st.just(()), st.lists(one(), min_size=1, max_size=2).map(tuple))
 
 
 def problems(spec: Union[Schedule, Problem], bounds: Bounds = Bounds(), **kw
