@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ... import kvformat
+from ... import formats   # KV formats as data (no torch: check and generate stay light)
 from ...schedule.records import Schedule
 from ...schedule.resources import Need
 from ...targets import Target
@@ -36,7 +36,7 @@ def sc11_layout(s: Schedule, t: Target) -> dict[str, int | str]:
     """
     p, m = s.problem, s.mapping
     el = 2  # bf16 / fp16 storage
-    fmt = kvformat.get(p.kv)
+    fmt = formats.get(p.kv)
     kvb = fmt.token_bytes(p.kv_lora_rank, p.rope_dim)   # a cached token's bytes
     d, dv = p.d, p.dv
     bank, align = sc11_granules(t)
@@ -73,7 +73,7 @@ def sc11_layout(s: Schedule, t: Target) -> dict[str, int | str]:
 def needs(s: Schedule, t: Target) -> list[Need]:
     lay = sc11_layout(s, t)
     p = s.problem
-    fmt = kvformat.get(p.kv)
+    fmt = formats.get(p.kv)
     token = (f"{p.d} x 2 B" if not fmt.quantized
              else f"{fmt.token_bytes(p.kv_lora_rank, p.rope_dim)} B ({p.kv})")
     worst = lay["lmem_phase"]

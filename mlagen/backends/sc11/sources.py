@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ... import kvformat
+from ... import formats   # KV formats as data (no torch: check and generate stay light)
 from ...codegen import SourceSet, render_template
 from ...paths import TEMPLATES_DIR
 from ...schedule.plan import Plan
@@ -25,7 +25,7 @@ FAULT_ENUMS = {"none": "FAULT_NONE", "causal_off_by_one": "FAULT_CAUSAL_OFF_BY_O
                "kv_scale_twice": "FAULT_KV_SCALE_TWICE",
                "kv_scale_wrong_tile": "FAULT_KV_SCALE_WRONG_TILE"}
 DTYPE_CLASSES = {"bf16": "Bf16", "fp16": "Fp16"}
-# mlagen.kvformat names -> mla.h's KvFormat
+# mlagen.formats names -> mla.h's KvFormat
 KV_ENUMS = {"bf16": "KV_PLAIN", "fp16": "KV_PLAIN", "fp8_e4m3": "KV_E4M3",
             "fp8_ds_mla": "KV_DS_MLA"}
 
@@ -45,7 +45,7 @@ def render(plan: Plan | Schedule) -> SourceSet:
         proj_rows=SC11_PROJ_ROWS,
         fault_enum=FAULT_ENUMS[schedule.fault],
         kv_enum=KV_ENUMS[p.kv],
-        kv_bytes=kvformat.get(p.kv).token_bytes(p.kv_lora_rank, p.rope_dim),
+        kv_bytes=formats.get(p.kv).token_bytes(p.kv_lora_rank, p.rope_dim),
         lmem_bytes=int(t.lmem_bytes), lmem_granule=lmem_granule,
         l2_bytes=int(t.l2_bytes), l2_granule=l2_granule)
     return SourceSet(variant=plan.variant, target="sc11", files={name: text},
