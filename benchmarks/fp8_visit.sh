@@ -24,9 +24,10 @@ from mlagen.backends.hopper.tune import build_schedules
 from mlagen.paths import SCHEDULES_DIR
 from mlagen.schedule import load
 from mlagen.schedule.records import Schedule
+from mlagen.backends.hopper import FP8_FAULTS
 from mlagen.errors import ScheduleError
 rows = dict(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=4)
-faults = ("none", "scale_wrong_tile", "scale_twice", "descale_not_in_output")
+faults = ("none", "kv_scale_wrong_tile", "kv_scale_twice", "descale_not_in_output")
 scheds = []
 # every legal FP8 variant of the knobs (rows, converters, raw slots), sound and with each
 # planted fault of its format (the variants verify's neighbourhood draws reach)
@@ -38,7 +39,7 @@ for kv in ("fp8_e4m3", "fp8_ds_mla"):
                     try:
                         s = Schedule.build(**rows, rows_per_tile=r, kv_format=kv,
                                            fp8_converters=cv, fp8_raw_slots=rs)
-                        if f != "none" and (f == "descale_not_in_output") != (kv == "fp8_e4m3"):
+                        if f != "none" and f not in FP8_FAULTS[kv]:
                             continue
                         scheds.append(s.with_fault(f))
                     except ScheduleError:

@@ -312,6 +312,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default=None, help="write the table (markdown) here")
     p.add_argument("--quick", action="store_true", help="a reduced grid")
     p.add_argument("--no-progress", action="store_true", help="print rows instead of a bar")
+    p.add_argument("--kv-format", default=None, metavar="FORMAT[,FORMAT...]",
+                   help="KV-cache formats to compare, comma-separated (targets whose bench "
+                        "takes them; the default is the target's)")
     p.add_argument("--shape", action="append", metavar="B,S_Q,S_K,H_Q[,varlen]",
                    help="time this shape instead of the benchmark of record's rows "
                         "(repeatable; targets whose bench has rows of shapes)")

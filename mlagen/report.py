@@ -110,8 +110,9 @@ def run_report(schedule: Schedule, batch: Optional[int] = None, seqlen: Optional
     print(f"schedule {schedule.name} ({schedule.variant_name()})")
     print(f"workload batch {batch}, seqlen {seqlen}{' (varlen)' if varlen else ''}, s_q {s_q}, "
           f"{schedule.heads_per_device} heads per device, "
-          f"{'fused' if schedule.problem.fused else 'attention only'}, {schedule.problem.dtype}",
-          flush=True)
+          f"{'fused' if schedule.problem.fused else 'attention only'}, {schedule.problem.dtype}"
+          + (f", KV cache {schedule.problem.kv}" if schedule.problem.kv != schedule.problem.dtype
+             else ""), flush=True)
     t0 = time.perf_counter()
     run = runner(plan)                 # the build says what it does (mlagen.console)
     t_build = time.perf_counter() - t0

@@ -31,8 +31,8 @@ FAULTED = [("causal_off_by_one", "hopper_tp8_r16"), ("early_buffer_swap", "hoppe
            ("wrong_scale", "hopper_wgmma_r32_w8"),
            # the dequantization of 8-bit caches (mla_fp8.cuh's converter, the consumer's
            # descale)
-           ("scale_wrong_tile", "hopper_fp8_ds_mla"), ("scale_twice", "hopper_fp8_ds_mla"),
-           ("descale_not_in_output", "hopper_fp8_e4m3")]
+           ("kv_scale_wrong_tile", "hopper_fp8_ds_mla"), ("kv_scale_twice", "hopper_fp8_ds_mla"),
+           ("descale_not_in_output", "hopper_fp8_e4m3"), ("kv_scale_twice", "hopper_fp8_e4m3")]
 
 
 def test_each_planted_fault_is_observable_on_its_example():

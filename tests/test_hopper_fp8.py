@@ -106,8 +106,7 @@ def test_render_passes_the_format_to_the_rows_kernel():
         assert f"int mlagen_hopper_kv_format() {{ return {code}; }}" in src.files["api.cu"]
 
 
-@pytest.mark.parametrize("kv,fault", [("fp8_e4m3", "scale_wrong_tile"),
-                                      ("fp8_e4m3", "scale_twice"),
+@pytest.mark.parametrize("kv,fault", [("fp8_e4m3", "kv_scale_wrong_tile"),
                                       ("fp8_ds_mla", "descale_not_in_output")])
 def test_render_refuses_a_fault_the_format_has_no_path_for(kv, fault):
     with pytest.raises(ValueError, match=f"not planted in the {kv} path"):
@@ -230,8 +229,9 @@ def test_fp8_kernels_compile_without_spills(kv, rows, dtype, cv, tmp_path):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("kv,fault", [("fp8_ds_mla", "scale_wrong_tile"),
-                                      ("fp8_ds_mla", "scale_twice"),
+@pytest.mark.parametrize("kv,fault", [("fp8_ds_mla", "kv_scale_wrong_tile"),
+                                      ("fp8_ds_mla", "kv_scale_twice"),
+                                      ("fp8_e4m3", "kv_scale_twice"),
                                       ("fp8_e4m3", "descale_not_in_output")])
 def test_dequantization_faults_render_and_compile(kv, fault, tmp_path):
     from mlagen.backends.hopper import FAULT_CODE

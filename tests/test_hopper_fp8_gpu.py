@@ -136,8 +136,9 @@ def _spread_tiles(inp):
     return inp
 
 
-@pytest.mark.parametrize("kv,fault", [("fp8_ds_mla", "scale_wrong_tile"),
-                                      ("fp8_ds_mla", "scale_twice"),
+@pytest.mark.parametrize("kv,fault", [("fp8_ds_mla", "kv_scale_wrong_tile"),
+                                      ("fp8_ds_mla", "kv_scale_twice"),
+                                      ("fp8_e4m3", "kv_scale_twice"),
                                       ("fp8_e4m3", "descale_not_in_output")])
 def test_planted_dequantization_faults_are_caught(kv, fault):
     inp = inputs(kv, 3, [100, 1000, 64], 1, 16, edges=False)

@@ -15,6 +15,8 @@ struct Config {
   static constexpr int VHEAD = 128;
   static constexpr int QLORA = 1536;
   static constexpr int PAGE = 64;
+  static constexpr int KV_FORMAT = sc11::KV_PLAIN;   // bf16
+  static constexpr int64_t KV_BYTES = 1152;     // bytes of one cached token
   static constexpr int MAX_SQ = 2;
   static constexpr bool FUSED = false;
   static constexpr int BKV = 64;

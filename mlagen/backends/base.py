@@ -127,9 +127,10 @@ class Backend:
     def latent_decoder(self, weights, softmax_scale: float, *, page_size: int, max_s_q: int,
                        heads_total: int, tp: int, dtype, knobs: dict | None = None):
         """The fused operator of one card's heads (FusedWeights) on a paged latent cache: a
-        callable (q_lora, k_cache, block_table, cache_seqlens) -> out [b, s_q, h, v] with
-        ``max_rows`` (query tokens per sequence it takes) and ``last`` (its last
-        MlaOutputs, or None); None when this target has none."""
+        callable (q_lora, k_cache, block_table, cache_seqlens, k_descale=None) -> out
+        [b, s_q, h, v] (k_cache in any format of ``kv_formats``, recognised by its dtype and
+        width; k_descale for fp8_e4m3) with ``max_rows`` (query tokens per sequence it
+        takes) and ``last`` (its last MlaOutputs, or None); None when this target has none."""
         return None
 
     def tp_rank_info(self, plan: "Plan", outputs) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
     dec = LatentDecoder(weights, softmax_scale, target=None, page_size=64, max_s_q=1)
     out = dec(q_lora, k_cache, block_table, cache_seqlens)    # [b, s_q, heads, v_head_dim]
+    out = dec(q_lora, fp8_cache, block_table, cache_seqlens, k_descale=ds)   # an 8-bit cache
 
 ``target`` is a target kind whose backend has a fused operator for models (each backend's
 ``latent_decoder``: the emulated card runs the generated fused kernel, a GPU target the
@@ -9,8 +10,9 @@ absorption in torch around its attention kernel), or "torch": mlagen.reference.f
 in fp32, the numerics core, which also takes any step with more query tokens than the
 kernel (a prefill).  Default: the target kind whose tensors live on the model's device.
 
-The cache holds (c_kv | k_rope) per token, k_rope already rotated; the query at row s of
-sequence i sits at position cache_seqlens[i] - s_q + s (bottom-right causal).
+The cache holds (c_kv | k_rope) per token, k_rope already rotated, in any mlagen.kvformat
+(recognised by its dtype and width; fp8_e4m3 takes k_descale fp32 [1] or [b]); the query at
+row s of sequence i sits at position cache_seqlens[i] - s_q + s (bottom-right causal).
 """
 
 from __future__ import annotations
@@ -64,10 +66,14 @@ class LatentDecoder:
         return None if self.impl is None else self.impl.last
 
     def __call__(self, q_lora: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
-                 cache_seqlens: torch.Tensor) -> torch.Tensor:
+                 cache_seqlens: torch.Tensor, k_descale: Optional[torch.Tensor] = None
+                 ) -> torch.Tensor:
         if self.impl is not None and q_lora.shape[1] <= self.impl.max_rows:
-            return self.impl(q_lora, k_cache, block_table, cache_seqlens)
+            if k_descale is None:
+                return self.impl(q_lora, k_cache, block_table, cache_seqlens)
+            return self.impl(q_lora, k_cache, block_table, cache_seqlens, k_descale=k_descale)
+        # a prefill: the torch operator over the cache, dequantized exactly
         out, _ = reference.fused_absorbed(
             q_lora, self.weights, k_cache, block_table, cache_seqlens, self.softmax_scale,
-            causal=True, rope_dim=self.rope_dim, dtype=torch.float32)
+            causal=True, rope_dim=self.rope_dim, dtype=torch.float32, k_descale=k_descale)
         return out.to(self.dtype)

@@ -4,6 +4,7 @@
     enable(model)                                   # the target kind of the model's device
     cache = PagedLatentCache(model, batch_size=4, max_length=256, page_size=64)
     out = model.generate(ids, attention_mask=mask, past_key_values=cache, max_new_tokens=32)
+    fp8 = PagedLatentCache(model, 4, 256, page_size=64, kv_format="fp8_e4m3")   # 8-bit cache
 
 `enable` replaces every layer's self_attn by an `MlagenAttention` that keeps the layer's own
 projections and prepares, once, the absorbed weights of its heads: W_UQ from q_b_proj (or
@@ -21,6 +22,17 @@ configs) transformers de-interleaves the rope dims as it rotates, so its cached 
 the half layout; the paged cache keeps that layout (W_UQ's rope columns and k_rope are
 permuted once, the kernel rotates halves), so its latents equal transformers' own.
 
+8-bit caches (``kv_format`` "fp8_e4m3" or "fp8_ds_mla", mlagen/kvformat.py): new tokens
+are quantized into the pages in place by mlagen.kvformat.write (vLLM's concat_and_cache_mla).
+fp8_e4m3's descale is one per layer, chosen by the cache at the layer's first write (the
+prompt's prefill) as ``DESCALE_HEADROOM x amax / 448`` of the real tokens written then, and
+kept: later tokens up to twice that amplitude are stored unsaturated, larger ones saturate at
++-448 x descale (e4m3 is floating point, so the headroom costs precision only below 2^-6 x
+the descale).  fp8_ds_mla scales every 128 latent values of each token by itself.  Decode
+steps hand the 8-bit cache and its descale to the kernel (the emulated card dequantizes in
+its BDC; on a GPU flash_mla_with_kvcache(..., descale_k=)); prefill attends over the
+dequantized cache.
+
 Sequences: left padding (generate's default for decoder-only models) with position_ids from
 the attention mask; a row's real tokens are its last position_ids[-1] + 1 - cached ones.
 Beam search (cache reordering) is not supported.
@@ -33,6 +45,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from .. import kvformat
 from ..errors import InputError
 from ..parallel import all_reduce_sum, head_range, world
 from ..problem import FusedWeights
@@ -49,6 +62,7 @@ __all__ = ["enable", "disable", "PagedLatentCache", "MlagenAttention", "absorbed
            "model_rope"]
 
 SUPPORTED = ("deepseek_v3", "deepseek_v2")
+DESCALE_HEADROOM = 2.0    # fp8_e4m3: the layer's descale is this x amax / 448 of its first write
 
 
 def _attn_modules(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
@@ -117,6 +131,7 @@ class PagedLatentLayer(CacheLayerMixin):
         super().__init__()
         self.owner = owner
         self.k_cache: Optional[torch.Tensor] = None
+        self.k_descale: Optional[torch.Tensor] = None   # fp8_e4m3: fp32 [1], set by the first write
         self.seqlens = torch.zeros(owner.n_seqs, dtype=torch.int32)
         self.processed = 0       # token columns seen (pads included): transformers' length
 
@@ -139,8 +154,21 @@ class PagedLatentLayer(CacheLayerMixin):
     def reset(self) -> None:
         self.seqlens.zero_()
         self.processed = 0
+        self.k_descale = None
         if self.k_cache is not None:
+            self._fill_nan()
+
+    def _fill_nan(self) -> None:
+        """Every slot NaN in its format's meaning (values, scales and rope alike)."""
+        fmt = kvformat.get(self.owner.kv_format) if self.owner.kv_format else None
+        if fmt is None or not fmt.quantized:
             self.k_cache.fill_(float("nan"))
+            return
+        d = self.owner.rank + self.owner.rope_dim
+        row = kvformat.quantize(torch.full((1, d), float("nan")), fmt.name,
+                                torch.ones(1) if fmt.needs_descale else None, self.owner.rank)
+        self.k_cache.view(torch.uint8)[:] = row.view(torch.uint8).reshape(-1).to(
+            self.k_cache.device)
 
     def reorder_cache(self, beam_idx) -> None:
         raise InputError("mlagen's paged latent cache does not reorder sequences (beam search)")
@@ -148,9 +176,20 @@ class PagedLatentLayer(CacheLayerMixin):
     def append(self, latent: torch.Tensor, n_new: torch.Tensor) -> None:
         """Write the last n_new[i] tokens of latent[i] ([b, s, d]) after sequence i's tokens."""
         b, s, d = latent.shape
+        owner = self.owner
+        # "" keeps the model's own dtype, whatever it is (the torch target takes fp32 too)
+        fmt = kvformat.get(owner.kv_format) if owner.kv_format else None
+        if fmt is not None and not fmt.quantized \
+                and kvformat.PLAIN_DTYPES[fmt.name] != latent.dtype:
+            raise InputError(f"a {fmt.name} cache stores the model's dtype; the model is "
+                             f"{latent.dtype}")
+        quant = fmt is not None and fmt.quantized
         if self.k_cache is None:
-            self.k_cache = torch.full((self.owner.num_blocks, self.owner.page_size, 1, d),
-                                      float("nan"), dtype=latent.dtype, device=latent.device)
+            width = fmt.width(owner.rank, d - owner.rank) if quant else d
+            self.k_cache = torch.empty((owner.num_blocks, owner.page_size, 1, width),
+                                       dtype=kvformat.FP8 if quant else latent.dtype,
+                                       device=latent.device)
+            self._fill_nan()
         new_len = self.seqlens + n_new.to(torch.int32)
         self.owner.reserve(new_len)
         page = self.owner.page_size
@@ -164,9 +203,18 @@ class PagedLatentLayer(CacheLayerMixin):
         if rows:
             r, c, t = torch.cat(rows), torch.cat(cols), torch.cat(slots)
             table = self.owner.block_table
-            blocks = table[r, t // page].long().to(latent.device)
-            self.k_cache[blocks, (t % page).to(latent.device), 0] = latent[r.to(latent.device),
-                                                                         c.to(latent.device)]
+            blocks = table[r, t // page].long()
+            kv = latent[r.to(latent.device), c.to(latent.device)]              # [n, d]
+            if not quant:
+                self.k_cache[blocks.to(latent.device), (t % page).to(latent.device), 0] = kv
+            else:
+                if fmt.needs_descale and self.k_descale is None:
+                    amax = float(kv.float().abs().max())
+                    self.k_descale = torch.tensor(
+                        [DESCALE_HEADROOM * amax / kvformat.E4M3_MAX if amax > 0 else 1.0],
+                        dtype=torch.float32, device=latent.device)
+                kvformat.write(self.k_cache, blocks * page + t % page, kv, fmt.name,
+                               self.k_descale, owner.rank)
         self.seqlens = new_len
         self.processed += s
 
@@ -177,12 +225,19 @@ class PagedLatentCache(Cache):
     of ceil(max_length / page_size) pages per sequence; the block table is shared by the
     layers."""
 
-    def __init__(self, model: nn.Module, batch_size: int, max_length: int, page_size: int = 64):
+    def __init__(self, model: nn.Module, batch_size: int, max_length: int, page_size: int = 64,
+                 kv_format: Optional[str] = None):
         cfg = _config(model)
         if batch_size < 1 or max_length < 1:
             raise InputError("batch_size and max_length must be >= 1")
         if not 1 <= page_size <= 256:
             raise InputError(f"page_size = {page_size} must be between 1 and 256")
+        # the format of every layer's pages; None: the model's dtype (known at the first write)
+        self.kv_format = kvformat.get(kv_format).name if kv_format else ""
+        if kvformat.get(self.kv_format or "bf16").paged:
+            raise InputError(f"kv_format {kv_format!r} is laid out per page; the cache writes "
+                             "tokens (use fp8_e4m3 or fp8_ds_mla)")
+        self.rank, self.rope_dim = cfg.kv_lora_rank, cfg.qk_rope_head_dim
         self.n_seqs, self.max_length, self.page_size = batch_size, max_length, page_size
         self.max_blocks = -(-max_length // page_size)
         self.num_blocks = batch_size * self.max_blocks
@@ -266,7 +321,8 @@ class MlagenAttention(nn.Module):
         dev = hidden_states.device
         seqlens = layer.seqlens.to(dev)
         table = past_key_values.block_table.to(dev)
-        out = self.decoder(q_lora.contiguous(), layer.k_cache, table, seqlens)  # [b, s, h, v]
+        out = self.decoder(q_lora.contiguous(), layer.k_cache, table, seqlens,
+                           k_descale=layer.k_descale)                           # [b, s, h, v]
         partial = out.reshape(b, s, -1).float() @ self.o_w.float().t()
         all_reduce_sum(partial, self.group)
         if a.o_proj.bias is not None:

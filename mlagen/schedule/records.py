@@ -37,9 +37,9 @@ FAULTS = (
     "page_start_assumed",       # a KV tile starting mid-page is gathered from the page start
     "empty_partial_unmasked",   # the merge weighs a partial whose row saw no key as lse 0
     "default_head_split",       # phases A / C give a core heads / cores, not heads_per_core
-    # faults in the dequantization of 8-bit KV caches (kv_format fp8_*)
-    "scale_wrong_tile",         # fp8_ds_mla: a value takes the next 128-value tile's scale
-    "scale_twice",              # fp8_ds_mla: the tile scale multiplied in twice
+    # faults in the dequantization of 8-bit KV caches (kv_format fp8_e4m3 / fp8_ds_mla)
+    "kv_scale_twice",           # a KV scale applied twice (k_descale, or a tile's scale)
+    "kv_scale_wrong_tile",      # fp8_ds_mla: a 128-value tile dequantized with the next one's scale
     "descale_not_in_output",    # fp8_e4m3: k_descale in the scores but not in the output
 )
 # the faults every build can reach (the rest need their path's compile-time values)

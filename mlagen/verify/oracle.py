@@ -20,21 +20,6 @@ from .. import kvformat
 from ..problem import MlaInputs, MlaOutputs
 
 
-def _tokens(inputs: MlaInputs, i: int, n: int) -> torch.Tensor:
-    """Sequence i's first n tokens as values, float64 [n, width]: the cache's pages in order,
-    an 8-bit cache dequantized exactly (mlagen.kvformat, with the sequence's descale)."""
-    page = inputs.page_size
-    pages = max(1, -(-n // page))
-    raw = inputs.k_cache[inputs.block_table[i, :pages].long()]
-    fmt = kvformat.get(inputs.kv)
-    if fmt.quantized:
-        desc = inputs.k_descale
-        if desc is not None:
-            desc = desc[i if desc.numel() > 1 else 0]
-        raw = kvformat.dequantize(raw, fmt.name, desc, inputs.dv, torch.float64)
-    return raw.reshape(-1, raw.shape[-1])[:n].double()
-
-
 # How far a kernel's fp32 intermediate may sit from our float64 one, relative to
 # |x| + the row's mean |x|.  Summing K terms in fp32 typically errs by ~eps32 * sqrt(K) of
 # that (2^-24 * sqrt(1536) ~ 2^-18.7 for W_UQ); the window is about twice that.  Wider
@@ -54,15 +39,30 @@ def _flip_room(x64: torch.Tensor, store: torch.dtype) -> torch.Tensor:
     return (hi - lo).abs()
 
 
+def _keys(inputs: MlaInputs, i: int, n: int) -> torch.Tensor:
+    """The first n keys of sequence i as float64 values [n, d], dequantized from the
+    cache's format (mlagen.kvformat) as the reference reads them."""
+    page, width = inputs.page_size, inputs.k_cache.shape[-1]
+    pages = max(1, -(-n // page))
+    kv = inputs.k_cache[inputs.block_table[i, :pages].long()].reshape(-1, width)[:n]
+    name = inputs.kv
+    if not kvformat.get(name).quantized:
+        return kv.double()
+    ds = inputs.k_descale
+    if ds is not None:
+        ds = ds[0 if ds.numel() == 1 else i]
+    rank = inputs.weights.w_uk.shape[-1] if inputs.weights is not None else inputs.dv
+    return kvformat.dequantize(kv, name, ds, rank, torch.float64)
+
+
 def _key_absmax(inputs: MlaInputs) -> torch.Tensor:
     """[b, d]: the largest finite |k| of each sequence's valid tokens, per column (0 if
     empty).  A NaN or inf key makes every row that sees it NaN, or weighs nothing (a -inf
     score): either way it moves no finite result (docs/conventions.md, "NaN and Inf")."""
     rows = []
     for i, n in enumerate(inputs.cache_seqlens.tolist()):
-        kv = _tokens(inputs, i, n).abs().nan_to_num(nan=0.0, posinf=0.0)
-        rows.append(kv.amax(dim=0) if n
-                    else torch.zeros(kv.shape[-1], dtype=torch.float64))
+        kv = _keys(inputs, i, n).abs().nan_to_num(nan=0.0, posinf=0.0)
+        rows.append(kv.amax(dim=0) if n else torch.zeros(kv.shape[-1], dtype=torch.float64))
     return torch.stack(rows)
 
 
@@ -121,7 +121,7 @@ def p_rounding_slack(inputs: MlaInputs, expected: MlaOutputs, store: torch.dtype
     for i, n in enumerate(inputs.cache_seqlens.tolist()):
         if n == 0:
             continue
-        kv = _tokens(inputs, i, n).cpu()
+        kv = _keys(inputs, i, n).cpu()
         scores = torch.einsum("shd,td->sht", q[i].double().cpu(), kv) * inputs.softmax_scale
         last = n - s_q + torch.arange(s_q)                              # bottom-right causal
         seen = torch.arange(n)[None, :] <= last[:, None] if inputs.causal \

@@ -39,7 +39,7 @@ def _tensors(inputs: MlaInputs) -> dict[str, Any]:
                 weights=None if w is None else dict(w_uq=w.w_uq, w_uk=w.w_uk, w_uv=w.w_uv,
                                                      rope_theta=w.rope_theta,
                                                      rope=_rope_record(w.rope)),
-                meta=dict(inputs.meta))
+                meta=dict(inputs.meta), kv_format=inputs.kv_format, k_descale=inputs.k_descale)
 
 
 def _rope_record(rope) -> Optional[dict]:
@@ -66,7 +66,8 @@ def _inputs(d: dict[str, Any]) -> MlaInputs:
     return MlaInputs(q=d["q"], k_cache=d["k_cache"], block_table=d["block_table"],
                      cache_seqlens=d["cache_seqlens"], softmax_scale=d["softmax_scale"],
                      causal=d["causal"], q_lora=d.get("q_lora"),
-                     weights=None if w is None else FusedWeights(**w), meta=d.get("meta", {}))
+                     weights=None if w is None else FusedWeights(**w), meta=d.get("meta", {}),
+                     kv_format=d.get("kv_format", ""), k_descale=d.get("k_descale"))
 
 
 def save(schedule: Schedule, inputs: MlaInputs, message: str, case: Optional[dict] = None,

@@ -443,7 +443,9 @@ def replay(path: "str | Path | repro.Repro", *, runner: Optional[Callable] = Non
             kw = {"scheme": scheme} if scheme and accepts(runner, "scheme") else {}
             actual, poisoned = call_poisoned(runner, rp.inputs, expected.out.shape,
                                              expected.lse.shape, **kw)
-        cmp = compare(actual, expected, rp.inputs.k_cache.dtype, tolerances)
+        # the storage dtype is q's (an 8-bit cache is not it)
+        store = (rp.inputs.q if rp.inputs.q is not None else rp.inputs.q_lora).dtype
+        cmp = compare(actual, expected, store, tolerances)
         if not cmp.ok:
             failure = Failure("mismatch", cmp.summary(), _describe(rp), comparison=cmp)
     except Exception as e:   # noqa: BLE001

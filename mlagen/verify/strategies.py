@@ -24,6 +24,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from .. import kvformat
 from ..errors import ScheduleError
 from ..problem import MlaInputs, make_inputs
 from ..backends import all_backends, backend
@@ -66,8 +67,26 @@ def poison(inp: MlaInputs, poisons: Sequence[Poison]) -> MlaInputs:
             inp.q_lora[p.seq, p.row, p.col] = p.value
         else:
             blk = int(inp.block_table[p.seq, p.row // page])
-            inp.k_cache[blk, p.row % page, 0, p.col] = p.value
+            _poison_key(inp, blk, p.row % page, p.col, p.value)
     return inp
+
+
+def _poison_key(inp: MlaInputs, blk: int, slot: int, col: int, value: float) -> None:
+    """Value `col` of a cached token made `value`, in the cache's format.  e4m3 has no
+    infinity (torch would saturate it to +-448), so a poisoned e4m3 value is NaN; fp8_ds_mla's
+    RoPE values are bf16 and take it as it is; its scales are not poisoned (a NaN byte in
+    one is a finite, absurd scale, not a nonfinite input)."""
+    name = inp.kv
+    if name not in ("fp8_e4m3", "fp8_ds_mla"):
+        inp.k_cache[blk, slot, 0, col] = value
+        return
+    raw = inp.k_cache.view(torch.uint8)[blk, slot, 0]
+    rank = inp.weights.w_uk.shape[-1] if inp.weights is not None else inp.dv
+    if name == "fp8_e4m3" or col < rank:
+        raw[col] = 0x7F                                   # e4m3 NaN
+    else:
+        at = rank + 4 * (rank // kvformat.DS_TILE) + 2 * (col - rank)
+        raw[at:at + 2] = torch.tensor([value], dtype=torch.bfloat16).view(torch.uint8)
 
 
 def seen_by_every_row(length: int, s_q: int, causal: bool) -> int:
@@ -90,11 +109,14 @@ class Case:
     extra_table: int
     causal: Optional[bool] = None      # None: the problem's
     poisons: tuple = ()                # Poison elements (NaN / inf inputs)
+    kv_edges: bool = False             # 8-bit caches: the quantizer's edge cases in the tokens
+    descale_per_seq: bool = False      # fp8_e4m3: one k_descale per sequence, not one
 
     def inputs(self) -> MlaInputs:
         inp = make_inputs(self.problem, self.batch, list(self.seqlens), s_q=self.s_q,
                           heads=self.heads, seed=self.seed, shuffle=True, nan_fill=True,
-                          q_noncontiguous=self.q_noncontiguous)
+                          q_noncontiguous=self.q_noncontiguous, kv_edges=self.kv_edges,
+                          descale_per_seq=self.descale_per_seq)
         if self.extra_table:
             inp = widen_table(inp, self.extra_table, self.seed)
         if self.causal is not None:
@@ -111,7 +133,10 @@ class Case:
                 + (", strided q" if self.q_noncontiguous else "")
                 + (f", +{self.extra_table} table columns" if self.extra_table else "")
                 + ("" if self.causal is None else f", causal {self.causal}")
-                + "".join(f", {p.describe()}" for p in self.poisons))
+                + "".join(f", {p.describe()}" for p in self.poisons)
+                + (f", KV {self.problem.kv}" if self.problem.kv != self.problem.dtype else "")
+                + (", quantizer edges" if self.kv_edges else "")
+                + (", descale per sequence" if self.descale_per_seq else ""))
 
 
 def widen_table(inp: MlaInputs, extra: int, seed: int) -> MlaInputs:
@@ -189,7 +214,12 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     poisons = draw(poisons_strategy(prob, batch, s_q, h, lens,
                                     prob.causal if causal is None else causal)) \
         if nonfinite else ()
-    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, causal, poisons)
+    fmt = kvformat.get(prob.kv)
+    # drawn only for 8-bit caches, so a 16-bit problem's draws are what they were
+    edges = draw(st.booleans()) if fmt.quantized else False
+    per_seq = draw(st.booleans()) if fmt.needs_descale else False
+    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, causal, poisons,
+                kv_edges=edges, descale_per_seq=per_seq)
 
 
 def poisons_strategy(prob: Problem, batch: int, s_q: int, heads: int, lens: Sequence[int],

@@ -21,11 +21,11 @@ DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 DTYPE_CODE = {"bf16": 1, "fp16": 2}
 # planted faults (records.FAULTS) -> MLAGEN_FAULT in templates/hopper/include/mla_common.cuh
 FAULT_CODE = {"none": 0, "causal_off_by_one": 1, "wrong_scale": 2, "skip_partial_page": 3,
-              "bad_split_merge": 4, "early_buffer_swap": 5, "scale_wrong_tile": 6,
-              "scale_twice": 7, "descale_not_in_output": 8}
+              "bad_split_merge": 4, "early_buffer_swap": 5, "kv_scale_wrong_tile": 6,
+              "kv_scale_twice": 7, "descale_not_in_output": 8}
 # the dequantization faults mla_wgmma_rows.cuh plants, by the format whose path has them
-FP8_FAULTS = {"fp8_e4m3": ("descale_not_in_output",),
-              "fp8_ds_mla": ("scale_wrong_tile", "scale_twice")}
+FP8_FAULTS = {"fp8_e4m3": ("kv_scale_twice", "descale_not_in_output"),
+              "fp8_ds_mla": ("kv_scale_wrong_tile", "kv_scale_twice")}
 # the faults mla_wgmma.cuh and mla_wgmma_rows.cuh plant (its split kernel; bad_split_merge is the combine's)
 WGMMA_FAULTS = ("none", "causal_off_by_one", "wrong_scale", "skip_partial_page",
                 "bad_split_merge")

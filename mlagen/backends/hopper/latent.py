@@ -25,16 +25,20 @@ class HopperLatent:
         self.max_rows = 8                  # s_q the kernel takes
         self.last = None
 
-    def __call__(self, q_lora, k_cache, block_table, cache_seqlens) -> torch.Tensor:
+    def __call__(self, q_lora, k_cache, block_table, cache_seqlens, k_descale=None
+                 ) -> torch.Tensor:
         from . import api
 
         s_q = q_lora.shape[1]
         q = reference.absorb_query(q_lora, self.weights, cache_seqlens, s_q, self.rope_dim,
                                    dtype=torch.float32).to(self.dtype)
         md, ns = api.get_mla_metadata(cache_seqlens, s_q * self.heads, 1)
+        # an 8-bit cache is recognised by its dtype and width; fp8_e4m3 passes its descale
+        kw = {} if k_descale is None else {"descale_k": k_descale}
         o_lat, lse = api.flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens,
                                                 self.rank, md, ns,
-                                                softmax_scale=self.softmax_scale, causal=True)
+                                                softmax_scale=self.softmax_scale, causal=True,
+                                                **kw)
         self.last = (o_lat, lse)
         w_uv = self.weights.w_uv.to(o_lat.device, torch.float32)
         o_lat = o_lat.to(self.dtype).float()

@@ -16,6 +16,8 @@ class Sc11Backend(Backend):
     rounded = ("q", "o_lat")          # the fused kernel stores these in bf16/fp16 (phases A, B)
     run_point = (128, 512)            # the seed's point
     foreign_why = {"split_kv": " (its multi-core scheme splits sequences; see scheme)"}
+    # SDMA / GDMA move the format's bytes, the BDC dequantizes (templates/sc11/runtime/mla.h)
+    kv_formats = ("bf16", "fp16", "fp8_e4m3", "fp8_ds_mla")
 
     def rules(self):
         return rules.RULES
@@ -42,6 +44,7 @@ class Sc11Backend(Backend):
         return {"block_kv": (1, 2, 16, 32, 64), "buffers": (1, 2, 3), "cores": (1, 2, 4, 8),
                 "seq_tile": (32, 256, 512, 1024), "heads_per_core": (0, 1, 2, 4),
                 "page_size": (1, 16, 64), "dtype": ("bf16", "fp16"), "max_s_q": (1, 2, 4),
+                "kv_format": ("", "fp8_e4m3", "fp8_ds_mla"),
                 "scheme": SCHEMES, "softmax_scale": (None, 0.0625, 0.4)}
 
     def verify_base(self):

@@ -22,7 +22,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from ...errors import MlagenError
+from ... import kvformat
+from ...errors import MlagenError, ScheduleError
 from ...paths import DATA_ROOT, SCHEDULES_DIR
 from ...problem import TORCH_DTYPES, FusedWeights, MlaInputs
 from ...schedule import check, load
@@ -31,6 +32,7 @@ from .costmodel import simulate
 from .floors import floor_s, floors_table
 from .schemes import SCHEMES, choose_scheme, machine_for
 from .timeline import text_summary
+from .trace import Engine, Op
 
 BATCHES = (1, 4, 8, 16, 32, 64, 128)
 SEQLENS = (128, 512, 1024, 4096, 16384)
@@ -59,7 +61,10 @@ def dry_inputs(schedule: Schedule, batch: int, seqlens: Sequence[int], s_q: int 
     for i, k in enumerate(need):
         table[i, :k] = torch.arange(pos, pos + k, dtype=torch.int32)
         pos += k
-    cache = torch.empty(pos, page, 1, p.d, dtype=dtype)
+    fmt = kvformat.get(p.kv)
+    cache = torch.empty(pos, page, 1, fmt.width(p.kv_lora_rank, p.rope_dim),
+                        dtype=kvformat.FP8 if fmt.quantized else dtype)
+    descale = torch.ones(1) if fmt.needs_descale else None
     seq = torch.tensor([int(s) for s in seqlens], dtype=torch.int32)
     meta = dict(batch=batch, seqlens=[int(s) for s in seqlens], s_q=s_q, heads=h, dry=True)
     if p.fused:
@@ -68,9 +73,11 @@ def dry_inputs(schedule: Schedule, batch: int, seqlens: Sequence[int], s_q: int 
                          w_uk=torch.zeros(h, nope, p.kv_lora_rank, dtype=dtype),
                          w_uv=torch.zeros(h, p.kv_lora_rank, p.v_head_dim, dtype=dtype))
         return MlaInputs(None, cache, table, seq, p.default_scale(), p.causal,
-                         q_lora=torch.zeros(batch, s_q, r, dtype=dtype), weights=w, meta=meta)
+                         q_lora=torch.zeros(batch, s_q, r, dtype=dtype), weights=w, meta=meta,
+                         kv_format=p.kv, k_descale=descale)
     q = torch.zeros(batch, s_q, h, p.d, dtype=dtype)
-    return MlaInputs(q, cache, table, seq, p.default_scale(), p.causal, meta=meta)
+    return MlaInputs(q, cache, table, seq, p.default_scale(), p.causal, meta=meta,
+                     kv_format=p.kv, k_descale=descale)
 
 
 _RUNNERS: dict = {}
@@ -171,6 +178,7 @@ class Grid:
     buffers: tuple
     assumed: list
     seconds: float = 0.0
+    kv_format: str = "bf16"
 
     def cells(self) -> tuple[list, list]:
         """The grid as (column names, rows of strings): markdown() and the terminal's
@@ -252,7 +260,7 @@ def bench_grid(schedule=None, batches=BATCHES, seqlens=SEQLENS, buffers=(1, 2),
                 progress(f"batch {b:4d} seqlen {s:6d}: {best:<9} {t * 1e6:9.1f} us "
                          f"({pt.seconds:.1f} s)")
     g = Grid(sched.source or sched.name, pts, tuple(buffers),
-             machine_assumed(sched), time.perf_counter() - t0)
+             machine_assumed(sched), time.perf_counter() - t0, sched.problem.kv)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(grid_report(g))
@@ -269,9 +277,11 @@ def machine_assumed(schedule: Schedule) -> list:
 
 def grid_report(g: Grid) -> str:
     return "\n".join([
-        f"# SC11 multi-core schemes by batch and sequence length (simulated)",
+        f"# SC11 multi-core schemes by batch and sequence length (simulated, KV cache "
+        f"{g.kv_format})",
         "",
-        f"Schedule {g.schedule}; fused MLA decode, 32 heads per card, one chip (8 cores), "
+        f"Schedule {g.schedule}, KV cache {g.kv_format}; fused MLA decode, 32 heads per card, "
+        f"one chip (8 cores), "
         f"s_q 1, every sequence of the batch the same length.  Times are the cost model's "
         f"simulated time of the emulator's dry-run trace, in microseconds; buffers "
         f"{max(g.buffers)} unless named.  `saving` = 1 - best({max(g.buffers)} buffers) / "
@@ -307,6 +317,7 @@ class SeedReport:
     pipelined: float
     saving: float
     files: list = field(default_factory=list)
+    kv_format: str = "bf16"
 
     @property
     def within_bound(self) -> float:
@@ -352,7 +363,7 @@ class SeedReport:
         d = self.sims[(2, self.scheme)]
         s1 = self.sims[(1, self.scheme)]
         lines = [f"## The seed's point: batch {self.point.batch}, seqlen {self.point.seqlen}, "
-                 f"32 heads per card", "",
+                 f"32 heads per card, KV cache {self.kv_format}", "",
                  f"best scheme (double buffered): {self.scheme}", "",
                  "| scheme | 1 buffer (us) | 2 buffers (us) | saving |", "|---|---|---|---|"]
         for s in SCHEMES:
@@ -392,15 +403,63 @@ def seed_point(schedule=None, dry: DryRun = emulator_dry_run, charts: Optional[P
     scheme = pt.best(2)[0]
     d, s = sims[(2, scheme)], sims[(1, scheme)]
     rep = SeedReport(pt, sims, scheme, s.total_s, d.total_s, d.pipelined_bound_s(),
-                     1.0 - d.total_s / s.total_s)
+                     1.0 - d.total_s / s.total_s, kv_format=sched.problem.kv)
     if charts is not None:
         from .timeline import plot_all, plot_core
         charts = Path(charts)
         for nb in (1, 2):
             r = sims[(nb, scheme)]
-            rep.files += plot_core(r, 0, charts / f"seed_{scheme}_buf{nb}_core0")
-            rep.files += plot_all(r, charts / f"seed_{scheme}_buf{nb}_all")
+            tag = "" if sched.problem.kv == sched.problem.dtype else f"_{sched.problem.kv}"
+            rep.files += plot_core(r, 0, charts / f"seed{tag}_{scheme}_buf{nb}_core0", by="op")
+            rep.files += plot_all(r, charts / f"seed{tag}_{scheme}_buf{nb}_all")
     return rep
+
+
+def with_kv_format(schedule: Schedule, name: str) -> Schedule:
+    """The schedule with its KV cache in format `name` (checked; MlagenError if the target
+    or the problem does not take it)."""
+    kvformat.get(name)
+    p = schedule.problem
+    s = schedule.replace(kv_format="" if name == p.dtype else name)
+    try:
+        check(s)
+    except ScheduleError as e:
+        raise MlagenError(f"--kv-format {name}: {str(e).splitlines()[0]}") from None
+    return s
+
+
+def kv_formats_of(schedule: Schedule, arg: Optional[str]) -> list:
+    """The formats `bench` compares: the --kv-format list, or the schedule's dtype and
+    fp8_e4m3 (and the schedule's own format when it is another)."""
+    if arg:
+        names = [n.strip() for n in arg.split(",") if n.strip()]
+        if not names:
+            raise MlagenError("--kv-format: give one or more formats, comma-separated")
+    else:
+        names = [schedule.problem.dtype, "fp8_e4m3", schedule.problem.kv]
+    return list(dict.fromkeys(names))
+
+
+def formats_table(seeds: Sequence[SeedReport]) -> str:
+    """The seed's point in each KV format: time, floor, the bytes SDMA moved and the BDC's
+    dequantization, each beside the first format's."""
+    us = 1e6
+    rows = ["| KV format | bytes a token | best scheme | 2 buffers (us) | vs first | floor (us) "
+            "| time / floor | SDMA gathers (MB) | BDC dequant (us a core) |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    base = seeds[0].double if seeds else 0.0
+    for sd in seeds:
+        sim = sd.sims[(2, sd.scheme)]
+        ev = sim.events
+        gather = (ev["engine"] == Engine.SDMA) & (ev["op"] == Op.DMA)
+        deq = ev["op"] == Op.DEQUANT
+        deq_us = float((sim.end[deq] - sim.start[deq]).sum()) / max(1, len(sim.cores)) * us
+        fmt = kvformat.get(sd.kv_format)
+        rows.append(f"| {sd.kv_format} | {fmt.token_bytes()} | {sd.scheme} | "
+                    f"{sd.double * us:.1f} | {sd.double / base:.2f}x | {sd.floor * us:.1f} | "
+                    f"{sd.double / sd.floor:.2f} | {int(ev['bytes'][gather].sum()) / 1e6:.2f} | "
+                    f"{deq_us:.1f} |")
+    return "\n".join(rows)
 
 
 def bench_main(args) -> int:
@@ -420,31 +479,48 @@ def bench_main(args) -> int:
                           "`mlagen run SCHEDULE --batch B --seqlen S` times one point")
     tty = sys.stdout.isatty()
     charts = getattr(args, "charts", None)
-    with status(f"mlagen: bench sc11: the seed's point (batch {SEED['batch']}, seqlen "
-                f"{SEED['seqlen']}), every scheme at 1 and 2 buffers ..."):
-        seed = seed_point(args.schedule, charts=Path(charts) if charts else None)
-    if tty:
-        _show_seed(seed, table)
-    else:
-        print(seed.text())
-    parts = [seed.text()]
+    base = _schedule(args.schedule)
+    scheds = [with_kv_format(base, n) for n in kv_formats_of(base, getattr(args, "kv_format",
+                                                                            None))]
+    seeds = []
+    for sched in scheds:
+        with status(f"mlagen: bench sc11: the seed's point (batch {SEED['batch']}, seqlen "
+                    f"{SEED['seqlen']}, KV cache {sched.problem.kv}), every scheme at 1 and 2 "
+                    f"buffers ..."):
+            seeds.append(seed_point(sched, charts=Path(charts) if charts else None))
+        if tty:
+            _show_seed(seeds[-1], table)
+        else:
+            print(seeds[-1].text())
+            print()
+    parts = [sd.text() for sd in seeds]
+    if len(seeds) > 1:
+        cmp = ("## The seed's point by KV-cache format\n\n" + formats_table(seeds))
+        print(cmp)
+        parts.append(cmp)
     if not getattr(args, "no_grid", False):
         kw = dict(batches=(1, 16, 128), seqlens=(128, 1024, 16384)) if args.quick else {}
         n = len(kw.get("batches", BATCHES)) * len(kw.get("seqlens", SEQLENS))
-        with progress_rows(n, "bench sc11 grid",
-                           bar=not getattr(args, "no_progress", False)) as advance:
-            g = bench_grid(args.schedule, progress=advance, **kw)
-        parts.insert(0, grid_report(g))
-        if tty:      # the best of each point; every scheme's time is in the report
-            head, rows = g.cells()
-            keep = [i for i, h in enumerate(head) if h not in SCHEMES]
-            table([head[i] for i in keep], [[r[i] for i in keep] for r in rows],
-                  title=f"SC11, best scheme by batch x seqlen (simulated, "
-                        f"{max(g.buffers)} buffers)", right=(0, 1, 3, 4, 5, 6))
-        else:
-            print(g.best_map())
-            print()
-            print(g.markdown())
+        grids = []
+        # --quick: the grid of the first format only (the seed point covers every one)
+        for sched in scheds[:1] if args.quick else scheds:
+            with progress_rows(n, f"bench sc11 grid ({sched.problem.kv})",
+                               bar=not getattr(args, "no_progress", False)) as advance:
+                g = bench_grid(sched, progress=advance, **kw)
+            grids.append(grid_report(g))
+            if tty:      # the best of each point; every scheme's time is in the report
+                head, rows = g.cells()
+                keep = [i for i, h in enumerate(head) if h not in SCHEMES]
+                table([head[i] for i in keep], [[r[i] for i in keep] for r in rows],
+                      title=f"SC11, best scheme by batch x seqlen (simulated, "
+                            f"{max(g.buffers)} buffers, KV cache {g.kv_format})",
+                      right=(0, 1, 3, 4, 5, 6))
+            else:
+                print(f"KV cache {g.kv_format}:")
+                print(g.best_map())
+                print()
+                print(g.markdown())
+        parts[:0] = grids
     if args.output:
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -452,7 +528,7 @@ def bench_main(args) -> int:
         print(f"\nwritten: {out}", file=sys.stderr)
     elif tty:
         print("(the full report, with timelines and sensitivity: --output FILE)")
-    return 0 if all(seed.checks().values()) else 1
+    return 0 if all(all(sd.checks().values()) for sd in seeds) else 1
 
 
 def _show_seed(seed: SeedReport, table) -> None:

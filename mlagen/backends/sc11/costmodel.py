@@ -6,6 +6,8 @@ every event it depends on has ended; it then takes
     BDC matmul   (ceil(n/lanes) * ceil(k/cube_ic) * ceil(m/cube_oc) + mm_startup + issue) cycles
                  (an fp32-operand matmul, elems == 4, has cube_ic / cube_fp32_slowdown)
     BDC vector   (ceil(elems / (lanes * fp32 per lane)) + issue) cycles
+    BDC dequant  (ceil(elems / (lanes * fp8 conversions per lane)) + issue) cycles: 8-bit KV
+                 values into the cube's 16-bit operands (elems = vector operations)
     DMA          latency(src, dst) + issue cycles + padded bytes / bandwidth
     BARRIER      all participating cores end together, barrier_s after the last one arrives
 
@@ -70,6 +72,7 @@ class Machine:
     l2_scope: str = "core"        # "core": l2_bw per core, unshared; "chip": one port shared
     #                               by every L2 DMA; "chip_gdma": shared by the GDMAs only
     cube_fp32_slowdown: int = 4   # an fp32-operand matmul runs at 1/this of the bf16 rate
+    dequant_per_lane: int = 32    # 8-bit -> 16-bit conversions per lane per cycle
 
     @classmethod
     def from_target(cls, t: Target) -> "Machine":
@@ -87,7 +90,9 @@ class Machine:
             barrier_s=float(t.barrier_s), cores_per_chip=int(t.cores_per_chip),
             sdma_engines=int(t.params.get("sdma_engines_per_chip", t.cores_per_chip)),
             l2_scope=str(t.params.get("l2_bw_scope", "core")),
-            cube_fp32_slowdown=int(t.params.get("cube_fp32_slowdown", 1)))
+            cube_fp32_slowdown=int(t.params.get("cube_fp32_slowdown", 1)),
+            dequant_per_lane=int(t.params.get("fp8_convert_per_lane_cycle",
+                                              int(t.vector_bytes_per_lane) // 2)))
 
     def replace(self, **kw) -> "Machine":
         return dataclasses.replace(self, **kw)
@@ -132,6 +137,10 @@ def event_costs(ev: np.ndarray, mc: Machine):
     vec = op == Op.VECTOR
     if vec.any():
         fixed[vec] = (_cdiv(ev["elems"][vec], mc.lanes * mc.vec_fp32) + mc.issue) / mc.bdc_hz
+    deq = op == Op.DEQUANT
+    if deq.any():
+        fixed[deq] = (_cdiv(ev["elems"][deq], mc.lanes * mc.dequant_per_lane) + mc.issue) \
+            / mc.bdc_hz
     bar = op == Op.BARRIER
     fixed[bar] = mc.barrier_s
 
@@ -171,7 +180,8 @@ def _check(ev: np.ndarray) -> None:
     if wrong.any():
         raise EmulatorError(f"event id {ev['id'][wrong][0]}: SDMA moves only between DDR and L2")
     openg = {Op.DMA: (Engine.SDMA, Engine.GDMA), Op.MATMUL: (Engine.BDC,),
-             Op.VECTOR: (Engine.BDC,), Op.BARRIER: (Engine.BARRIER,)}
+             Op.VECTOR: (Engine.BDC,), Op.DEQUANT: (Engine.BDC,),
+             Op.BARRIER: (Engine.BARRIER,)}
     for o, engs in openg.items():
         sel = (ev["op"] == o) & ~np.isin(ev["engine"], [int(e) for e in engs])
         if sel.any():

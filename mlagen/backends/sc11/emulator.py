@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ... import kvformat
 from ...jit import load
 from ...errors import EmulatorError, InputError
 from ...problem import TORCH_DTYPES, MlaInputs, MlaOutputs
@@ -41,7 +42,8 @@ class _Args(ctypes.Structure):
                 ("rope_sin", ctypes.c_void_p)] + \
                [(n, ctypes.c_void_p) for n in
                 ("q", "q_lora", "w_uq", "w_uk", "w_uv", "k_cache", "block_table", "seqlens",
-                 "out", "lse")]
+                 "out", "lse")] + \
+               [("k_descale", ctypes.c_void_p), ("descale_n", ctypes.c_int64)]
 
 
 class _Result(ctypes.Structure):
@@ -99,12 +101,26 @@ class Sc11Runner:
         tensor("block_table", bt, (b, max_blocks), torch.int32)
         tensor("cache_seqlens", sl, (b,), torch.int32)
         kc = inp.k_cache
+        fmt = kvformat.get(p.kv)
+        width = fmt.width(p.kv_lora_rank, p.rope_dim)
         need(isinstance(kc, torch.Tensor), "k_cache must be a tensor")
         need(kc.dim() == 4, f"k_cache has shape {tuple(kc.shape)}; expected "
-                            f"[num_blocks, {p.page_size}, 1, {p.d}]")
+                            f"[num_blocks, {p.page_size}, 1, {width}]")
         need(kc.shape[1] == p.page_size,
              f"k_cache page size {kc.shape[1]} differs from the schedule's page_size {p.page_size}")
-        tensor("k_cache", kc, (kc.shape[0], p.page_size, 1, p.d), dt)
+        need(inp.kv_format in ("", p.kv),
+             f"the inputs' cache is {inp.kv_format}; the schedule's kv_format is {p.kv}")
+        if fmt.quantized:
+            need(kc.dtype in (kvformat.FP8, torch.uint8),
+                 f"k_cache has dtype {kc.dtype}; a {p.kv} cache is float8_e4m3fn (or uint8) "
+                 f"[num_blocks, page, 1, {width}]")
+            tensor("k_cache", kc, (kc.shape[0], p.page_size, 1, width), kc.dtype)
+        else:
+            tensor("k_cache", kc, (kc.shape[0], p.page_size, 1, p.d), dt)
+        try:
+            kvformat.check_descale(inp.k_descale, p.kv, b, torch.device("cpu"))
+        except InputError as e:
+            need(False, str(e))
         if p.fused:
             need(inp.q_lora is not None and inp.weights is not None,
                  "the fused operator needs q_lora and weights (got q)")
@@ -200,7 +216,9 @@ class Sc11Runner:
                      w_uq=c(w.w_uq) if w else None, w_uk=c(w.w_uk) if w else None,
                      w_uv=c(w.w_uv) if w else None, k_cache=c(inp.k_cache),
                      block_table=c(inp.block_table), seqlens=c(inp.cache_seqlens),
-                     out=_p(out), lse=_p(lse))
+                     out=_p(out), lse=_p(lse),
+                     k_descale=c(inp.k_descale),
+                     descale_n=inp.k_descale.numel() if inp.k_descale is not None else 0)
         res = _Result()
         err = ctypes.create_string_buffer(1024)
         rc = self.lib.mlagen_sc11_run(ctypes.byref(args), int(dry), ctypes.byref(res), err, 1024)

@@ -21,5 +21,6 @@ class Sc11Mapping(Mapping):
     def variant_parts(self, s):
         p = s.problem
         # every problem field is a compile-time constant of the emulator kernel
-        return ([s.target.kind, "fused" if p.fused else "attn", p.dtype,
+        kv = [f"kv{p.kv.replace('_', '')}"] if p.kv != p.dtype else []   # an 8-bit cache
+        return ([s.target.kind, "fused" if p.fused else "attn", p.dtype, *kv,
                  f"h{s.heads_per_device}", f"pg{p.page_size}"] + super().variant_parts(s)[1:])

@@ -8,6 +8,7 @@ from typing import Optional
 
 import torch
 
+from ... import kvformat
 from ...errors import InputError
 from ...problem import TORCH_DTYPES, MlaInputs
 from ...schedule.records import Schedule
@@ -46,9 +47,18 @@ class Sc11Latent:
         self.weights, self.softmax_scale = weights, float(softmax_scale)
         self.max_rows = max_s_q
         self.last = None
+        self.rank, self.rope_dim = rank, weights.w_uq.shape[-1] - nope
 
-    def __call__(self, q_lora, k_cache, block_table, cache_seqlens) -> torch.Tensor:
+    def schedule_for(self, kv: str) -> Schedule:
+        """The schedule of a cache in format kv (the format is compiled in)."""
+        p = self.schedule.problem
+        return self.schedule if kv == p.kv else self.schedule.replace(
+            kv_format="" if kv == p.dtype else kv)
+
+    def __call__(self, q_lora, k_cache, block_table, cache_seqlens, k_descale=None
+                 ) -> torch.Tensor:
+        kv = kvformat.detect(k_cache, self.rank, self.rope_dim)
         inp = MlaInputs(None, k_cache, block_table, cache_seqlens, self.softmax_scale, True,
-                        q_lora=q_lora, weights=self.weights)
-        self.last = _runner(self.schedule)(inp)
+                        q_lora=q_lora, weights=self.weights, kv_format=kv, k_descale=k_descale)
+        self.last = _runner(self.schedule_for(kv))(inp)
         return self.last.out

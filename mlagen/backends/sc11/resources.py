@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ... import formats   # KV formats as data (no torch: check and generate stay light)
 from ...schedule.records import Schedule
 from ...schedule.resources import Need
 from ...targets import Target
@@ -35,6 +36,8 @@ def sc11_layout(s: Schedule, t: Target) -> dict[str, int | str]:
     """
     p, m = s.problem, s.mapping
     el = 2  # bf16 / fp16 storage
+    fmt = formats.get(p.kv)
+    kvb = fmt.token_bytes(p.kv_lora_rank, p.rope_dim)   # a cached token's bytes
     d, dv = p.d, p.dv
     bank, align = sc11_granules(t)
     r = lambda x: _round(x, bank)   # noqa: E731
@@ -43,11 +46,15 @@ def sc11_layout(s: Schedule, t: Target) -> dict[str, int | str]:
     part = rows * (dv + 1) * 4
     phases = {
         "B": {"q": nb * r(rows * d * el),               # q rows, one slot per KV stage
-              "kv": nb * r(tile * d * el),              # KV tiles: every multi-buffer slot
+              "kv": nb * r(tile * kvb),                 # KV tiles: every multi-buffer slot
               "out": r(part),                           # output staging (one slot)
               "work": r(rows * (m.block_kv + dv + 2) * 4)},   # scores, O acc, max, sum
         "merge": {"partials": 2 * r(part), "out": r(part), "work": r(rows * (dv + 2) * 4)},
     }
+    if fmt.quantized:     # the BDC's dequantized 16-bit block the cube reads
+        phases["B"]["deq"] = r(m.block_kv * d * el)
+    if fmt.needs_descale:  # the descales, one bank while batch * 4 B fit in one
+        phases["B"]["descale"] = r(4)
     if p.fused:
         nope, rope, vh, ql = p.qk_nope_head_dim, p.rope_dim, p.v_head_dim, p.q_lora_rank
         phases["A"] = {"weights": 2 * r((ql * (nope + rope) + nope * dv) * el),
@@ -57,7 +64,7 @@ def sc11_layout(s: Schedule, t: Target) -> dict[str, int | str]:
                        "out": 2 * r(pr * vh * el), "work": r(pr * vh * 4)}
     totals = {ph: sum(b.values()) for ph, b in phases.items()}
     worst = max(totals, key=totals.get)
-    l2 = m.cores * nb * _round(tile * d * el, align)
+    l2 = m.cores * nb * _round(tile * kvb, align)
     out = {"lmem": totals[worst], "l2": l2, "lmem_phase": worst}
     out.update({f"lmem.{ph}.{k}": v for ph, bufs in phases.items() for k, v in bufs.items()})
     return out
@@ -65,6 +72,10 @@ def sc11_layout(s: Schedule, t: Target) -> dict[str, int | str]:
 
 def needs(s: Schedule, t: Target) -> list[Need]:
     lay = sc11_layout(s, t)
+    p = s.problem
+    fmt = formats.get(p.kv)
+    token = (f"{p.d} x 2 B" if not fmt.quantized
+             else f"{fmt.token_bytes(p.kv_lora_rank, p.rope_dim)} B ({p.kv})")
     worst = lay["lmem_phase"]
     detail = f"phase {worst}: " + ", ".join(
         f"{k.split('.')[2]} {v}" for k, v in lay.items() if k.startswith(f"lmem.{worst}."))
@@ -72,5 +83,5 @@ def needs(s: Schedule, t: Target) -> list[Need]:
         Need("LMEM bytes per core", lay["lmem"], int(t.lmem_bytes), "seq_tile", detail),
         Need("L2 bytes per chip", lay["l2"], int(t.l2_bytes), "buffers",
              f"cores {s.mapping.cores} x buffers {s.mapping.buffers} x seq_tile "
-             f"{s.mapping.seq_tile} x {s.problem.d} x 2 B"),
+             f"{s.mapping.seq_tile} x {token}"),
     ]

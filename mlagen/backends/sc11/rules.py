@@ -40,6 +40,11 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                                        f"multiple of block_kv = {m.block_kv}")
     if m.block_kv > 1024:
         yield "schedule", "block_kv", f"block_kv = {m.block_kv} must be <= 1024 on sc11"
+    if p.kv == "fp8_ds_mla" and p.dtype != "bf16":
+        # its rope values are bf16, and e4m3 times a power-of-two scale is exact in bf16 only
+        yield "problem", "kv_format", (f"kv_format = \"fp8_ds_mla\" needs dtype = \"bf16\" "
+                                       f"on sc11 (its dequantized tile is bf16), got "
+                                       f"{p.dtype!r}")
 
 
 RULES = [sc11_mapping]

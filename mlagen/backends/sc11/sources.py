@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ... import formats   # KV formats as data (no torch: check and generate stay light)
 from ...codegen import SourceSet, render_template
 from ...paths import TEMPLATES_DIR
 from ...schedule.plan import Plan
@@ -21,16 +22,20 @@ FAULT_ENUMS = {"none": "FAULT_NONE", "causal_off_by_one": "FAULT_CAUSAL_OFF_BY_O
                "page_start_assumed": "FAULT_PAGE_START_ASSUMED",
                "empty_partial_unmasked": "FAULT_EMPTY_PARTIAL_UNMASKED",
                "default_head_split": "FAULT_DEFAULT_HEAD_SPLIT",
-               "scale_wrong_tile": "FAULT_SCALE_WRONG_TILE",
-               "scale_twice": "FAULT_SCALE_TWICE",
+               "kv_scale_twice": "FAULT_KV_SCALE_TWICE",
+               "kv_scale_wrong_tile": "FAULT_KV_SCALE_WRONG_TILE",
                "descale_not_in_output": "FAULT_DESCALE_NOT_IN_OUTPUT"}
 DTYPE_CLASSES = {"bf16": "Bf16", "fp16": "Fp16"}
+# mlagen.formats names -> mla.h's KvFormat
+KV_ENUMS = {"bf16": "KV_PLAIN", "fp16": "KV_PLAIN", "fp8_e4m3": "KV_E4M3",
+            "fp8_ds_mla": "KV_DS_MLA"}
 
 
 def render(plan: Plan | Schedule) -> SourceSet:
     """The kernel source of a checked SC11 plan (one translation unit)."""
     plan = plan_of(plan)
     schedule, t = plan.schedule, plan.target
+    p = schedule.problem
     lmem_granule, l2_granule = sc11_granules(t)
     name = "kernel.cpp"
     text = render_template(
@@ -40,6 +45,8 @@ def render(plan: Plan | Schedule) -> SourceSet:
         heads_per_core=sc11_heads_per_core(schedule),
         proj_rows=SC11_PROJ_ROWS,
         fault_enum=FAULT_ENUMS[schedule.fault],
+        kv_enum=KV_ENUMS[p.kv],
+        kv_bytes=formats.get(p.kv).token_bytes(p.kv_lora_rank, p.rope_dim),
         lmem_bytes=int(t.lmem_bytes), lmem_granule=lmem_granule,
         l2_bytes=int(t.l2_bytes), l2_granule=l2_granule)
     return SourceSet(variant=plan.variant, target="sc11", files={name: text},

@@ -34,7 +34,7 @@ BAND_COLOURS = ("#f2f2f2", "#e0e8f0")      # alternating phase shading behind th
 OP_COLOURS = {
     "DMA DDR->L2": "#8c564b", "DMA L2->LMEM": "#17becf", "DMA DDR->LMEM": "#ff7f0e",
     "DMA LMEM->L2": "#bcbd22", "DMA LMEM->DDR": "#e377c2", "DMA other": "#7f7f7f",
-    "matmul": "#1f77b4", "vector": "#2ca02c", "barrier": "#d62728",
+    "matmul": "#1f77b4", "vector": "#2ca02c", "dequant": "#9467bd", "barrier": "#d62728",
 }
 
 
@@ -45,6 +45,8 @@ def _op_label(op: int, src: int, dst: int) -> str:
         return "vector"
     if op == Op.BARRIER:
         return "barrier"
+    if op == Op.DEQUANT:
+        return "dequant"
     name = f"DMA {Mem(src).name}->{Mem(dst).name}"
     return name if name in OP_COLOURS else "DMA other"
 
@@ -201,6 +203,16 @@ def text_summary(sim: SimResult, gaps: int = 3) -> str:
         lines.append(f"  {ENGINE_NAMES[e]:<16} {mean:6.1%} {mx:6.1%}  {idle[e][0] * us:10.2f} "
                      f"{idle[e][1] * us:8.2f}")
     lines.append(f"dominant engine    {ENGINE_NAMES[sim.dominant_engine()]}")
+    ev = sim.events
+    gather = (ev["engine"] == Engine.SDMA) & (ev["op"] == Op.DMA)
+    if gather.any():
+        lines.append(f"SDMA gathers       {int(ev['bytes'][gather].sum()) / 1e6:10.2f} MB DDR -> L2 "
+                     f"(the KV cache in its format's bytes)")
+    deq = ev["op"] == Op.DEQUANT
+    if deq.any():
+        busy = float((sim.end[deq] - sim.start[deq]).sum()) / len(sim.cores)
+        lines.append(f"BDC dequantization {busy * us:10.2f} us per core ({int(deq.sum())} blocks, "
+                     f"{int(ev['n'][deq].sum()) / 1e6:.2f} M values to 16 bits)")
     bands = phase_bands(sim)
     if bands:
         lines.append("phases             start .. end (us)")

@@ -32,6 +32,8 @@ class Op(enum.IntEnum):
     MATMUL = 1    # m x k @ k x n on the cube: flops = 2*m*n*k
     VECTOR = 2    # elementwise / reduction work on the vector unit: `elems` elements
     BARRIER = 3
+    DEQUANT = 4   # 8-bit KV values -> the cube's 16-bit operands on the vector unit: `elems`
+    #               vector operations (n = values written)
 
 
 MAX_DEPS = 4

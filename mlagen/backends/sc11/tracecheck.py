@@ -115,13 +115,14 @@ def phase_b_steps(trace: np.ndarray, core: int, d_bytes: int) -> Steps:
     gset = set(gdma)
     cur_last = None
     for e in bdc:
-        is_qk = e["op"] == Op.MATMUL and e["k"] * 2 == d_bytes
+        # a step's first BDC event: Q K^T, or the dequantization of an 8-bit tile before it
+        is_qk = (e["op"] == Op.MATMUL and e["k"] * 2 == d_bytes) or e["op"] == Op.DEQUANT
         if is_qk and any(int(x) in gset for x in e["deps"]):
             if cur_last is not None:
                 last.append(cur_last)
             first.append(int(e["id"]))
             cur_last = int(e["id"])
-        elif first and e["op"] in (Op.MATMUL, Op.VECTOR) and cur_last is not None:
+        elif first and e["op"] in (Op.MATMUL, Op.VECTOR, Op.DEQUANT) and cur_last is not None:
             if e["op"] == Op.MATMUL:
                 cur_last = int(e["id"])
     if cur_last is not None:

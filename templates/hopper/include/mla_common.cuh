@@ -34,7 +34,8 @@ constexpr int kFaultBadSplitMerge = 4;    // partials merged without their lse w
 constexpr int kFaultEarlyBufferSwap = 5;  // a K stage read one cp.async group too early
 // FP8 caches (mla_fp8.cuh, the few-rows kernel's converter and consumer)
 constexpr int kFaultScaleWrongTile = 6;   // fp8_ds_mla: the next 128-column tile's scale
-constexpr int kFaultScaleTwice = 7;       // fp8_ds_mla: the tile scale multiplied in twice
+constexpr int kFaultScaleTwice = 7;       // the tile scale (fp8_ds_mla) or k_descale (fp8_e4m3)
+                                          // multiplied in twice
 constexpr int kFaultDescaleNotInOutput = 8;   // fp8_e4m3: k_descale left out of O (kept in S)
 
 // The KV-cache formats a split kernel reads (compile time, mlagen/kvformat.py's names):

@@ -483,7 +483,10 @@ struct WgmmaRowsKernel {
       // descale_q) into the scores' scale alone (1 otherwise).  A descale not finite and
       // > 0 makes the piece NaN and sets kErrorBadDescale (no host check: graph-safe).
       float dk = 1.f, dq = 1.f;
-      if constexpr (KV == kKvE4m3) dk = p.k_descale[pc.req * p.k_descale_stride];
+      if constexpr (KV == kKvE4m3) {
+        dk = p.k_descale[pc.req * p.k_descale_stride];
+        if constexpr (FAULT == kFaultScaleTwice) dk *= dk;
+      }
       if constexpr (C::kFp8) {
         if (p.q_descale != nullptr) dq = p.q_descale[pc.req * p.q_descale_stride];
       }

@@ -7,7 +7,8 @@
 extern "C" {
 
 // Pointers are host buffers standing in for the card's DDR; 16-bit values are bf16 or fp16
-// bit patterns as the variant's dtype says.  All tensors contiguous.
+// bit patterns as the variant's dtype says; the KV cache is in the variant's format
+// (mlagen/kvformat.py).  All tensors contiguous.
 struct Sc11Args {
   int64_t batch, s_q, num_blocks, max_blocks;
   int64_t scheme;      // 1 heads, 2 batch, 3 seq, 4 batch_seq
@@ -26,11 +27,14 @@ struct Sc11Args {
   const uint16_t* w_uq;     // fused: [q_lora_rank, heads, nope + rope]
   const uint16_t* w_uk;     // fused: [heads, nope, kv_lora_rank]
   const uint16_t* w_uv;     // fused: [heads, kv_lora_rank, v_head_dim]
-  const uint16_t* k_cache;  // [num_blocks, page, 1, d]
+  const void* k_cache;      // [num_blocks, page, 1, width]: the variant's KV format's bytes
   const int32_t* block_table;   // [batch, max_blocks]
   const int32_t* seqlens;       // [batch]
   uint16_t* out;            // [batch, s_q, heads, dv] (fused: v_head_dim)
   float* lse;               // [batch, heads, s_q]
+  // fp8_e4m3: value = stored * k_descale[descale_n == 1 ? 0 : sequence]; else unused
+  const float* k_descale;
+  int64_t descale_n;
 };
 
 struct Sc11Result {

@@ -36,11 +36,20 @@ enum Fault : int {
   FAULT_PAGE_START_ASSUMED = 8,      // a gather assumes its tile starts on a page boundary
   FAULT_EMPTY_PARTIAL_UNMASKED = 9,  // the merge weighs a partial that saw nothing as lse 0
   FAULT_DEFAULT_HEAD_SPLIT = 10,     // phases A/C give a core heads / cores heads, not HPC
-  // the dequantization of 8-bit caches (records.FAULTS; planted in the Hopper kernels)
-  FAULT_SCALE_WRONG_TILE = 11,       // fp8_ds_mla: the next 128-value tile's scale
-  FAULT_SCALE_TWICE = 12,            // fp8_ds_mla: the tile scale multiplied in twice
+  // faults in the dequantization of 8-bit KV formats
+  FAULT_KV_SCALE_TWICE = 11,         // a KV scale applied twice (descale / tile scale)
+  FAULT_KV_SCALE_WRONG_TILE = 12,    // fp8_ds_mla: a tile takes the next tile's scale
   FAULT_DESCALE_NOT_IN_OUTPUT = 13,  // fp8_e4m3: k_descale in the scores, not in the output
+                                     // (planted in the Hopper kernels alone)
 };
+
+// How the cache stores a token (mlagen/kvformat.py): the variant's KV_FORMAT.
+enum KvFormat : int {
+  KV_PLAIN = 0,    // D values in the dtype (bf16 / fp16)
+  KV_E4M3 = 1,     // D e4m3 values; value = stored * k_descale (per cache or per sequence)
+  KV_DS_MLA = 2,   // DV e4m3 latent values, DV / 128 fp32 scales, ROPE bf16 values
+};
+constexpr int kDsTile = 128;   // latent values per fp8_ds_mla scale
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -53,6 +62,13 @@ class Mla {
                        HPC = Cfg::HPC, PR = Cfg::PROJ_ROWS;
   static constexpr int64_t TILE = Cfg::SEQ_TILE;
   static constexpr int EL = 2;  // bytes of a bf16 / fp16 value
+  static constexpr int KVF = Cfg::KV_FORMAT;
+  static constexpr int64_t KVB = Cfg::KV_BYTES;   // bytes of one cached token
+  static constexpr bool QUANT = KVF != KV_PLAIN;
+  static_assert(KVF != KV_PLAIN || KVB == (int64_t)D * EL, "a plain token is D 16-bit values");
+  static_assert(KVF != KV_E4M3 || KVB == D, "an e4m3 token is D bytes");
+  static_assert(KVF != KV_DS_MLA || (DV % kDsTile == 0 && KVB == DV + 4 * (DV / kDsTile) + 2 * ROPE),
+                "an fp8_ds_mla token is DV e4m3, DV / 128 fp32 scales and ROPE bf16 values");
 
   // Per-core buffers (LMEM rings are re-laid out at each phase; L2 rings live throughout).
   struct Bufs {
@@ -73,6 +89,8 @@ class Mla {
     chip_.init(CORES, Cfg::LMEM_BYTES, Cfg::LMEM_GRANULE, Cfg::L2_BYTES, Cfg::L2_GRANULE, dry_,
                threads);
     bufs_.assign(CORES, Bufs{});
+    deq_off_.assign(CORES, 0);
+    ds_off_.assign(CORES, 0);
     rows_ = (int)a_.s_q * H;
     kv_len_.resize(a_.batch);
     for (int64_t b = 0; b < a_.batch; ++b) kv_len_[b] = keys_read(a_.seqlens[b]);
@@ -86,8 +104,8 @@ class Mla {
         B.l2kv.slots[i].name = "L2 kv slot";
         B.l2kv.slots[i].index = i;
         B.l2kv.slots[i].mem = L2;
-        B.l2kv.slots[i].bytes = TILE * D * EL;
-        B.l2kv.slots[i].off = chip_.l2.alloc(TILE * D * EL, "a KV tile slot");
+        B.l2kv.slots[i].bytes = TILE * KVB;
+        B.l2kv.slots[i].off = chip_.l2.alloc(TILE * KVB, "a KV tile slot");
       }
       chip_.cores[c].rings.push_back(&B.l2kv);
     }
@@ -139,6 +157,9 @@ class Mla {
   std::vector<int64_t> kv_len_;
   int rows_ = 0;
   int64_t q_l2_ = 0, o_l2_ = 0, part_l2_ = 0;
+  // phase B's LMEM scratch of 8-bit formats (offsets per core): the BDC's dequantized
+  // 16-bit block the cube reads, and fp8_e4m3's descales (one GDMA at the phase's start)
+  std::vector<int64_t> deq_off_, ds_off_;
 
   int64_t part_bytes() const { return (int64_t)rows_ * (DV + 1) * 4; }
 
@@ -157,6 +178,8 @@ class Mla {
       arg_fail("a required pointer is null (%lld)", 0);
     if (Cfg::FUSED ? (!a_.q_lora || !a_.w_uq || !a_.w_uk || !a_.w_uv) : !a_.q)
       arg_fail("a required input pointer is null (%lld)", 0);
+    if (KVF == KV_E4M3 && (!a_.k_descale || (a_.descale_n != 1 && a_.descale_n != a_.batch)))
+      arg_fail("an fp8_e4m3 cache needs k_descale of 1 or batch entries (got %lld)", a_.descale_n);
     if (Cfg::FUSED && !dry_ && (!a_.rope_cos || !a_.rope_sin || a_.rope_layout < 0 || a_.rope_layout > 1))
       arg_fail("the rotary table is missing or its layout %lld unknown", a_.rope_layout);
     for (int64_t b = 0; b < a_.batch; ++b) {
@@ -196,13 +219,30 @@ class Mla {
     c.lmem.reset();
     c.rings.resize(1);  // keep the L2 ring
     c.make_ring(B.q, "LMEM q slot", NBUF, (int64_t)rows_ * D * EL);
-    c.make_ring(B.kv, "LMEM kv slot", NBUF, TILE * D * EL);
+    c.make_ring(B.kv, "LMEM kv slot", NBUF, TILE * KVB);
     // one output slot: its store overlaps the next piece's compute, which refills it only
     // when that piece ends
     c.make_ring(B.out, "LMEM out slot", 1, (int64_t)rows_ * (DV + 1) * 4);
     // scores of one block, the O accumulator, running max and sum
     B.work = c.lmem.alloc((int64_t)rows_ * (BKV + DV + 2) * 4, "the attention work buffer");
+    if (QUANT) deq_off_[c.id] = c.lmem.alloc((int64_t)BKV * D * EL, "the dequantized KV block");
+    if (KVF == KV_E4M3) ds_off_[c.id] = c.lmem.alloc(a_.descale_n * 4, "the KV descales");
     c.lmem.commit();
+  }
+
+  // GDMA: fp8_e4m3's descales DDR -> LMEM, once per core (the event the first BDC work
+  // waits for; kNone for other formats).
+  int64_t load_descale(Core& c) {
+    if (KVF != KV_E4M3) return kNone;
+    Core::Copy cp(c);
+    cp(c.wr(c.lmem, LMEM, ds_off_[c.id], a_.descale_n * 4), a_.k_descale, a_.descale_n * 4);
+    return c.dma(GDMA, DDR, LMEM, cp, {});
+  }
+  // fp8_e4m3: the descale of sequence b, folded into its scores and its output (1 else).
+  float descale(Core& c, int b) const {
+    if (KVF != KV_E4M3 || dry_) return 1.0f;
+    const float* ds = (const float*)c.lmem.at(ds_off_[c.id]);
+    return ds[a_.descale_n == 1 ? 0 : b];
   }
 
   // ------------------------------------------------------------------ phase B ----------
@@ -237,6 +277,7 @@ class Mla {
 
     Scratch sc;
     sc.init(rows_);
+    int64_t ds_ev = load_descale(c);
     for (int64_t k = 0; k < std::min<int64_t>(NBUF - 1, nk); ++k)
       sdma_gather(c, B, pieces[steps[step_of_k[k]].piece], steps[step_of_k[k]], B.steps + k);
     // GDMA is one in-order queue: a piece's output store is issued after the next step's
@@ -252,7 +293,10 @@ class Mla {
     for (size_t i = 0; i < steps.size(); ++i) {
       const Step& st = steps[i];
       const Piece& pc = pieces[st.piece];
-      if (st.first) init_acc(c, pc);
+      if (st.first) {
+        init_acc(c, pc, ds_ev);
+        ds_ev = kNone;   // later BDC work is behind it in the queue
+      }
       if (kstep[i] >= 0) {
         const int64_t k = kstep[i];
         if (k + NBUF - 1 < nk) {
@@ -278,14 +322,15 @@ class Mla {
     Slot& s = B.l2kv[step];
     const int64_t dep = c.begin_fill(s, step);
     const int64_t n = st.t1 - st.t0;
-    uint16_t* dst = (uint16_t*)c.wr(chip_.l2, L2, s.off, n * D * EL);
+    uint8_t* dst = c.wr(chip_.l2, L2, s.off, n * KVB);
+    const uint8_t* cache = (const uint8_t*)a_.k_cache;
     Core::Copy cp(c);
     for (int64_t t = st.t0; t < st.t1;) {
       const int64_t page = t / PAGE, len0 = std::min<int64_t>(PAGE - t % PAGE, st.t1 - t);
       const int64_t in = Cfg::FAULT == FAULT_PAGE_START_ASSUMED ? 0 : t % PAGE;
       const int64_t len = Cfg::FAULT == FAULT_PAGE_START_ASSUMED ? len0 : std::min<int64_t>(PAGE - in, st.t1 - t);
       const int64_t blk = a_.block_table[pc.seq * a_.max_blocks + page];
-      cp(dst + (t - st.t0) * D, a_.k_cache + (blk * PAGE + in) * D, len * D * EL);
+      cp(dst + (t - st.t0) * KVB, cache + (blk * PAGE + in) * KVB, len * KVB);
       t += len;
     }
     const int64_t ev = c.dma(SDMA, DDR, L2, cp, {dep});
@@ -301,7 +346,7 @@ class Mla {
     const int64_t n = st.t1 - st.t0;
     const int64_t dep_kv = c.begin_fill(kv, step);
     Core::Copy ckv(c);
-    ckv(c.wr(c.lmem, LMEM, kv.off, n * D * EL), c.rd(chip_.l2, L2, l2.off, n * D * EL), n * D * EL);
+    ckv(c.wr(c.lmem, LMEM, kv.off, n * KVB), c.rd(chip_.l2, L2, l2.off, n * KVB), n * KVB);
     const int64_t ev_kv = c.dma(GDMA, L2, LMEM, ckv, {ready, dep_kv});
     c.end_fill(kv, step, ev_kv);
     const int64_t dep_q = c.begin_fill(q, step);
@@ -320,9 +365,10 @@ class Mla {
   // fp32 accumulation; these conversions are the emulator's, not the card's, so they are
   // not counted in LMEM).
   struct Scratch {
-    std::vector<float> qf, kt, v;
+    std::vector<float> qf, kt, v, row;
     void init(int rows) {
       qf.assign((size_t)rows * D, 0.f);
+      row.assign((size_t)D, 0.f);
       kt.assign((size_t)D * BKV, 0.f);
       v.assign((size_t)BKV * DV, 0.f);
     }
@@ -333,14 +379,14 @@ class Mla {
   float* mx(Core& c) { return acc(c) + (int64_t)rows_ * DV; }
   float* sm(Core& c) { return mx(c) + rows_; }
 
-  void init_acc(Core& c, const Piece& pc) {
+  void init_acc(Core& c, const Piece& pc, int64_t dep) {
     const int rows = (pc.h1 - pc.h0) * (int)a_.s_q;
     if (!dry_) {
       std::fill(acc(c), acc(c) + (int64_t)rows * DV, 0.f);
       std::fill(mx(c), mx(c) + rows, kNegInf);
       std::fill(sm(c), sm(c) + rows, 0.f);
     }
-    c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows * (DV + 2), -1, {});
+    c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows * (DV + 2), -1, {dep});
   }
 
   // BDC: online softmax over blocks of BKV keys of the tile in the LMEM slot.
@@ -352,22 +398,28 @@ class Mla {
     // Core::rd sees a slot that is free or being filled)
     const int64_t rs = Cfg::FAULT == FAULT_EARLY_BUFFER_SWAP ? step + 1 : step;
     const int64_t n = st.t1 - st.t0;
-    const uint16_t* kv = (const uint16_t*)c.rd(c.lmem, LMEM, B.kv[rs].off, n * D * EL);
+    const uint8_t* kv = c.rd(c.lmem, LMEM, B.kv[rs].off, n * KVB);
     c.check_read(B.kv[step], step);
     c.check_read(B.q[step], step);
     const uint16_t* q = (const uint16_t*)c.rd(c.lmem, LMEM, B.q[step].off, (int64_t)rows * D * EL);
     if (!dry_) to_f32<T>(q, sc.qf.data(), (int64_t)rows * D);
-    const float scl = scale();
+    // fp8_e4m3: q (k_stored * ds) = ds (q k_stored), so the descale scales the scores
+    const float ds = descale(c, pc.seq);
+    const float scl = scale() * ds;
     std::vector<int64_t> lim(rows);
     for (int r = 0; r < rows; ++r) lim[r] = visible_limit(pc.seq, r / nh);
     int64_t last = kNone;
     bool first = true;
     for (int64_t j0 = st.t0; j0 < st.t1; j0 += BKV) {
       const int nb = (int)std::min<int64_t>(BKV, st.t1 - j0);
-      if (!dry_) block(c, kv + (j0 - st.t0) * D, nb, j0, rows, lim.data(), scl, sc);
+      if (!dry_) block(c, kv + (j0 - st.t0) * KVB, nb, j0, rows, lim.data(), scl, ds, sc);
       std::initializer_list<int64_t> deps = {w_kv, w_q};
+      const std::initializer_list<int64_t> none{};
+      if (QUANT)   // the block's 8-bit values into the cube's 16-bit tile
+        c.emit(BDC, OP_DEQUANT, LMEM, LMEM, 0, 0, (int64_t)nb * D, 0, dequant_ops(nb),
+               B.kv[step].index, first ? deps : none);
       c.emit(BDC, OP_MATMUL, LMEM, LMEM, 0, rows, nb, D, 0, B.kv[step].index,
-             first ? deps : std::initializer_list<int64_t>{});
+             first && !QUANT ? deps : none);
       c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows * nb + (int64_t)rows * DV,
              B.kv[step].index, {});
       // P stays fp32 into P V (rounding it to 16 bits moves out beyond the oracle's bf16
@@ -380,14 +432,46 @@ class Mla {
     c.release(B.l2kv[step], step, last);  // the stage (L2 + LMEM slot) frees when BDC is done
   }
 
-  void block(Core& c, const uint16_t* kv, int nb, int64_t j0, int rows, const int64_t* lim,
-             float scl, Scratch& sc) {
+  // Vector operations the BDC spends turning nb tokens into 16-bit values: one conversion a
+  // value (fp8_ds_mla: and one multiply by its tile's scale per latent value).
+  static int64_t dequant_ops(int nb) {
+    return (int64_t)nb * (KVF == KV_DS_MLA ? 2 * DV + ROPE : D);
+  }
+
+  // One stored token -> its D values as the cube reads them (exact: an e4m3 value, times a
+  // power of two for fp8_ds_mla, is a bf16 value).  fp8_e4m3's descale is not applied here
+  // (compute folds it into the scores, finalize into the output) but for the planted fault.
+  void decode(const uint8_t* row, float* out, float ds) const {
+    if (KVF == KV_PLAIN) {
+      to_f32<T>((const uint16_t*)row, out, D);
+      return;
+    }
+    const float* e4m3 = e4m3_table();
+    if (KVF == KV_E4M3) {
+      const float twice = Cfg::FAULT == FAULT_KV_SCALE_TWICE ? ds : 1.0f;
+      for (int d = 0; d < D; ++d) out[d] = e4m3[row[d]] * twice;
+      return;
+    }
+    constexpr int TILES = DV / kDsTile;
+    for (int t = 0; t < TILES; ++t) {
+      const int from = Cfg::FAULT == FAULT_KV_SCALE_WRONG_TILE ? (t + 1) % TILES : t;
+      float s = f32_at(row + DV + 4 * from);
+      if (Cfg::FAULT == FAULT_KV_SCALE_TWICE) s *= s;
+      for (int d = t * kDsTile; d < (t + 1) * kDsTile; ++d) out[d] = e4m3[row[d]] * s;
+    }
+    const uint8_t* rope = row + DV + 4 * TILES;   // bf16, not quantized
+    for (int i = 0; i < ROPE; ++i) out[DV + i] = Bf16::to_f32(u16_at(rope + 2 * i));
+  }
+
+  void block(Core& c, const uint8_t* kv, int nb, int64_t j0, int rows, const int64_t* lim,
+             float scl, float ds, Scratch& sc) {
     float* kt = sc.kt.data();
     float* v = sc.v.data();
+    float* vals = sc.row.data();
     for (int j = 0; j < nb; ++j) {
-      const uint16_t* row = kv + (int64_t)j * D;
-      for (int d = 0; d < D; ++d) kt[(int64_t)d * BKV + j] = T::to_f32(row[d]);
-      to_f32<T>(row, v + (int64_t)j * DV, DV);
+      decode(kv + (int64_t)j * KVB, vals, ds);
+      for (int d = 0; d < D; ++d) kt[(int64_t)d * BKV + j] = vals[d];
+      std::copy(vals, vals + DV, v + (int64_t)j * DV);
     }
     float* S = scores(c);
     gemm(rows, nb, D, sc.qf.data(), D, kt, BKV, S, BKV, false);
@@ -441,9 +525,10 @@ class Mla {
       float* L = sm(c);
       uint16_t* dst16 = (uint16_t*)dst;        // final: 16-bit O then fp32 lse
       float* lse = dst + (int64_t)rows * DV;
+      const float ds = descale(c, pc.seq);   // fp8_e4m3: P (V_stored ds) = ds (P V_stored)
       for (int r = 0; r < rows; ++r) {
         const bool empty = L[r] == 0.f;
-        const float inv = empty ? 0.f : 1.f / L[r];
+        const float inv = empty ? 0.f : ds / L[r];
         const float* src = O + (int64_t)r * DV;
         if (partial)
           for (int d = 0; d < DV; ++d) dst[(int64_t)r * DV + d] = src[d] * inv;

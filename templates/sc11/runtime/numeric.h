@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace sc11 {
 
@@ -37,6 +38,37 @@ struct Fp16 {
     return h;
   }
 };
+
+// float8_e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinities, the
+// all-ones exponent and mantissa is NaN): every value is exact in bf16, fp16 and fp32.
+inline float e4m3_to_f32(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  if (e == 15 && m == 7) return std::numeric_limits<float>::quiet_NaN();
+  const float v = e ? std::ldexp(1.0f + m / 8.0f, e - 7) : std::ldexp((float)m, -9);
+  return (b & 0x80) ? -v : v;
+}
+// Unaligned little-endian fields of a packed token (fp8_ds_mla's scales and rope values).
+inline float f32_at(const uint8_t* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
+}
+inline uint16_t u16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+// The 256 values, looked up as the BDC's conversion would produce them.
+inline const float* e4m3_table() {
+  struct Table {
+    float v[256];
+    Table() {
+      for (int i = 0; i < 256; ++i) v[i] = e4m3_to_f32((uint8_t)i);
+    }
+  };
+  static const Table t;
+  return t.v;
+}
 
 template <class T>
 inline void to_f32(const uint16_t* src, float* dst, int64_t n) {
