@@ -107,7 +107,7 @@ if [ "$what" != tests ]; then
   SHAPES=${SHAPES:-"1,1,4096,16 32,1,4096,16 128,1,4096,16 1,1,8192,16 32,1,8192,16 128,1,8192,16"}
   timeout "${BENCH_TIMEOUT:-200}" python3 -m mlagen.cli bench --target hopper --no-progress \
     $(for s in $SHAPES; do echo --shape "$s"; done) \
-    --kv-format bf16 --kv-format fp8_e4m3 --kv-format fp8_ds_mla \
+    --kv-format bf16,fp8_e4m3,fp8_ds_mla \
     --output "$OUT/fp8_bench" > "$OUT/bench.log" 2>&1
   echo "bench rc=$? $(el)"
   grep -E "^\| [0-9]|^- b=|Speed of" "$OUT/fp8_bench.md" 2>/dev/null || tail -20 "$OUT/bench.log"

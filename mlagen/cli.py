@@ -318,9 +318,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", metavar="B,S_Q,S_K,H_Q[,varlen]",
                    help="time this shape instead of the benchmark of record's rows "
                         "(repeatable; targets whose bench has rows of shapes)")
-    p.add_argument("--kv-format", action="append", metavar="FORMAT",
-                   help="with --shape: time each shape with this KV-cache format (repeatable: "
-                        "bf16, fp8_e4m3, fp8_ds_mla; the same bf16 cache quantized)")
     p.add_argument("--flashmla", default=None, metavar="LIB",
                    help="also time FlashMLA (built as benchmarks/anchors/README.md says) on each "
                    "row's tensors (the 'now' columns; targets with a FlashMLA reference)")

@@ -834,7 +834,10 @@ def bench_main(args) -> int:
     from .shapes import parse_shape
 
     shapes = [parse_shape(t) for t in (getattr(args, "shape", None) or [])]
-    kv_formats = tuple(getattr(args, "kv_format", None) or ())
+    # --kv-format a,b,... (hopper: with --shape, each shape in each format, the same bf16
+    # cache quantized)
+    kv_formats = tuple(x.strip() for x in (getattr(args, "kv_format", None) or "").split(",")
+                       if x.strip())
     if kv_formats and not shapes:
         raise MlagenError("--kv-format times the shapes given by --shape in each format: "
                           "give --shape too")
@@ -873,8 +876,8 @@ def bench_main(args) -> int:
                     progress=not getattr(args, "no_progress", False),
                     command="mlagen bench --target hopper" + (" --quick" if args.quick else "")
                     + "".join(f" --shape {s.label()}" for s in shapes)
-                    + "".join(f" --kv-format {kv or 'bf16'}" for kv in kv_formats
-                              if kv_formats != ("",))
+                    + (" --kv-format " + ",".join(kv or "bf16" for kv in kv_formats)
+                       if kv_formats != ("",) else "")
                     + (f" --flashmla {Path(flashmla).name}" if flashmla else ""),
                     flashmla=flashmla,
                     shapes=shapes, kv_formats=kv_formats)
