@@ -97,6 +97,30 @@ class HopperBackend(Backend):
         return [("the cluster merge", dict(batch=len(lens), s_q=1, seqlens=tuple(lens)))] \
             if lens else []
 
+    # a sequence with a bad block-table entry: its out and lse are NaN and the device flag
+    # is set (api.check_device_errors), never an out-of-bounds read
+    bad_pages_give_nan = True
+
+    def runtime_shapes(self, s):
+        # h_q and the page size are arguments of one build: query rows (s_q * h_q) against
+        # the tile's rows decide how many tiles and how full the last one is; pages against
+        # the 64-key block decide where a block's keys come from inside a page
+        m, hpd, rows = s.mapping, s.heads_per_device, s.mapping.rows_per_tile
+        heads = [h for h in (1, 2, 3, rows // 2 + 1, rows - 1, rows, rows + 1, 2 * rows + 3,
+                             hpd - 1) if 1 <= h <= hpd and h != hpd]
+        pages = (64, 128, 192, 256) if m.mainloop == "wgmma" else (1, 16, 64, 96, 128, 256)
+        page = s.problem.page_size
+        return {"heads": (hpd, *sorted(set(heads))),
+                "page_size": (page, *[p for p in pages if p != page])}
+
+    def verify_family(self, s):
+        # the few-rows wgmma kernel's one- and two-consumer forms (warps 4 / 8: the second
+        # merges the two warpgroups' states); the other kernels' branches are run-time
+        m = s.mapping
+        if m.mainloop == "wgmma" and m.rows_per_tile in (16, 32):
+            return [{"warps": 12 - m.warps}]
+        return []
+
     def verify_base(self):
         return dict(heads=128, tp=8, max_s_q=2, block_kv=32, buffers=2, rows_per_tile=64,
                     warps=8)
