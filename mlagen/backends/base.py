@@ -14,6 +14,7 @@ target's subclass lives in mlagen/backends/<kind>/backend.py as ``BACKEND``.
     runtime_shapes(s)             problem shapes its build takes at run time (drawn per example)
     verify_family(s)              the builds beside s that reach its kernels' compile-time branches
     bad_pages_give_nan            a bad block-table entry gives NaN (else the call raises)
+    mutants()                     one-line source mutations verify must catch (the harness)
     rounded                       intermediates its kernels round to the storage dtype
     run_point, report(...)        `mlagen run`'s default workload and its extra report
     prebuild(progress)            what else its runtime builds on first use, built ahead by
@@ -119,6 +120,11 @@ class Backend:
         every compile-time branch of s's kernel family: the smoke profile builds each
         legal one and draws problems on all of them."""
         return []
+
+    def mutants(self) -> tuple:
+        """One-line source mutations of its kernels (mlagen.verify.mutation.Mutant) that
+        `verify` must catch on the example schedules each names (mlagen.verify.mutants)."""
+        return ()
 
     def boundary_tile(self, s: "Schedule") -> int | None:
         """KV tokens per tile where buffers change hands (lengths around its multiples are

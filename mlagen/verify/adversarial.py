@@ -36,9 +36,11 @@ import torch
 from ..problem import MlaInputs
 
 PATTERNS = ("randn", "rising", "dominant", "ties", "very_negative", "very_large")
-# rising: log2 units per 64-key block (the Hopper kernels' rescale slack is 8)
+# rising: log2 units per 64-key block (past a rescale slack of 8, and well past it)
 RISE_STEPS = (3.0, 9.0, 12.0, 24.0)
-DOMINANT_NATS = 40.0           # far past the slack (8 log2 units = 5.5 nats)
+# far past any slack, and past 128 log2 units (2^128 overflows fp32): a merge of two
+# partial states that keeps the smaller max overflows where the dominant key is the other's
+DOMINANT_NATS = 100.0
 SHIFT_NATS = 600.0             # 2^(600 log2 e) overflows fp32: the max must be subtracted
 
 
@@ -86,7 +88,8 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
             k[pages, slots, :, dv:] = (k[pages, slots, :, dv:].double()
                                        * g[:, None, None]).to(k.dtype)
         else:
-            k[pages, slots, :, dv] = (f / scale).to(k.dtype)[:, None]
+            top = torch.finfo(k.dtype).max / 4          # fp16: a tiny scale must not overflow
+            k[pages, slots, :, dv] = (f / scale).clamp(-top, top).to(k.dtype)[:, None]
     out = dataclasses.replace(inp, k_cache=k)
     if not fused:
         # q may be a strided view of a wider tensor: write through it, keeping its strides

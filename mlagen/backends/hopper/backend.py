@@ -113,6 +113,11 @@ class HopperBackend(Backend):
         return {"heads": (hpd, *sorted(set(heads))),
                 "page_size": (page, *[p for p in pages if p != page])}
 
+    def mutants(self):
+        from .mutants import MUTANTS
+
+        return MUTANTS
+
     def verify_family(self, s):
         # the few-rows wgmma kernel's one- and two-consumer forms (warps 4 / 8: the second
         # merges the two warpgroups' states); the other kernels' branches are run-time

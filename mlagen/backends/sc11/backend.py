@@ -53,6 +53,11 @@ class Sc11Backend(Backend):
     def verify_base(self):
         return dict(heads=128, tp=8, max_s_q=2, cores=8, block_kv=64, buffers=2, seq_tile=512)
 
+    def mutants(self):
+        from .mutants import MUTANTS
+
+        return MUTANTS
+
     def verify_family(self, s):
         # every problem shape is compiled in: the builds that reach the kernel's branches
         # -- heads that leave the last core 2+ short (11 over 4 cores: 3, 3, 3, 2), cores
