@@ -263,10 +263,6 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                              schedule.heads_per_device, tuple(f["seqlens"]), 0, False, 1), None)
                  for _, f in paths]
     members = family_of(schedule) if family else [schedule]
-    if prof.path_cases and runner is None and reference is None:
-        # each member's fixed run-time-branch cases, the schedule's own first
-        explicit += [(None if s is schedule else s, c, None) for s in members
-                     for c in path_cases(s, bounds)]
     setup_s = time.perf_counter() - t0
     be = backend(schedule.target.name)
     choices = dict(be.runtime_choices(schedule))
@@ -275,6 +271,14 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         draw_schemes = (bool(be.runtime_choices(schedule).get("scheme"))
                         and not isolate and accepts(base_kernel, "scheme"))
     scheme_st = st.sampled_from(choices["scheme"]) if draw_schemes else st.none()
+    if prof.path_cases and runner is None and reference is None:
+        # each member's fixed run-time-branch cases, the schedule's own first; the first
+        # (every edge length at once) under every scheme, the others one scheme each
+        sch = list(choices["scheme"]) if draw_schemes else [None]
+        for s in members:
+            for i, c in enumerate(path_cases(s, bounds)):
+                for scheme in (sch if i == 0 else [sch[i % len(sch)]]):
+                    explicit.append((None if s is schedule else s, c, scheme))
     if draw_schedules:
         # the drawn schedule carries its own run-time scheme (the backend's RUN_KNOBS)
         runs_scheme = not isolate and accepts(base_kernel, "scheme")
