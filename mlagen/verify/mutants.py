@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from ..jit import patches as jit_patches
 from .mutation import Mutant, planted
@@ -200,35 +200,82 @@ def prebuild(pairs: Sequence[tuple[Mutant, object]], jobs: int) -> dict[str, str
 def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] = (),
         schedules: Sequence[str] = (), examples: Optional[int] = None,
         time_budget_s: Optional[float] = None, jobs: int = 0, log=None,
-        prebuild_all: Optional[bool] = None) -> Report:
+        prebuild_all: Optional[bool] = None, first_schedule: bool = False,
+        parallel: int = 1) -> Report:
     """Every mutant of `target` (or those named in `only`) against verify on its example
-    schedules (or `schedules`), under each profile.  prebuild_all: build every mutant's
-    family in parallel first (default: on GPU targets, whose builds are slow and whose
-    hosts have cores to spare; on the CPU verify builds what it reaches, lazily)."""
+    schedules (or `schedules`; with first_schedule, each mutant's first only), under each
+    profile.  prebuild_all: build every run's schedule in parallel first (default: on GPU
+    targets, whose builds are slow and whose hosts have cores to spare; on the CPU verify
+    builds what it reaches, lazily).  parallel: run that many verify runs at once, each in
+    its own process (the planted patch is per process)."""
     from ..backends import backend
-    from .strategies import family
 
     chosen = [m for m in mutants_for(target) if not only or m.name in only]
     report = Report(target)
-    plan = [(m, name) for m in chosen
-            for name in (schedules or m.schedules) if name in m.schedules or schedules]
+    plan = []
+    for m in chosen:
+        names = list(schedules) or list(m.schedules)
+        plan += [(m, n) for n in (names[:1] if first_schedule else names)]
     jobs = jobs or max(1, (os.cpu_count() or 2) // 2)
     if prebuild_all is None:
         prebuild_all = backend(target).device != "cpu"
     if prebuild_all:
-        pairs = [(m, member) for m, name in plan for member in family(load_example(name))]
-        report.compile_failures = prebuild(pairs, jobs)
-    for m, name in plan:
-        if m.name in report.compile_failures:
-            continue
-        for prof in profiles:
-            o = run_one(m, name, prof, examples, time_budget_s)
-            report.outcomes.append(o)
-            if log:
-                print(f"{'caught ' if o.caught else 'ESCAPED'} {m.name} on {name} ({prof}, "
-                      f"{o.seconds:.1f} s){': ' + o.how if o.how else ''}"
-                      f"{' ' + o.error if o.error else ''}", file=log, flush=True)
+        # the schedule itself; its family's other members build when verify reaches them
+        report.compile_failures = prebuild([(m, load_example(n)) for m, n in plan], jobs)
+    todo = [(m, n, prof) for m, n in plan if m.name not in report.compile_failures
+            for prof in profiles]
+
+    def say(o: Outcome) -> None:
+        report.outcomes.append(o)
+        if log:
+            print(f"{'caught ' if o.caught else 'ESCAPED'} {o.mutant} on {o.schedule} "
+                  f"({o.profile}, {o.seconds:.1f} s){': ' + o.how if o.how else ''}"
+                  f"{' ' + o.error if o.error else ''}", file=log, flush=True)
+
+    if parallel <= 1:
+        for m, n, prof in todo:
+            say(run_one(m, n, prof, examples, time_budget_s))
+    else:
+        for o in _in_processes(todo, parallel, examples, time_budget_s):
+            say(o)
     return report
+
+
+def _in_processes(todo, parallel: int, examples, time_budget_s) -> Iterator[Outcome]:
+    """run_one of each (mutant, schedule, profile) in a child process, `parallel` at once."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="mlagen-mutants-") as d:
+        waiting = list(enumerate(todo))
+        running: list = []
+        while waiting or running:
+            while waiting and len(running) < parallel:
+                i, (m, n, prof) = waiting.pop(0)
+                out = Path(d) / f"{i}.json"
+                cmd = [sys.executable, "-m", "mlagen.verify.mutants", "--target", m.target, "--only", m.name,
+                       "--schedule", n, "--profile", prof, "--no-prebuild", "--out", str(out)]
+                if examples:
+                    cmd += ["--examples", str(examples)]
+                if time_budget_s:
+                    cmd += ["--time-budget", str(time_budget_s)]
+                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True)
+                running.append((proc, out, m, n, prof))
+            time.sleep(0.5)
+            for item in list(running):
+                proc, out, m, n, prof = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                err = proc.stderr.read() if proc.stderr else ""
+                try:
+                    got = json.loads(out.read_text())["outcomes"]
+                    yield from (Outcome(**o) for o in got)
+                except (OSError, ValueError, KeyError):
+                    yield Outcome(m.name, n, prof, False,
+                                  error=f"the run's process failed (exit {proc.returncode}): "
+                                        f"{(err.strip().splitlines() or ['?'])[-1][:200]}")
 
 
 def compile_all(target: str, only: Sequence[str] = (), jobs: int = 0, log=None
@@ -270,6 +317,12 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=0, help="parallel builds (default: cores / 2)")
     ap.add_argument("--out", default=None, help="write the report as JSON here")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--first-schedule", action="store_true",
+                    help="each mutant on the first of its example schedules only")
+    ap.add_argument("--parallel", type=int, default=1, metavar="N",
+                    help="verify runs at once, each in its own process (default 1)")
+    ap.add_argument("--no-prebuild", action="store_true",
+                    help="do not build the mutants ahead in parallel (verify builds them)")
     ap.add_argument("--compile-only", action="store_true",
                     help="only check that every mutant applies and compiles (no device)")
     args = ap.parse_args(argv)
@@ -308,7 +361,9 @@ def main(argv=None) -> int:
                 return 2
         t0 = time.perf_counter()
         rep = run(args.target, profiles, args.only, args.schedule, args.examples,
-                  args.time_budget, args.jobs, log=sys.stdout)
+                  args.time_budget, args.jobs, log=sys.stdout,
+                  prebuild_all=False if args.no_prebuild else None,
+                  first_schedule=args.first_schedule, parallel=args.parallel)
     except (MlagenError, ValueError) as e:
         print(f"mlagen: {e}", file=sys.stderr)
         return 2
