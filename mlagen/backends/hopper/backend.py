@@ -119,12 +119,15 @@ class HopperBackend(Backend):
         return MUTANTS
 
     def verify_family(self, s):
-        # the few-rows wgmma kernel's one- and two-consumer forms (warps 4 / 8: the second
-        # merges the two warpgroups' states); the other kernels' branches are run-time
+        # the other dtype (a template argument); the few-rows wgmma kernel's one- and
+        # two-consumer forms (warps 4 / 8: the second merges the two warpgroups' states);
+        # the mma.sync kernel's key blocks, stage counts and warps, each value once
         m = s.mapping
-        if m.mainloop == "wgmma" and m.rows_per_tile in (16, 32):
-            return [{"warps": 12 - m.warps}]
-        return []
+        other = {"dtype": "fp16" if s.problem.dtype == "bf16" else "bf16"}
+        if m.mainloop == "wgmma":
+            return [other] + ([{"warps": 12 - m.warps}] if m.rows_per_tile in (16, 32) else [])
+        return [other, {"block_kv": 16, "buffers": 1}, {"block_kv": 64, "buffers": 3},
+                {"warps": 12 - m.warps}]
 
     def verify_base(self):
         return dict(heads=128, tp=8, max_s_q=2, block_kv=32, buffers=2, rows_per_tile=64,
