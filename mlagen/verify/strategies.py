@@ -316,8 +316,12 @@ def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
     shapes = be.runtime_shapes(s)
 
     def lens_for(page: int) -> tuple[int, ...]:
-        want = {0, 1, max(0, sq - 1), block - 1, block + 1, page + 1, 2 * page + 1,
-                tile + 1 if tile else 0, min(cap, 4 * max(block, page) + 3)}
+        # one short of, exactly on and one past each edge (a piece that ends exactly on a
+        # tile or page edge is where `>` for `>=` hides)
+        want = {0, 1, max(0, sq - 1), block - 1, block + 1, 2 * block, page, page + 1,
+                2 * page, 2 * page + 1, min(cap, 4 * max(block, page) + 3)}
+        if tile:
+            want |= {tile - 1, tile, tile + 1}
         return tuple(sorted(x for x in want if 0 <= x <= cap))
 
     def case(p: Problem, lens, s_q, heads, data, arg, seed, bad=()):
