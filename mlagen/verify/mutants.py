@@ -201,13 +201,15 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
         schedules: Sequence[str] = (), examples: Optional[int] = None,
         time_budget_s: Optional[float] = None, jobs: int = 0, log=None,
         prebuild_all: Optional[bool] = None, first_schedule: bool = False,
-        parallel: int = 1) -> Report:
+        parallel: int = 1, isolate: bool = True) -> Report:
     """Every mutant of `target` (or those named in `only`) against verify on its example
     schedules (or `schedules`; with first_schedule, each mutant's first only), under each
     profile.  prebuild_all: build every run's schedule in parallel first (default: on GPU
     targets, whose builds are slow and whose hosts have cores to spare; on the CPU verify
-    builds what it reaches, lazily).  parallel: run that many verify runs at once, each in
-    its own process (the planted patch is per process)."""
+    builds what it reaches, lazily).  isolate: each verify run in a process of its own,
+    `parallel` at once (a mutant that makes an in-process kernel crash -- an emulator
+    reading past its cache -- kills that run's process only, and counts as caught by a
+    crash, as it is when a user runs verify on it)."""
     from ..backends import backend
 
     chosen = [m for m in mutants_for(target) if not only or m.name in only]
@@ -232,11 +234,11 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
                   f"({o.profile}, {o.seconds:.1f} s){': ' + o.how if o.how else ''}"
                   f"{' ' + o.error if o.error else ''}", file=log, flush=True)
 
-    if parallel <= 1:
+    if not isolate:
         for m, n, prof in todo:
             say(run_one(m, n, prof, examples, time_budget_s))
     else:
-        for o in _in_processes(todo, parallel, examples, time_budget_s):
+        for o in _in_processes(todo, max(1, parallel), examples, time_budget_s):
             say(o)
     return report
 
@@ -253,22 +255,31 @@ def _in_processes(todo, parallel: int, examples, time_budget_s) -> Iterator[Outc
             while waiting and len(running) < parallel:
                 i, (m, n, prof) = waiting.pop(0)
                 out = Path(d) / f"{i}.json"
-                cmd = [sys.executable, "-m", "mlagen.verify.mutants", "--target", m.target, "--only", m.name,
-                       "--schedule", n, "--profile", prof, "--no-prebuild", "--out", str(out)]
+                cmd = [sys.executable, "-m", "mlagen.verify.mutants", "--target", m.target,
+                       "--only", m.name, "--schedule", n, "--profile", prof, "--no-prebuild",
+                       "--in-process", "--out", str(out)]
                 if examples:
                     cmd += ["--examples", str(examples)]
                 if time_budget_s:
                     cmd += ["--time-budget", str(time_budget_s)]
-                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
-                running.append((proc, out, m, n, prof))
+                errf = open(Path(d) / f"{i}.err", "w+")      # a file: a pipe could fill
+                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf)
+                running.append((proc, out, m, n, prof, errf, time.perf_counter()))
             time.sleep(0.5)
             for item in list(running):
-                proc, out, m, n, prof = item
+                proc, out, m, n, prof, errf, started = item
                 if proc.poll() is None:
                     continue
                 running.remove(item)
-                err = proc.stderr.read() if proc.stderr else ""
+                errf.seek(0)
+                err = errf.read()
+                errf.close()
+                if proc.returncode < 0:          # killed by a signal: the kernel crashed
+                    yield Outcome(m.name, n, prof, True,
+                                  f"crash: the verify process died of signal "
+                                  f"{-proc.returncode}",
+                                  seconds=time.perf_counter() - started)
+                    continue
                 try:
                     got = json.loads(out.read_text())["outcomes"]
                     yield from (Outcome(**o) for o in got)
@@ -321,6 +332,8 @@ def main(argv=None) -> int:
                     help="each mutant on the first of its example schedules only")
     ap.add_argument("--parallel", type=int, default=1, metavar="N",
                     help="verify runs at once, each in its own process (default 1)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run verify in this process (default: a process a run)")
     ap.add_argument("--no-prebuild", action="store_true",
                     help="do not build the mutants ahead in parallel (verify builds them)")
     ap.add_argument("--compile-only", action="store_true",
@@ -363,7 +376,8 @@ def main(argv=None) -> int:
         rep = run(args.target, profiles, args.only, args.schedule, args.examples,
                   args.time_budget, args.jobs, log=sys.stdout,
                   prebuild_all=False if args.no_prebuild else None,
-                  first_schedule=args.first_schedule, parallel=args.parallel)
+                  first_schedule=args.first_schedule, parallel=args.parallel,
+                  isolate=not args.in_process)
     except (MlagenError, ValueError) as e:
         print(f"mlagen: {e}", file=sys.stderr)
         return 2
