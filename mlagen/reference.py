@@ -32,12 +32,13 @@ from typing import Optional
 
 import torch
 
+from . import kvformat
 from .errors import InputError
-from .problem import FusedWeights, MlaInputs, MlaOutputs, positions
+from .problem import FusedWeights, MlaInputs, MlaOutputs, SparseInputs, SparsePool, positions
 from .rope import Rope, RopeConfig, RotaryTable, rotate
 
-__all__ = ["attention", "fused_absorbed", "fused_plain", "absorb_query", "rope",
-           "rope_cos_sin", "weights_rope", "run", "ROUNDING_POINTS"]
+__all__ = ["attention", "sparse_attention", "SparsePool", "fused_absorbed", "fused_plain",
+           "absorb_query", "rope", "rope_cos_sin", "weights_rope", "run", "ROUNDING_POINTS"]
 
 ROUNDING_POINTS = ("q", "o_lat", "p")
 
@@ -88,11 +89,49 @@ def _check_dtype(dtype: torch.dtype) -> None:
 
 # ---- shared pieces ---------------------------------------------------------------------
 
+class _Decode:
+    """Stored tokens -> values (mlagen.kvformat): the cache's format and k_descale, whose
+    per-sequence entries follow the batch chunk."""
+
+    def __init__(self, name: str, descale: Optional[torch.Tensor], rank: int):
+        self.name, self.descale, self.rank = name, descale, rank
+
+    def __call__(self, kv: torch.Tensor, lo: int, hi: int, dtype: torch.dtype) -> torch.Tensor:
+        v = kvformat.dequantize(kv, self.name, None, self.rank, dtype)
+        d = self.descale
+        if d is not None:
+            ones = [1] * (kv.dim() - 1)
+            d = d.to(kv.device, dtype)
+            v = v * (d.reshape(1, *ones) if d.numel() == 1 else d[lo:hi].reshape(-1, *ones))
+        return v
+
+
+def _decoder(k_cache: torch.Tensor, kv_format: Optional[str], k_descale, rank: int, d: int,
+             batch: int) -> Optional[_Decode]:
+    """The cache's decoder; None for a cache of plain values (a cast)."""
+    if kv_format is None and k_cache.dtype not in (kvformat.FP8, torch.uint8):
+        if k_descale is not None:
+            raise InputError("k_descale is for fp8_e4m3 caches; this cache is "
+                             f"{k_cache.dtype}")
+        return None
+    name = kv_format or kvformat.detect(k_cache, rank, d - rank)
+    fmt = kvformat.get(name)
+    if not fmt.quantized:
+        kvformat.check_descale(k_descale, name, batch)
+        return None
+    if k_cache.dim() == 4 and k_cache.shape[-1] != fmt.width(rank, d - rank):
+        raise InputError(f"a {name} k_cache for head dim {d} is [..., {fmt.width(rank, d - rank)}]"
+                         f", got [..., {k_cache.shape[-1]}]")
+    return _Decode(name, kvformat.check_descale(k_descale, name, batch), rank)
+
+
 def _gather(k_cache: torch.Tensor, block_table: torch.Tensor, lens: torch.Tensor,
-            slots: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+            slots: int, dtype: torch.dtype, decode: Optional[_Decode] = None, lo: int = 0
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``slots`` tokens of each sequence: kv [b, slots, h_kv, d] in dtype, zero at
     slots >= its length, and valid [b, slots].  Pages past a sequence's length are not
-    indexed (their table entries are replaced by page 0 and masked)."""
+    indexed (their table entries are replaced by page 0 and masked).  decode: the cache's
+    format (default: a plain cast); lo: the chunk's first sequence, for its descale."""
     page = k_cache.shape[1]
     b = block_table.shape[0]
     pages = -(-slots // page)
@@ -101,8 +140,10 @@ def _gather(k_cache: torch.Tensor, block_table: torch.Tensor, lens: torch.Tensor
     page_used = torch.arange(pages, device=k_cache.device)[None, :] \
         < ((lens + page - 1) // page)[:, None]                           # [b, pages]
     table = torch.where(page_used, block_table[:, :pages].long(), 0)
-    kv = k_cache[table].reshape(b, pages * page, *k_cache.shape[2:])    # [b, slots', h_kv, d]
-    kv = torch.where(valid[:, :, None, None], kv.to(dtype), 0)
+    kv = k_cache[table]                                   # [b, pages, page, h_kv, width]
+    kv = decode(kv, lo, lo + b, dtype) if decode is not None else kv.to(dtype)
+    kv = kv.reshape(b, pages * page, *kv.shape[3:])                      # [b, slots', h_kv, d]
+    kv = torch.where(valid[:, :, None, None], kv, 0)
     return kv[:, :slots], valid[:, :slots]
 
 
@@ -152,9 +193,13 @@ def _chunks(lens: torch.Tensor, per_slot: int):
 def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
               cache_seqlens: torch.Tensor, dv: int = 512, softmax_scale: Optional[float] = None,
               causal: bool = True, dtype: torch.dtype = torch.float32,
-              round_p: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor]:
+              round_p: Optional[torch.dtype] = None, kv_format: Optional[str] = None,
+              k_descale: Optional[torch.Tensor] = None, rope_dim: int = 64
+              ) -> tuple[torch.Tensor, torch.Tensor]:
     """Paged attention with V = the first dv columns of K (round_p: the "p" rounding point,
-    see the module's docstring).
+    see the module's docstring).  The cache may be in any mlagen.kvformat (kv_format, or
+    detected from its dtype and width; fp8_e4m3 takes k_descale; the format's quantized
+    part is the first d - rope_dim values); it is dequantized exactly.
 
     q [b, s_q, h_q, d], k_cache [num_blocks, page, h_kv, d] (h_q a multiple of h_kv; query
     head j uses KV head j // (h_q // h_kv)), block_table int32 [b, max_blocks],
@@ -169,12 +214,13 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
     h_kv = k_cache.shape[2]
     if b != block_table.shape[0]:
         raise InputError(f"q has batch {b}, block_table {block_table.shape[0]} rows")
-    if d != k_cache.shape[3]:
+    if not 0 < dv <= d:
+        raise InputError(f"dv = {dv} must lie in (0, {d}]")
+    decode = _decoder(k_cache, kv_format, k_descale, d - rope_dim, d, b)
+    if decode is None and d != k_cache.shape[3]:
         raise InputError(f"q has head dim {d}, k_cache {k_cache.shape[3]}")
     if h_kv < 1 or h_q % h_kv:
         raise InputError(f"h_q = {h_q} must be a multiple of h_kv = {h_kv}")
-    if not 0 < dv <= d:
-        raise InputError(f"dv = {dv} must lie in (0, {d}]")
     if s_q < 1:
         raise InputError("s_q must be >= 1")
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
@@ -188,7 +234,7 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
     for lo, hi, slots in _chunks(lens, h_kv * d):
         if slots == 0:
             continue                      # every row empty: out 0, lse +inf already
-        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype)
+        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype, decode, lo)
         vis = _visible(lens[lo:hi], valid, s_q, causal)
         scores = torch.einsum("bskgd,btkd->bkgst", qd[lo:hi], kv) * scale
         scores = scores.reshape(hi - lo, h_q, s_q, slots)
@@ -196,6 +242,97 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
         o = torch.einsum("bkgst,btkv->bskgv", p.reshape(hi - lo, h_kv, g, s_q, slots),
                          kv[..., :dv])
         out[lo:hi] = o.reshape(hi - lo, s_q, h_q, dv)
+    return out, lse
+
+
+# ---- token-sparse attention (FlashMLA's sparse decode convention) ----------------------
+
+def _check_pool(pool: SparsePool, b: int, s_q: int, d: int, rope_dim: int) -> None:
+    c, idx = pool.k_cache, pool.indices
+    if c.dim() != 4 or c.shape[2] != 1:
+        raise InputError(f"k_cache must be [blocks, page, 1, width], got {tuple(c.shape)}")
+    if idx.dtype != torch.int32 or idx.dim() != 3 or tuple(idx.shape[:2]) != (b, s_q):
+        raise InputError(f"indices must be int32 [b = {b}, s_q = {s_q}, topk], got "
+                         f"{idx.dtype} {tuple(idx.shape)}")
+    cap = c.shape[0] * c.shape[1]
+    if idx.numel() and int(idx.max()) >= cap:
+        raise InputError(f"indices name slot {int(idx.max())}; the cache holds {cap} "
+                         f"({c.shape[0]} pages of {c.shape[1]})")
+    tl = pool.topk_length
+    if tl is not None:
+        if tl.dtype != torch.int32 or tuple(tl.shape) != (b,):
+            raise InputError(f"topk_length must be int32 [{b}], got {tl.dtype} {tuple(tl.shape)}")
+        if tl.numel() and int(tl.min()) < 0:
+            raise InputError(f"topk_length must be >= 0, got {int(tl.min())}")
+
+
+def _pool_keys(pool: SparsePool, lo: int, hi: int, d: int, rope_dim: int,
+               dtype: torch.dtype, dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys [c, s_q, topk, d] of batch rows lo:hi (zero where no key) and valid [c, s_q, topk].
+    Only the pages a valid entry names are decoded (a page-major format decodes whole
+    pages)."""
+    c = pool.k_cache.to(dev)
+    page = c.shape[1]
+    idx = pool.indices[lo:hi].to(dev).long()
+    valid = idx >= 0
+    if pool.topk_length is not None:
+        pos = torch.arange(idx.shape[-1], device=dev)
+        valid &= pos[None, None, :] < pool.topk_length[lo:hi].to(dev).long()[:, None, None]
+    slot = torch.where(valid, idx, 0)
+    pages, inv = torch.unique(slot // page, return_inverse=True)
+    decode = _decoder(c, pool.kv_format, pool.k_descale, d - rope_dim, d, 1)
+    if pool.k_descale is not None and pool.k_descale.numel() > 1:
+        raise InputError("a sparse pool's k_descale is one for its cache (fp32 [1])")
+    got = c[pages]                                                 # [n, page, 1, width]
+    vals = decode(got[None], 0, 1, dtype)[0] if decode is not None else got.to(dtype)
+    keys = vals[inv, slot % page, 0]                                # [c, s_q, topk, d]
+    return torch.where(valid[..., None], keys, 0), valid
+
+
+def sparse_attention(q: torch.Tensor, pools: list[SparsePool], dv: int = 512,
+                     softmax_scale: Optional[float] = None,
+                     attn_sink: Optional[torch.Tensor] = None,
+                     dtype: torch.dtype = torch.float32, round_p: Optional[torch.dtype] = None,
+                     rope_dim: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-sparse attention: query row (i, s) attends to the keys its pools' indices name,
+    all pools in one softmax (FlashMLA's indices / extra_k_cache, 9241ae3), V = the first dv
+    values of each key.  attn_sink [h_q] fp32: the output (not the lse) is scaled by
+    exp(lse) / (exp(lse) + exp(sink)) (a sink of +inf makes it 0).  A row with no key gets
+    out 0 and lse +inf.  q [b, s_q, h_q, d]; returns out [b, s_q, h_q, dv] and lse
+    [b, h_q, s_q] in dtype.  softmax_scale defaults to d**-0.5."""
+    _check_dtype(dtype)
+    if q.dim() != 4:
+        raise InputError(f"q must be [b, s_q, h_q, d], got {tuple(q.shape)}")
+    if not pools:
+        raise InputError("sparse attention needs at least one pool of keys")
+    b, s_q, h_q, d = q.shape
+    if not 0 < dv <= d:
+        raise InputError(f"dv = {dv} must lie in (0, {d}]")
+    for pool in pools:
+        _check_pool(pool, b, s_q, d, rope_dim)
+    if attn_sink is not None and (attn_sink.dtype != torch.float32
+                                  or tuple(attn_sink.shape) != (h_q,)):
+        raise InputError(f"attn_sink must be fp32 [h_q = {h_q}], got {attn_sink.dtype} "
+                         f"{tuple(attn_sink.shape)}")
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    dev = q.device
+    out = torch.zeros(b, s_q, h_q, dv, dtype=dtype, device=dev)
+    lse = torch.full((b, h_q, s_q), math.inf, dtype=dtype, device=dev)
+    per_row = s_q * sum(p.indices.shape[-1] for p in pools) * d
+    step = max(1, _CHUNK_ELEMENTS // max(1, per_row))
+    for lo in range(0, b, step):
+        hi = min(b, lo + step)
+        parts = [_pool_keys(p, lo, hi, d, rope_dim, dtype, dev) for p in pools]
+        keys = torch.cat([k for k, _ in parts], dim=2)              # [c, s_q, T, d]
+        valid = torch.cat([v for _, v in parts], dim=2)             # [c, s_q, T]
+        scores = torch.einsum("cshd,cstd->chst", q[lo:hi].to(dtype), keys) * scale
+        p, lse[lo:hi] = _softmax(scores, valid, round_p)
+        out[lo:hi] = torch.einsum("chst,cstv->cshv", p, keys[..., :dv])
+    if attn_sink is not None:
+        sink = attn_sink.to(dev, dtype)
+        l = lse.transpose(1, 2)                                     # [b, s_q, h_q]
+        keep = torch.where(torch.isinf(l) & (l > 0), 0.0, torch.sigmoid(l - sink[None, None]))
+        out = out * keep[..., None]
     return out, lse
 
 
@@ -276,18 +413,21 @@ def absorb_query(q_lora: torch.Tensor, weights: FusedWeights, cache_seqlens: tor
 def fused_absorbed(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tensor,
                    block_table: torch.Tensor, cache_seqlens: torch.Tensor,
                    softmax_scale: float, causal: bool = True, rope_dim: int = 64,
-                   dtype: torch.dtype = torch.float32, rounded: tuple[str, ...] = ()
+                   dtype: torch.dtype = torch.float32, rounded: tuple[str, ...] = (),
+                   kv_format: Optional[str] = None, k_descale: Optional[torch.Tensor] = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused MLA decode operator in absorb mode: out [b, s_q, h, v_head_dim] and lse
-    [b, h, s_q].  The cache holds (c_kv | k_pe) per token, k_pe already rotated.  rounded:
-    the rounding points to apply (see the module's docstring)."""
+    [b, h, s_q].  The cache holds (c_kv | k_pe) per token, k_pe already rotated, in any
+    mlagen.kvformat (as attention).  rounded: the rounding points to apply (see the
+    module's docstring)."""
     out, lse, _ = _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens,
-                                  softmax_scale, causal, rope_dim, dtype, rounded)
+                                  softmax_scale, causal, rope_dim, dtype, rounded,
+                                  kv_format, k_descale)
     return out, lse
 
 
 def _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens, softmax_scale,
-                    causal, rope_dim, dtype, rounded) -> tuple:
+                    causal, rope_dim, dtype, rounded, kv_format=None, k_descale=None) -> tuple:
     """fused_absorbed, also returning {"q": absorbed query, "o_lat": latent output}, each
     as computed before its own rounding point."""
     if q_lora.dim() != 3:
@@ -296,15 +436,26 @@ def _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens, softma
     store = q_lora.dtype
     q = absorb_query(q_lora, weights, cache_seqlens, q_lora.shape[1], rope_dim, dtype)
     rank = weights.w_uk.shape[-1]
-    if k_cache.dim() != 4 or k_cache.shape[-1] != rank + rope_dim:
-        raise InputError(f"k_cache must be [num_blocks, page, 1, kv_lora_rank + rope_dim = "
-                         f"{rank + rope_dim}], got {tuple(k_cache.shape)}")
+    width = _cache_width(k_cache, kv_format, rank, rope_dim)
+    if k_cache.dim() != 4 or k_cache.shape[-1] != width:
+        raise InputError(f"k_cache must be [num_blocks, page, 1, {width}] (kv_lora_rank + "
+                         f"rope_dim = {rank + rope_dim} values), got {tuple(k_cache.shape)}")
     o_lat, lse = attention(q.to(store) if "q" in rounded else q, k_cache, block_table,
                            cache_seqlens, dv=rank, softmax_scale=softmax_scale, causal=causal,
-                           dtype=dtype, round_p=store if "p" in rounded else None)
+                           dtype=dtype, round_p=store if "p" in rounded else None,
+                           kv_format=kv_format, k_descale=k_descale, rope_dim=rope_dim)
     o_used = o_lat.to(store).to(dtype) if "o_lat" in rounded else o_lat
     out = torch.einsum("bshc,hcv->bshv", o_used, weights.w_uv.to(o_lat.device, dtype))
     return out, lse, {"q": q, "o_lat": o_lat}
+
+
+def _cache_width(k_cache, kv_format, rank: int, rope_dim: int) -> int:
+    """The last dimension a cache of kv_format (None: by its dtype) has for rank + rope."""
+    if kv_format is None:
+        if k_cache.dtype not in (kvformat.FP8, torch.uint8):
+            return rank + rope_dim
+        kv_format = kvformat.detect(k_cache, rank, rope_dim)
+    return kvformat.get(kv_format).width(rank, rope_dim)
 
 
 def _check_rounded(rounded) -> None:
@@ -316,7 +467,8 @@ def _check_rounded(rounded) -> None:
 def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tensor,
                 block_table: torch.Tensor, cache_seqlens: torch.Tensor,
                 softmax_scale: float, causal: bool = True, rope_dim: int = 64,
-                dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+                dtype: torch.dtype = torch.float32, kv_format: Optional[str] = None,
+                k_descale: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The same operator without absorption: per head K_nope = c_kv @ w_uk[h]^T and
     V = c_kv @ w_uv[h] are formed explicitly (the textbook MLA).  Slow; a cross-check."""
     q_nope, q_pe = _split_query(q_lora, weights, cache_seqlens, rope_dim, dtype)
@@ -324,9 +476,11 @@ def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tens
     rank = weights.w_uk.shape[-1]
     _check_weights(weights, nope, rank, h)
     _check_cache(k_cache, block_table, cache_seqlens)
-    if k_cache.shape[2] != 1 or k_cache.shape[3] != rank + rope_dim:
-        raise InputError(f"k_cache must be [num_blocks, page, 1, kv_lora_rank + rope_dim = "
-                         f"{rank + rope_dim}], got {tuple(k_cache.shape)}")
+    width = _cache_width(k_cache, kv_format, rank, rope_dim)
+    if k_cache.shape[2] != 1 or k_cache.shape[3] != width:
+        raise InputError(f"k_cache must be [num_blocks, page, 1, {width}] (kv_lora_rank + "
+                         f"rope_dim = {rank + rope_dim} values), got {tuple(k_cache.shape)}")
+    decode = _decoder(k_cache, kv_format, k_descale, rank, rank + rope_dim, b)
     if block_table.shape[0] != b:
         raise InputError(f"q_lora has batch {b}, block_table {block_table.shape[0]} rows")
     dev = q_lora.device
@@ -338,7 +492,7 @@ def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tens
     for lo, hi, slots in _chunks(lens, h * (nope + w_uv.shape[2]) + rank + rope_dim):
         if slots == 0:
             continue
-        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype)
+        kv, valid = _gather(k_cache, block_table[lo:hi], lens[lo:hi], slots, dtype, decode, lo)
         c_kv, k_pe = kv[:, :, 0, :rank], kv[:, :, 0, rank:]              # [c, t, .]
         k_nope = torch.einsum("btc,hnc->bthn", c_kv, w_uk)
         v = torch.einsum("btc,hcv->bthv", c_kv, w_uv)
@@ -351,26 +505,35 @@ def fused_plain(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tens
 
 # ---- dispatch on an MlaInputs -----------------------------------------------------------
 
-def run(inputs: MlaInputs, dtype: torch.dtype = torch.float32,
+def run(inputs: MlaInputs | SparseInputs, dtype: torch.dtype = torch.float32,
         rounded: tuple[str, ...] = ()) -> MlaOutputs:
-    """The reference result of a workload: attention when q is given, the fused (absorbed)
-    operator when q_lora and weights are.  rounded: the kernel's rounding points ("q",
-    "o_lat", "p"; see the module's docstring), e.g. ``Backend.rounded`` of its target; a
-    point the operator does not have is ignored.  The fused operator's extra holds its
+    """The reference result of a workload: token-sparse attention for SparseInputs, attention
+    when q is given, the fused (absorbed) operator when q_lora and weights are.  rounded:
+    the kernel's rounding points ("q", "o_lat", "p"; see the module's docstring), e.g.
+    ``Backend.rounded`` of its target; a point the operator does not have is ignored.  The fused operator's extra holds its
     absorbed query and latent output, each before its rounding point."""
     _check_rounded(rounded)
     extra: dict = {}
+    if isinstance(inputs, SparseInputs):
+        out, lse = sparse_attention(inputs.q, inputs.pools, dv=inputs.dv,
+                                    softmax_scale=inputs.softmax_scale,
+                                    attn_sink=inputs.attn_sink, dtype=dtype,
+                                    round_p=inputs.q.dtype if "p" in rounded else None)
+        return MlaOutputs(out, lse)
     if inputs.q is not None:
         out, lse = attention(inputs.q, inputs.k_cache, inputs.block_table,
                              inputs.cache_seqlens, dv=inputs.dv,
                              softmax_scale=inputs.softmax_scale, causal=inputs.causal,
-                             dtype=dtype, round_p=inputs.q.dtype if "p" in rounded else None)
+                             dtype=dtype, round_p=inputs.q.dtype if "p" in rounded else None,
+                             kv_format=inputs.kv_format or None, k_descale=inputs.k_descale)
     elif inputs.q_lora is not None and inputs.weights is not None:
-        rank = inputs.weights.w_uk.shape[-1]
-        out, lse, extra = _fused_absorbed(inputs.q_lora, inputs.weights, inputs.k_cache,
+        w = inputs.weights
+        rope_dim = w.w_uq.shape[-1] - w.w_uk.shape[1]          # (nope + rope) - nope
+        out, lse, extra = _fused_absorbed(inputs.q_lora, w, inputs.k_cache,
                                           inputs.block_table, inputs.cache_seqlens,
-                                          inputs.softmax_scale, inputs.causal,
-                                          inputs.k_cache.shape[-1] - rank, dtype, rounded)
+                                          inputs.softmax_scale, inputs.causal, rope_dim,
+                                          dtype, rounded, inputs.kv_format or None,
+                                          inputs.k_descale)
     else:
         raise InputError("MlaInputs needs q (attention) or q_lora and weights (fused)")
     return MlaOutputs(out, lse, extra=extra)

@@ -1,4 +1,8 @@
-"""Target descriptions: data files in targets/, each parameter with its source."""
+"""Target descriptions: data files in targets/, each parameter with its source.
+
+This module reads a description file; which file a target kind uses by default is its
+backend's, so ``load_target(kind, ...)`` lives in the registry (mlagen/backends/__init__.py).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .backends import backend, kinds
 from .errors import TargetError
 from .paths import TARGETS_DIR
 
@@ -39,7 +42,8 @@ class Target:
 
 
 @functools.lru_cache(maxsize=None)
-def _load(path: str) -> Target:
+def read_target(path: str) -> Target:
+    """The description in the file at ``path`` (read once per process)."""
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
@@ -48,9 +52,7 @@ def _load(path: str) -> Target:
     except tomllib.TOMLDecodeError as e:
         raise TargetError(f"{path}: not valid TOML: {e}") from None
     head = data.get("target", {})
-    kind = head.get("kind")
-    if kind not in kinds():
-        raise TargetError(f"{path}: [target] kind = {kind!r} must be one of {', '.join(kinds())}")
+    kind = head.get("kind")    # checked against the backends by registry.load_target
     params, sources = {}, {}
     for key, entry in data.get("params", {}).items():
         if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
@@ -60,13 +62,10 @@ def _load(path: str) -> Target:
                   description=head.get("description", ""), params=params, sources=sources)
 
 
-def target_path(name: str, file: str | None = None, base: Path | None = None) -> Path:
-    """The description file of a target: ``file`` (relative to the schedule's folder or
-    to targets/) or the default file of ``name``'s backend."""
-    if file is None:
-        if name not in kinds():
-            raise TargetError(f"unknown target {name!r}; known: {', '.join(kinds())}")
-        return TARGETS_DIR / backend(name).target_file
+def find_file(file: str, base: Path | None = None) -> Path:
+    """A description file named in a schedule: absolute, or relative to the schedule's
+    folder (base), the working directory, the repository or targets/ (the first that has
+    it; the name itself when none does)."""
     cand = Path(file)
     if cand.is_absolute():
         return cand
@@ -74,7 +73,3 @@ def target_path(name: str, file: str | None = None, base: Path | None = None) ->
         if (root / cand).exists():
             return root / cand
     return cand
-
-
-def load_target(name: str, file: str | None = None, base: Path | None = None) -> Target:
-    return _load(str(target_path(name, file, base).resolve()))

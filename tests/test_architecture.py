@@ -1,6 +1,7 @@
-"""The structure issue 9 asks for, checked: the core never names a target (each target's
-knowledge lives in its backend folder, its templates and its target file), and no module
-imports, directly or through others, a module that imports it back."""
+"""The structure, checked: the core never names a target (each target's knowledge lives in
+its backend folder, its templates and its target file), and no module imports, directly or
+through others, a module that imports it back: every import statement counts, at the top,
+inside functions and under ``if TYPE_CHECKING:`` alike."""
 
 from __future__ import annotations
 
@@ -55,31 +56,22 @@ def test_the_check_finds_a_planted_name(tmp_path):
 
 
 # ---------------------------------------------------------------- import cycles ----
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
-        (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
-
-
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """Every mlagen module this one imports, at the top or inside functions (they run on
-    every call); ``if TYPE_CHECKING:`` blocks never run and are left out."""
-    name = _module_name(path)
+def _imports(path: Path, modules: set[str], root: Path = ROOT) -> set[str]:
+    """Every mlagen module this one imports, wherever the statement stands: at the top,
+    inside functions (they run on the call) or under ``if TYPE_CHECKING:`` (a reader, and
+    a type checker, follows those too)."""
+    name = _module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text())
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-            and _is_type_checking(node) for b in node.body for n in ast.walk(b)}
     out: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -148,6 +140,43 @@ def test_cycle_finder_sees_a_cycle_through_a_function_level_import():
     assert _cycles(g) == [["a", "b", "c"]]
     graph = _graph()
     assert "mlagen.backends" in graph["mlagen.schedule.parse"]     # edges are found
+    # a function-level import and one under TYPE_CHECKING are edges too
+    assert "mlagen.errors" in graph["mlagen.backends.base"]
+    assert "mlagen.schedule.plan" in graph["mlagen.backends.base"]
+
+
+def test_imports_inside_functions_and_type_checking_blocks_are_found(tmp_path):
+    pkg = tmp_path / "mlagen"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from . import b\n\ndef f():\n    from .c import x\n")
+    modules = {"mlagen", "mlagen.a", "mlagen.b", "mlagen.c"}
+    assert _imports(pkg / "a.py", modules, tmp_path) == {"mlagen.b", "mlagen.c"}
+
+
+# The schedule's records, its resource counts, the checked plan and the target descriptions
+# sit below every backend (which subclasses or takes them); they never reach for the
+# registry.  A backend is looked up by the checker (rules.check, parse) and then taken from
+# the plan.
+BELOW_THE_BACKENDS = ("mlagen.schedule.records", "mlagen.schedule.resources",
+                      "mlagen.schedule.plan", "mlagen.schedule.located", "mlagen.targets")
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for d in graph[todo.pop()]:
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
+
+
+def test_the_schedule_records_plan_and_targets_do_not_reach_the_backends():
+    graph = _graph()
+    bad = {m: sorted(d for d in _reach(graph, m) if d.startswith("mlagen.backends"))
+           for m in BELOW_THE_BACKENDS}
+    assert not any(bad.values()), bad
 
 
 def test_core_reaches_backends_only_through_the_registry():

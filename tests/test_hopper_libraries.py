@@ -19,9 +19,9 @@ class _Lib:
 def asked(monkeypatch):
     keys: list[str] = []
 
-    def library(schedule):
-        keys.append(schedule.variant_name())
-        return schedule.variant_name()
+    def library(plan):
+        keys.append(plan.variant)
+        return plan.variant
 
     monkeypatch.setattr(ops, "library", library)
     monkeypatch.setattr(ops, "get", lambda key: _Lib())

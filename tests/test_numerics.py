@@ -26,7 +26,7 @@ def test_every_backend_names_known_rounding_points():
     for b in all_backends():
         assert set(b.rounded) <= set(reference.ROUNDING_POINTS), b.kind
     with pytest.raises(ValueError, match="unknown rounding points"):
-        reference.run(make_inputs(mlagen.Schedule().problem, 1, [3], heads=2), rounded=("x",))
+        reference.run(make_inputs(mlagen.schedule.Problem(), 1, [3], heads=2), rounded=("x",))
 
 
 def test_no_rounding_is_the_plain_reference(fused):

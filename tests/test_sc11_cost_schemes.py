@@ -36,7 +36,7 @@ def test_choose_scheme_returns_the_argmin():
         calls.append(s)
         return tr[s]
 
-    sched = Schedule()
+    sched = Schedule.build(target="sc11")
     best, times = schemes.choose_scheme(sched, FakeInputs([5, 7]), dry_run)
     expect = {s: simulate(t).total_s for s, t in tr.items()}
     assert set(times) == set(schemes.SCHEMES)
@@ -62,7 +62,7 @@ def test_a_refused_scheme_is_skipped_and_all_refused_is_an_error():
             raise EmulatorError("batch scheme needs batch >= cores")
         return tr[s]
 
-    best, times = schemes.choose_scheme(Schedule(), FakeInputs([1]), dry_run)
+    best, times = schemes.choose_scheme(Schedule.build(target="sc11"), FakeInputs([1]), dry_run)
     assert "batch" not in times and best in times
     assert best == min(times, key=times.get)
 
@@ -70,4 +70,4 @@ def test_a_refused_scheme_is_skipped_and_all_refused_is_an_error():
         raise EmulatorError(f"{s} refused")
 
     with pytest.raises(MlagenError, match="no SC11 scheme"):
-        schemes.choose_scheme(Schedule(), FakeInputs([2]), never)
+        schemes.choose_scheme(Schedule.build(target="sc11"), FakeInputs([2]), never)

@@ -20,7 +20,7 @@ from mlagen.paths import TEMPLATES_DIR
 from mlagen.problem import make_inputs
 from mlagen.schedule.records import BASIC_FAULTS, FAULTS, Schedule
 from mlagen.backends.sc11.resources import sc11_layout
-from mlagen.targets import load_target
+from mlagen.backends import load_target
 
 from mlagen import reference
 

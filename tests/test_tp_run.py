@@ -11,7 +11,7 @@ import pytest
 
 from mlagen.backends.sc11.collective import allreduce_seconds, tp_step
 from mlagen.cli import main
-from mlagen.targets import load_target
+from mlagen.backends import load_target
 
 # the transformers integration's variant at tp = 2 (one build serves both tests)
 SCHEDULE = """[problem]

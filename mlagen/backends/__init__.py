@@ -13,7 +13,12 @@ import functools
 import importlib
 import importlib.util
 import pkgutil
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ..errors import MlagenError, TargetError
+from ..paths import TARGETS_DIR
+from ..targets import Target, find_file, read_target
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import Backend
@@ -45,8 +50,6 @@ def require_device(schedule) -> None:
     """Raise MlagenError (one line, exit 2 from the CLI) when this machine cannot run the
     schedule's kernel (its backend's device_check), before anything is built, drawn or
     saved."""
-    from ..errors import MlagenError
-
     why = backend_for(schedule).device_check()
     if why:
         raise MlagenError(why)
@@ -63,3 +66,24 @@ def default_kind() -> str:
     if len(marked) != 1:
         raise RuntimeError(f"exactly one backend must be the default; marked: {marked}")
     return marked[0]
+
+
+def target_path(kind: str, file: str | None = None, base: Path | None = None) -> Path:
+    """The description file of a target: ``file`` (found by targets.find_file from the
+    schedule's folder ``base``) or the default file of ``kind``'s backend."""
+    if file is None:
+        if kind not in kinds():
+            raise TargetError(f"unknown target {kind!r}; known: {', '.join(kinds())}")
+        return TARGETS_DIR / backend(kind).target_file
+    return find_file(file, base)
+
+
+def load_target(kind: str, file: str | None = None, base: Path | None = None) -> Target:
+    """The description a schedule of ``kind`` (naming ``file``, or none) is checked
+    against; TargetError when it cannot be read or names a kind no backend has."""
+    path = target_path(kind, file, base).resolve()
+    t = read_target(str(path))
+    if t.kind not in kinds():
+        raise TargetError(f"{path}: [target] kind = {t.kind!r} must be one of "
+                          f"{', '.join(kinds())}")
+    return t

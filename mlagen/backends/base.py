@@ -2,11 +2,11 @@
 target's subclass lives in mlagen/backends/<kind>/backend.py as ``BACKEND``.
 
     kind, mapping                 its name in [target] and its knob record (a Mapping subclass;
-                                  field metadata says which knobs are compile-time)
+                                  field metadata says which knobs are compile-time, and its
+                                  variant_parts(s) which fields name a build)
     target_file                   its default description under targets/
     rules(), resources(s, t)      its checks (``rule(s, t) -> (table, key, message)...``) and
                                   its resource counts (``Need``s) against a Target
-    variant_parts(s)              the compile-time fields that name a build
     render(plan), runner(plan)    sources of a checked plan; a callable MlaInputs -> MlaOutputs
     device, device_check()        where its tensors live; why it cannot run here (or None)
     tuning_space()                knob -> values the verifier and tuners draw from
@@ -46,6 +46,8 @@ class Backend:
     rounded: tuple[str, ...] = ()
     run_point: tuple[int, int] = (1, 64)        # (batch, seqlen) of `mlagen run`
     foreign_why: dict[str, str] = {}            # why another target's knob is wrong here
+    kv_formats: tuple[str, ...] = ("bf16", "fp16")   # the KV-cache formats its kernels read
+    attentions: tuple[str, ...] = ("dense",)          # dense and/or token-sparse kernels
 
     # ---- the schedule language -------------------------------------------------------
     def knob_names(self) -> tuple[str, ...]:
@@ -56,17 +58,6 @@ class Backend:
 
     def resources(self, s: "Schedule", t: "Target") -> list["Need"]:
         return []
-
-    def variant_parts(self, s: "Schedule") -> list[str]:
-        """``kind`` then every compile-time knob as ``<tag><value>``; a backend adds the
-        problem fields its kernels are compiled with."""
-        parts = [self.kind]
-        for f in dataclasses.fields(s.mapping):
-            if f.metadata.get("compile_time", True):
-                value = getattr(s.mapping, f.name)
-                tag = f.metadata.get("tag")
-                parts.append(f"{f.name if tag is None else tag}{str(value).replace('_', '')}")
-        return parts
 
     # ---- the pipeline ----------------------------------------------------------------
     def render(self, plan: "Plan"):

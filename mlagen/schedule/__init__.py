@@ -5,8 +5,7 @@ from .parse import dumps, load, loads
 from .plan import Plan
 from .rules import plan_of
 from .records import FAULTS, Mapping, Problem, Schedule, TargetRef
-from .resources import can_implement
-from .rules import check
+from .rules import can_implement, check
 
 # records.py sits below the parser; the builder is wired in here (no import cycle).
 Schedule._builder = _parse.build

@@ -7,10 +7,9 @@ instead of checking (and loading the target) again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..backends.base import Backend
     from ..targets import Target
     from .records import Schedule
     from .resources import ResourceReport
@@ -20,7 +19,9 @@ if TYPE_CHECKING:  # pragma: no cover
 class Plan:
     schedule: "Schedule"
     target: "Target"              # the loaded description the schedule was checked against
-    backend: "Backend"
+    # the target's Backend (mlagen/backends/base.py), which the checker looked up; every
+    # step after the check takes it from here.  Not imported: base.py takes Plans.
+    backend: Any
     resources: "ResourceReport"   # what it needs of the target (all within what it has)
 
     @property

@@ -9,8 +9,9 @@ A schedule file has three tables, each parsed into one record here:
                 (mlagen/backends/<kind>/knobs.py)
 
 Records hold values only; the common rules live in ``rules.py``, a target's rules and
-resource counts in its backend.  No target is named here: the default kind and the knob
-records come from the backend registry.
+resource counts in its backend.  No target is named here and no backend is looked up: the
+parser (``parse.py``) picks a schedule's knob record by its kind, and the record names the
+build (``Mapping.variant_parts``), so this module sits below the backends that subclass it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 DTYPES = ("bf16", "fp16")
-# Planted faults for the verifier's own tests (issue: verifier power).  They are not
+ATTENTIONS = ("dense", "sparse")
+# Planted faults for the verifier's own tests.  They are not
 # schedule-file keys: only ``Schedule.with_fault`` sets one.
 FAULTS = (
     "none",
@@ -57,6 +59,15 @@ class Problem:
     softmax_scale: float | None = None   # None: the convention's default (see default_scale)
     h_kv: int = 1
     causal: bool = True
+    kv_format: str = ""           # how the cache stores a token (mlagen.kvformat); "": dtype
+    v_dim: int = 0                # V's width: the first v_dim values of a key; 0: kv_lora_rank
+    # token-sparse attention: each query row attends to the topk cache slots it names
+    attention: str = "dense"      # "dense" (every key of the sequence) or "sparse"
+    topk: int = 0                 # sparse: slots named per query row (the main pool)
+    extra_topk: int = 0           # sparse: slots of a second pool in the same softmax; 0: none
+    extra_page_size: int = 0      # the second pool's page size; 0: page_size
+    extra_kv_format: str = ""     # the second pool's format; "": kv_format
+    sinks: bool = False           # per-head sink logits scale the output (FlashMLA's attn_sink)
 
     @property
     def d(self) -> int:
@@ -64,7 +75,17 @@ class Problem:
 
     @property
     def dv(self) -> int:
-        return self.kv_lora_rank
+        return self.v_dim or self.kv_lora_rank
+
+    @property
+    def extra_kv(self) -> str:
+        """The second pool's format."""
+        return self.extra_kv_format or self.kv
+
+    @property
+    def kv(self) -> str:
+        """The KV-cache format's name: kv_format, or the storage dtype when it is empty."""
+        return self.kv_format or self.dtype
 
     def default_scale(self) -> float:
         """FlashMLA's d**-0.5 for attention-only; (nope + rope)**-0.5 for the fused operator."""
@@ -75,15 +96,9 @@ class Problem:
         return float(self.d ** -0.5)
 
 
-def _default_kind() -> str:
-    from ..backends import default_kind
-
-    return default_kind()
-
-
 @dataclass(frozen=True)
 class TargetRef:
-    kind: str = field(default_factory=_default_kind)   # the target kind (a backend)
+    kind: str                      # the target kind (a backend)
     file: str | None = None        # a target description; None: the backend's default file
 
     @property
@@ -109,18 +124,25 @@ class Mapping:
     block_kv: int = knob(64, "KV tokens per block the kernel works on", tag="bkv")
     buffers: int = knob(2, "KV buffers / pipeline stages", tag="buf")
 
-
-def _default_mapping() -> Mapping:
-    from ..backends import backend
-
-    return backend(_default_kind()).mapping()
+    def variant_parts(self, s: "Schedule") -> list[str]:
+        """The words of s's variant name: its kind, then every compile-time knob as
+        ``<tag><value>``.  A target's record adds the problem fields its kernels are
+        compiled with."""
+        parts = [s.target.kind]
+        for f in dataclasses.fields(self):
+            if f.metadata.get("compile_time", True):
+                value = getattr(self, f.name)
+                tag = f.metadata.get("tag")
+                parts.append(f"{f.name if tag is None else tag}{str(value).replace('_', '')}")
+        return parts
 
 
 @dataclass(frozen=True)
 class Schedule:
     problem: Problem = field(default_factory=Problem)
-    target: TargetRef = field(default_factory=TargetRef)
-    mapping: Mapping = field(default_factory=_default_mapping)
+    # no defaults: the kind and its knob record come from a file or Schedule.build
+    target: TargetRef = field(kw_only=True)
+    mapping: Mapping = field(kw_only=True)
     name: str = "unnamed"          # the schedule's name: file stem or given by the builder
     source: str | None = None      # the file it came from, for messages
     fault: str = "none"            # planted fault; internal, never read from a file
@@ -164,11 +186,9 @@ class Schedule:
         return self.problem.heads // self.mapping.tp
 
     def variant_name(self) -> str:
-        """A readable name that spells out what the kernel is compiled with (its backend
-        says which fields those are): schedules that compile the same share it."""
-        from ..backends import backend
-
-        parts = backend(self.target.kind).variant_parts(self)
+        """A readable name that spells out what the kernel is compiled with (the target's
+        knob record says which fields those are): schedules that compile the same share it."""
+        parts = self.mapping.variant_parts(self)
         if self.fault != "none":
             parts.append("FAULT-" + self.fault.replace("_", "-"))
         return "_".join(parts)

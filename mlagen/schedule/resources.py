@@ -1,16 +1,14 @@
-"""can_implement: the resources a schedule needs on its target, against what the target has.
+"""The resources a schedule needs on its target, against what the target has: one ``Need``
+per resource, gathered into a ``ResourceReport`` (``rules.can_implement`` makes one).
 
 Each backend's counter (``Backend.resources``) returns the same formulas its kernel uses to
-lay out memory, so a schedule that passes here fits when it runs (an emulator checks
+lay out memory, so a schedule that passes the check fits when it runs (an emulator checks
 capacity again and raises if a count was wrong).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from ..targets import Target
-from .records import Schedule
 
 
 @dataclass(frozen=True)
@@ -48,10 +46,3 @@ class ResourceReport:
         return "\n".join(f"  {n.name:<32} {n.needed:>12} / {n.available:<12} "
                          f"{'ok' if n.ok else 'TOO MUCH'}  {n.detail}" for n in self.needs)
 
-
-def can_implement(s: Schedule, t: Target) -> ResourceReport:
-    """What the schedule needs of its target (the backend counts), against what it has:
-    ``report.ok``, ``report.needs`` (one Need per resource) and ``report.table()``."""
-    from ..backends import backend
-
-    return ResourceReport(backend(t.kind).resources(s, t))

@@ -14,13 +14,15 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterator, Union
 
-from ..backends import backend
+from .. import kvformat
+from ..backends import backend, load_target, target_path
 from ..errors import ResourceError, TargetError
-from ..targets import Target, load_target, target_path
+from ..kvformat import FORMATS
+from ..targets import Target
 from .located import Located
 from .plan import Plan
-from .records import DTYPES, Schedule
-from .resources import can_implement
+from .records import ATTENTIONS, DTYPES, Schedule
+from .resources import ResourceReport
 
 Violation = tuple[str, str, str]
 Rule = Callable[[Schedule, Target], Iterator[Violation]]
@@ -66,6 +68,17 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
             f"softmax_scale = {p.softmax_scale} must be a finite number > 0"
     if p.h_kv != 1:
         yield "problem", "h_kv", f"h_kv = {p.h_kv}: MLA has one latent KV head; h_kv must be 1"
+    if p.kv_format and p.kv_format not in FORMATS:
+        yield "problem", "kv_format", (f"kv_format = {p.kv_format!r} must be one of "
+                                       f"{', '.join(FORMATS)} (or absent: the dtype)")
+    elif p.kv in ("bf16", "fp16") and p.kv != p.dtype:
+        yield "problem", "kv_format", (f"kv_format = {p.kv_format!r} with dtype = "
+                                       f"{p.dtype!r}: a 16-bit cache is stored in the dtype")
+    elif kvformat.get(p.kv).tile() and p.kv_lora_rank % kvformat.get(p.kv).tile():
+        tile = kvformat.get(p.kv).tile()
+        yield "problem", "kv_format", (f"kv_format = \"{p.kv}\" scales {tile} latent values "
+                                       f"at a time: kv_lora_rank = {p.kv_lora_rank} must be a "
+                                       f"multiple of {tile}")
 
 
 # ---------------------------------------------------------------- target -----------
@@ -92,6 +105,57 @@ def common_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                                        f"{p.page_size} or be a multiple of it")
 
 
+@rule
+def sparse_problem(s: Schedule, t: Target) -> Iterator[Violation]:
+    p = s.problem
+    if not 0 <= p.v_dim <= p.d:
+        yield "problem", "v_dim", f"v_dim = {p.v_dim} must lie in [0, d = {p.d}] (0: kv_lora_rank)"
+    if p.attention not in ATTENTIONS:
+        yield "problem", "attention", (f"attention = {p.attention!r} must be one of "
+                                       f"{', '.join(ATTENTIONS)}")
+        return
+    sparse_keys = ("topk", "extra_topk", "extra_page_size", "extra_kv_format", "sinks")
+    if p.attention == "dense":
+        for key in sparse_keys:
+            if getattr(p, key):
+                yield "problem", key, (f"{key} is a sparse attention's; attention = \"dense\" "
+                                       "attends to every key of the sequence")
+        return
+    if not 1 <= p.topk <= 65536:
+        yield "problem", "topk", f"topk = {p.topk} must be between 1 and 65536 (attention = \"sparse\")"
+    if p.causal:
+        yield "problem", "causal", ("attention = \"sparse\" names its keys: causal must be "
+                                    "false (FlashMLA's rule)")
+    if not 0 <= p.extra_topk <= 65536:
+        yield "problem", "extra_topk", f"extra_topk = {p.extra_topk} must be between 0 and 65536"
+    if not p.extra_topk:
+        for key in ("extra_page_size", "extra_kv_format"):
+            if getattr(p, key):
+                yield "problem", key, f"{key} describes the second pool: set extra_topk too"
+    if not 0 <= p.extra_page_size <= 256:
+        yield "problem", "extra_page_size", \
+            f"extra_page_size = {p.extra_page_size} must be between 1 and 256 (0: page_size)"
+    if p.extra_kv_format and p.extra_kv_format not in FORMATS:
+        yield "problem", "extra_kv_format", (f"extra_kv_format = {p.extra_kv_format!r} must be "
+                                             f"one of {', '.join(FORMATS)}")
+
+
+@rule
+def attention_supported(s: Schedule, t: Target) -> Iterator[Violation]:
+    kinds = backend(t.kind).attentions
+    if s.problem.attention in ATTENTIONS and s.problem.attention not in kinds:
+        yield "problem", "attention", (f"attention = {s.problem.attention!r}: target {t.kind} "
+                                       f"has {', '.join(kinds)} kernels")
+
+
+@rule
+def kv_format_supported(s: Schedule, t: Target) -> Iterator[Violation]:
+    formats = backend(t.kind).kv_formats
+    if s.problem.kv in FORMATS and s.problem.kv not in formats:
+        yield "problem", "kv_format", (f"kv_format = {s.problem.kv!r}: target {t.kind} "
+                                       f"reads {', '.join(formats)} caches")
+
+
 def rules_for(t: Target) -> list[Rule]:
     """The common rules, then the target's own."""
     return RULES + list(backend(t.kind).rules())
@@ -102,6 +166,12 @@ def violations(s: Schedule, t: Target) -> list[Violation]:
     for r in rules_for(t):
         out.extend(r(s, t))
     return out
+
+
+def can_implement(s: Schedule, t: Target) -> ResourceReport:
+    """What the schedule needs of its target (its backend counts), against what it has:
+    ``report.ok``, ``report.needs`` (one Need per resource) and ``report.table()``."""
+    return ResourceReport(backend(t.kind).resources(s, t))
 
 
 def check(s: Schedule, loc: Located | None = None) -> Plan:

@@ -15,6 +15,12 @@ Every input is checked before launch (dtypes, shapes, strides, devices); a bad o
 mlagen.errors.InputError.  The checks run once per call signature: repeated calls with the
 same shapes reuse a cached plan (about 20 us of host time per call instead of hundreds).
 
+This module owns that per-signature cache and its miss path, which reads top to bottom:
+the last plan's C++ path (fastcall.py) or the plan cached for the call's signature; on a
+miss, the input checks, then ``_resolve``: the schedule (defaults.resolve: the caller's or
+the per-shape default), its checked plan, its library (ops.library: built once, loaded
+once); then the launch plan (ops.DecodePlan / ops.MetadataPlan), cached and run.
+
 Block-table entries and lengths live on the GPU, so by default they are checked there, with
 no host sync: a sequence with a page outside the cache (or a length beyond its table row, or
 a negative one) gets NaN out and lse, and the device's error flag is set (never read out of
@@ -34,6 +40,7 @@ import torch
 
 from mlagen.errors import InputError
 from mlagen.schedule.records import Schedule
+from mlagen.schedule.rules import plan_of
 
 from . import defaults, ops, scheduler
 
@@ -84,38 +91,34 @@ def check_device_errors(device=None, clear: bool = True) -> None:
                          "; those sequences got NaN (set_strict(True) names the entry)")
 
 
-def _schedule_for(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
-                  gpu: str = "", page_size: int = 64) -> Schedule:
-    if schedule is None:
-        return defaults.default_schedule(rows_total, dtype, batch, gpu, page_size)
-    if schedule.target.kind != "hopper":
-        raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.kind!r}, "
-                         "not hopper")
-    if schedule.mapping.mainloop == "wgmma" and page_size % 64:
-        raise InputError(f"schedule {schedule.name!r} uses mainloop = \"wgmma\", which needs a "
-                         f"page size that is a multiple of 64, not {page_size}")
-    if schedule.problem.dtype != dtype:
-        schedule = schedule.replace(dtype=dtype)
-    return defaults.canonical(schedule)
-
-
 @functools.lru_cache(maxsize=256)
 def _resolve(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
              gpu: str = "", page_size: int = 64) -> tuple[str, int, int, int]:
-    """(library key, rows_per_tile, fixed splits, split cost) of a shape and an optional
-    schedule: built
-    (cached) and loaded once; memoized because checking a schedule costs about a
+    """The miss path of a call signature, in order: the schedule (the caller's, or the
+    per-shape default: defaults.resolve), its checked plan, its library (built once,
+    cached, loaded once); returns (library key, rows_per_tile, fixed splits, split cost),
+    what the launch takes.  Memoized because checking a schedule costs about a
     millisecond, more than a decode step."""
-    s = _schedule_for(rows_total, dtype, schedule, batch, gpu, page_size)
-    return ops.library(s), s.mapping.rows_per_tile, _fixed_splits(s), s.mapping.split_cost
+    s = defaults.resolve(rows_total, dtype, schedule, batch, gpu, page_size)
+    plan = plan_of(s)
+    key = ops.library(plan)
+    m = plan.mapping
+    return key, m.rows_per_tile, 0 if m.split_kv == "auto" else int(m.split_kv), m.split_cost
+
+
+_GPU_NAMES: dict[int, str] = {}
 
 
 def _per_shape(batch: int, device, schedule: Optional[Schedule]) -> tuple[int, str]:
-    """(batch, GPU name) for the per-shape defaults (tuned tables are per GPU and batch);
-    an explicit schedule needs neither."""
+    """(batch, GPU name) for the per-shape defaults (tuned tables are per GPU and batch,
+    the name asked once per device); an explicit schedule needs neither."""
     if schedule is not None:
         return 0, ""
-    return batch, ops.gpu_name(device)
+    idx = device.index if getattr(device, "index", None) is not None \
+        else torch.cuda.current_device()
+    if idx not in _GPU_NAMES:
+        _GPU_NAMES[idx] = torch.cuda.get_device_name(idx)
+    return batch, _GPU_NAMES[idx]
 
 
 def _library_key(rows_total: int, dtype: str, schedule: Optional[Schedule], batch: int = 0,
@@ -143,10 +146,6 @@ def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
 # trace, so they run outside the graph.
 _library_key_compiled = torch.compiler.disable(_library_key)
 _metadata_plan_compiled = torch.compiler.disable(_metadata_plan)
-
-
-def _fixed_splits(s: Schedule) -> int:
-    return 0 if s.mapping.split_kv == "auto" else int(s.mapping.split_kv)
 
 
 def _int_vector(name: str, t: torch.Tensor, n: Optional[int] = None) -> None:

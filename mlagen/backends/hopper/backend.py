@@ -23,12 +23,6 @@ class HopperBackend(Backend):
     def resources(self, s, t):
         return resources.needs(s, t)
 
-    def variant_parts(self, s):
-        # heads, s_q and the page size are run-time arguments: only dtype and the tile
-        # knobs are compiled in, so every shape with the same knobs shares one build
-        parts = super().variant_parts(s)
-        return parts[:1] + [s.problem.dtype] + parts[1:]
-
     def render(self, plan):
         from . import render
 

@@ -192,6 +192,35 @@ def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
                                     buffers=buffers, warps=warps))
 
 
+def resolve(rows_total: int, dtype: str, schedule: Schedule | None, batch: int = 0,
+            gpu: str = "", page_size: int = 64) -> Schedule:
+    """The canonical schedule of an eager call: the caller's (checked against the call:
+    its kind, its main loop against the page size, the call's dtype), else the per-shape
+    default for this GPU, batch, s_q * h_q and page size.  The cluster switch is read too,
+    so that a malformed one is refused before a library is built or loaded (the library
+    reads MLAGEN_HOPPER_CLUSTER when it loads)."""
+    s = _resolved(rows_total, dtype, schedule, batch, gpu, page_size)
+    cluster_switch()
+    return s
+
+
+def _resolved(rows_total: int, dtype: str, schedule: Schedule | None, batch: int,
+              gpu: str, page_size: int) -> Schedule:
+    from mlagen.errors import InputError
+
+    if schedule is None:
+        return default_schedule(rows_total, dtype, batch, gpu, page_size)
+    if schedule.target.kind != "hopper":
+        raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.kind!r}, "
+                         "not hopper")
+    if schedule.mapping.mainloop == "wgmma" and page_size % 64:
+        raise InputError(f"schedule {schedule.name!r} uses mainloop = \"wgmma\", which needs a "
+                         f"page size that is a multiple of 64, not {page_size}")
+    if schedule.problem.dtype != dtype:
+        schedule = schedule.replace(dtype=dtype)
+    return canonical(schedule)
+
+
 def canonical(s: Schedule) -> Schedule:
     """The schedule a library is built from: the problem fields that are run-time arguments
     set to fixed values (every knob kept as it is), so that one build serves every head

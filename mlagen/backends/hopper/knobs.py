@@ -22,3 +22,9 @@ class HopperMapping(Mapping):
     # run-time: the metadata kernel's cost of one split (the split policy "auto")
     split_cost: int = knob(5, "split policy \"auto\": 64-token blocks' worth of cost per split",
                            compile_time=False)
+
+    def variant_parts(self, s):
+        # heads, s_q and the page size are run-time arguments: only dtype and the tile
+        # knobs are compiled in, so every shape with the same knobs shares one build
+        parts = super().variant_parts(s)
+        return parts[:1] + [s.problem.dtype] + parts[1:]

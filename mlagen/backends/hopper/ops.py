@@ -3,7 +3,8 @@ torch ops over them (torch.library.custom_op + register_fake), so the calls work
 torch.compile and inside CUDA-graph capture.
 
 A library is named by a key (its canonical variant name); the ops take that key as a string
-argument and find the loaded library in a registry here.
+argument and find the loaded library in a registry here.  The eager calls' per-signature
+cache and its miss path are api.py's; this module is the library and the launch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import torch
 
 from mlagen.errors import InputError
-from mlagen.schedule.records import Schedule
+from mlagen.schedule.plan import Plan
 
 from . import scheduler
 from .abi import SHAPE_FIELDS, shape_array
@@ -23,7 +24,6 @@ from .abi import SHAPE_FIELDS, shape_array
 _LOCK = threading.Lock()
 _LIBS: dict[str, "KernelLib"] = {}
 _SMS: dict[int, int] = {}
-_NAMES: dict[int, str] = {}
 
 P, I, F, LL = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
 
@@ -31,17 +31,13 @@ P, I, F, LL = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
 class KernelLib:
     """One built variant: its ctypes entry points and the constants it was built with."""
 
-    def __init__(self, schedule: Schedule):
-        from mlagen.codegen import render
+    def __init__(self, plan: Plan):
         from mlagen.jit import build
         from mlagen.runtime import load_library
 
-        from .defaults import cluster_switch
-
-        cluster_switch()     # a malformed MLAGEN_HOPPER_CLUSTER, before the C++ reads it
-
+        schedule = plan.schedule
         self.schedule = schedule
-        self.artifact = build(render(schedule), origin=schedule)
+        self.artifact = build(plan.backend.render(plan), origin=schedule)
         lib = load_library(self.artifact.path)
         lib.mlagen_hopper_error_string.restype = ctypes.c_char_p
         lib.mlagen_hopper_error_string.argtypes = [I]
@@ -72,12 +68,13 @@ class KernelLib:
             raise RuntimeError(f"mlagen hopper {what}: CUDA error {code}: {msg}")
 
 
-def library(schedule: Schedule) -> str:
-    """Build (cached) and load the library of a canonical schedule; returns its key."""
-    key = schedule.variant_name()
+def library(plan: Plan) -> str:
+    """Build (cached) and load the library of a canonical schedule's checked plan; returns
+    its key."""
+    key = plan.variant
     with _LOCK:
         if key not in _LIBS:
-            _LIBS[key] = KernelLib(schedule)
+            _LIBS[key] = KernelLib(plan)
     return key
 
 
@@ -86,15 +83,6 @@ def get(key: str) -> KernelLib:
         return _LIBS[key]
     except KeyError:
         raise InputError(f"no hopper kernel library {key!r} is loaded in this process") from None
-
-
-def gpu_name(device) -> str:
-    """The device's name (what tuned tables are keyed by), asked once per device."""
-    idx = device.index if getattr(device, "index", None) is not None \
-        else torch.cuda.current_device()
-    if idx not in _NAMES:
-        _NAMES[idx] = torch.cuda.get_device_name(idx)
-    return _NAMES[idx]
 
 
 def sm_count(device: torch.device) -> int:

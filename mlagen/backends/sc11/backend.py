@@ -23,12 +23,6 @@ class Sc11Backend(Backend):
     def resources(self, s, t):
         return resources.needs(s, t)
 
-    def variant_parts(self, s):
-        p = s.problem
-        # every problem field is a compile-time constant of the emulator kernel
-        return ([self.kind, "fused" if p.fused else "attn", p.dtype, f"h{s.heads_per_device}",
-                 f"pg{p.page_size}"] + super().variant_parts(s)[1:])
-
     def render(self, plan):
         from . import render
 

@@ -260,7 +260,7 @@ def bench_grid(schedule=None, batches=BATCHES, seqlens=SEQLENS, buffers=(1, 2),
 
 
 def machine_assumed(schedule: Schedule) -> list:
-    from ...targets import load_target
+    from .. import load_target
 
     base = Path(schedule.source).parent if schedule.source else None
     t = load_target(schedule.target.kind, schedule.target.file, base)

@@ -36,7 +36,8 @@ from typing import Optional
 import numpy as np
 
 from ...errors import EmulatorError
-from ...targets import Target, load_target
+from ...targets import Target
+from .. import load_target
 from .trace import EVENT_DTYPE, MAX_DEPS, Engine, Mem, Op
 
 ENGINES = tuple(Engine)

@@ -17,3 +17,9 @@ class Sc11Mapping(Mapping):
     # a run-time argument (``auto`` picks per workload), so one build serves every scheme
     scheme: str = knob("auto", "phase-B multi-core scheme", compile_time=False)
     seq_tile: int = knob(2048, "KV tokens per L2 tile of a sequence", tag="t")
+
+    def variant_parts(self, s):
+        p = s.problem
+        # every problem field is a compile-time constant of the emulator kernel
+        return ([s.target.kind, "fused" if p.fused else "attn", p.dtype,
+                 f"h{s.heads_per_device}", f"pg{p.page_size}"] + super().variant_parts(s)[1:])

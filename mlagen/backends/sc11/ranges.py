@@ -252,7 +252,7 @@ class CardReport:
 
 
 def card_report(batch: int = SEED["batch"], seqlen: int = SEED["seqlen"]) -> CardReport:
-    from ...targets import load_target
+    from .. import load_target
 
     one = _schedule(None)                                   # tp 4: 32 heads on one chip
     half = one.replace(tp=8)                                # 16 heads a chip

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import MlagenError
 from ...schedule.records import Schedule
-from ...targets import load_target
+from .. import load_target
 from .costmodel import Machine, simulate
 from .knobs import SCHEMES as ALL_SCHEMES
 
