@@ -44,7 +44,8 @@ def row_scores(inp, b: int, s: int, h: int) -> torch.Tensor:
     lim = n - inp.s_q + s + 1 if inp.causal else n
     page = inp.page_size
     t = torch.arange(max(lim, 0))
-    k = inp.k_cache[inp.block_table[b, t // page].long(), t % page, 0].double()
+    table = inp.meta.get("clean_table", inp.block_table)      # planted bad pages aside
+    k = inp.k_cache[table[b, t // page].long(), t % page, 0].double()
     q = inp.q[b, s, h].double()
     return (k @ q) * inp.softmax_scale * math.log2(math.e)
 
@@ -230,3 +231,26 @@ def test_fused_patterns_shape_the_keys():
             .nansum())
     assert grow > 2
     assert torch.isfinite(reference(b, torch.float64).lse).all()
+
+
+@pytest.mark.parametrize("fmt", ["fp8_ds_mla", "fp8_e4m3"])
+def test_a_quantized_cache_is_shaped_as_values_and_stored_again(fmt):
+    """A KV format plugs in through mlagen.kvformat: the pattern shapes the dequantized
+    values, the cache is quantized again, and the reference (which dequantizes) sees it."""
+    import dataclasses
+
+    from mlagen import kvformat
+
+    s = example("sc11_attn")
+    prob = dataclasses.replace(s.problem, kv_format=fmt)
+    c = Case(prob, 2, 1, 4, (300, 130), 1, False, 0, "rising", 2)
+    inp = c.inputs()
+    assert inp.k_cache.element_size() == 1 and kvformat.get(fmt).quantized
+    plain = Case(prob, 2, 1, 4, (300, 130), 1, False, 0).inputs()
+    assert not torch.equal(inp.k_cache.view(torch.uint8), plain.k_cache.view(torch.uint8))
+    want = reference(inp, torch.float64)
+    assert torch.isfinite(want.lse).all() and torch.isfinite(want.out).all()
+    rise = float(want.lse[0].max()) - float(reference(plain, torch.float64).lse[0].max())
+    # fp8_ds_mla keeps rope in bf16 (the ramp's column): the full rise; e4m3 saturates at
+    # 448 x descale, so its ramp is cut there
+    assert rise > (5 if fmt == "fp8_ds_mla" else 0.1), rise

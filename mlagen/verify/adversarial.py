@@ -22,8 +22,8 @@ output checks stay tight.  The fused operator's query is computed inside the ker
 there the rope columns of key t are scaled by a factor instead (its scores grow in size,
 both signs; the max still tends to move late).  Slots past a sequence keep their NaN.
 
-A new KV format (FP8 and its scales) plugs in by giving `apply` the cache's element rule;
-the patterns are on scores, not on bit patterns.
+The patterns are on values, not bit patterns: a quantized KV format (mlagen.kvformat) is
+dequantized, shaped and quantized again, so a new format plugs in through kvformat alone.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import math
 
 import torch
 
+from .. import kvformat
 from ..problem import MlaInputs
 
 PATTERNS = ("randn", "rising", "dominant", "ties", "very_negative", "very_large")
@@ -58,7 +59,12 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
         return inp
     if pattern not in PATTERNS:
         raise ValueError(f"unknown data pattern {pattern!r}; one of {PATTERNS}")
-    k = inp.k_cache.clone()
+    fmt = kvformat.get(inp.kv)
+    page_descale = _page_descale(inp) if fmt.quantized else None
+    # a quantized cache is shaped as values and stored again in its format (kernel and
+    # reference then read the same bytes; e4m3 saturates a steep ramp at its range)
+    k = (kvformat.dequantize(inp.k_cache, fmt.name, page_descale, inp.dv,
+                             torch.float32) if fmt.quantized else inp.k_cache.clone())
     dv = inp.dv
     lens = inp.cache_seqlens.tolist()
     fused = inp.q is None
@@ -90,6 +96,8 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
         else:
             top = torch.finfo(k.dtype).max / 4          # fp16: a tiny scale must not overflow
             k[pages, slots, :, dv] = (f / scale).clamp(-top, top).to(k.dtype)[:, None]
+    if fmt.quantized:
+        k = kvformat.quantize(k, fmt.name, page_descale, dv)
     out = dataclasses.replace(inp, k_cache=k)
     if not fused:
         # q may be a strided view of a wider tensor: write through it, keeping its strides
@@ -99,6 +107,17 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
             q[..., dv] = inp.q[..., dv]
         out = dataclasses.replace(out, q=q)
     out.meta = dict(inp.meta, data=pattern, data_arg=arg)
+    return out
+
+
+def _page_descale(inp: MlaInputs):
+    """fp8_e4m3's descale as the cache's pages take it (one a sequence -> one a page)."""
+    d = inp.k_descale
+    if d is None or d.numel() == 1:
+        return d
+    out = torch.full((inp.k_cache.shape[0],), float(d[0]), dtype=torch.float32)
+    for b in range(inp.block_table.shape[0]):
+        out[inp.block_table[b].long().clamp(0, inp.k_cache.shape[0] - 1)] = d[b].float()
     return out
 
 
