@@ -1,5 +1,6 @@
-"""One GPU visit for the transformers integration (issue 11): greedy generation on the Hopper
-path on GPU 0 (tp = 1), then tp = 2 over NCCL (one H200 a rank), compared with each other.
+"""The transformers integration on two GPUs: greedy generation on the Hopper path on GPU 0
+(tp = 1), then tp = 2 over NCCL (one H200 a rank), compared with each other (the
+figure in BENCHMARKS.md's "DeepSeek-V3 in transformers").
 
     PYTHONPATH=$PWD:tests python3 benchmarks/hf_generate_gpu.py OUTDIR
 
@@ -39,4 +40,6 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "/tmp"))
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 benchmarks/hf_generate_gpu.py OUTDIR")
+    sys.exit(main(sys.argv[1]))

@@ -7,8 +7,8 @@
 #   from an exported tree's folder, that tree's templates)
 # Writes OUT/split.sass (every kernel), OUT/ptxas.txt and OUT/digest.txt: each kernel's wgmma,
 # warpgroup waits and barriers in order, a run of wgmma folded into one line with how many
-# other instructions stand among them (in session 26 it showed an RS P V's wgmma no sparser
-# than the SS one's: docs/hopper.md step 37); prints ptxas's registers and spills per kernel.
+# other instructions stand among them (it showed an RS P V's wgmma no sparser than the
+# SS one's: docs/hopper.md, the RS rows of "What was tried"); prints ptxas's registers and spills per kernel.
 # Exit 2: no schedule file, no nvcc, a failed build or no cuobjdump.
 set -u
 [[ $# -ge 1 && -f $1 ]] || { echo "usage: sass_dump.sh SCHEDULE.toml [OUT] (a schedule file)" >&2; exit 2; }

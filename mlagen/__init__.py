@@ -61,7 +61,7 @@ def build(schedule: Schedule, progress: bool | None = None):
     mlagen.jit), and return its ``Artifact`` (``.path`` the shared library, ``.built``
     False when it came from the cache).  Raises BuildError with the compiler's first error.
     progress: say on stderr what a wait is for (default: only under the CLI)."""
-    # imported here: `mlagen check` and `--help` start without the builder (issue 10);
+    # imported here: `mlagen check` and `--help` start without the builder (fast start-up);
     # it lives in mlagen.jit, so ``mlagen.build`` is only ever this function
     from .jit import build as _build_sources
 

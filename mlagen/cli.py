@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
-from .errors import MlagenError
+from .errors import MlagenError, clip
 from .version import __version__
 
 INT64_MAX = 2 ** 63 - 1
@@ -28,6 +29,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit status 2), like every other."""
 
     def error(self, message: str):
+        # a value argparse quotes whole ("invalid choice: '...'"): ~80 characters of it
+        message = re.sub(r"'([^']{80,})'", lambda m: clip(repr(m.group(1))), message)
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -37,7 +40,7 @@ def _int(lo: int, hi: int = INT64_MAX):
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            raise argparse.ArgumentTypeError(f"{clip(repr(text))} is not a whole number") from None
         if v < lo:
             raise argparse.ArgumentTypeError(f"must be at least {lo}, got {v}")
         if v > hi:
@@ -48,17 +51,10 @@ def _int(lo: int, hi: int = INT64_MAX):
 
 
 def _schedule(path: str):
-    """Load a schedule file; ``schedules/<name>.toml`` (or ``<name>``) that is not there
-    names an example shipped with mlagen, so the README's commands work from an installed
-    wheel too."""
-    from .paths import SCHEDULES_DIR
+    """Load a schedule file, or a shipped example by name (mlagen.paths.schedule_path: the
+    rule every command and mlagen.load_schedule follow)."""
     from .schedule import load
 
-    p = Path(path)
-    if not p.exists() and p.parent in (Path("."), Path("schedules")):
-        shipped = SCHEDULES_DIR / p.with_suffix(".toml").name
-        if shipped.is_file():
-            return load(shipped)
     return load(path)
 
 
@@ -96,6 +92,7 @@ def cmd_generate(args) -> int:
     from .examples import EXAMPLES_OUT, regenerate
 
     if args.examples:
+        _output_folder(args.output or EXAMPLES_OUT, "-o")
         written = regenerate(Path(args.output or EXAMPLES_OUT))
         print(f"regenerated {len(written)} files under {args.output or EXAMPLES_OUT}")
         return 0
@@ -105,9 +102,20 @@ def cmd_generate(args) -> int:
     from .codegen import compile_command
 
     out = Path(args.output or ".")
-    if out.exists() and not out.is_dir():
-        raise MlagenError(f"{out}: -o must be a folder, not a file")
-    for _, s in _schedules(args.schedules):
+    _output_folder(out, "-o")
+    loaded = _schedules(args.schedules)
+    folders: dict[str, tuple[str, Path]] = {}
+    for path, s in loaded:            # each schedule writes into out/<its name>/
+        first, source = folders.setdefault(s.name, (path, Path(s.source or path).resolve()))
+        if source != Path(s.source or path).resolve():
+            raise MlagenError(f"{_shown(first)} and {_shown(path)} would both be written "
+                              f"into {_shown(out / s.name)}; generate them into separate "
+                              "folders (-o)")
+    done = set()
+    for path, s in loaded:
+        if s.name in done:            # the same file named twice: written once
+            continue
+        done.add(s.name)
         files = generate(s, out / s.name)
         headers = [p for p in files if p.is_relative_to(out / s.name / "include")]
         for p in files:
@@ -143,6 +151,8 @@ def cmd_build(args) -> int:
 def cmd_run(args) -> int:
     from .report import run_report
 
+    if args.chart is not None:        # a path prefix: the charts go beside it
+        _writable_under(Path(args.chart), "--chart")
     s = _schedule(args.schedule)
     if args.tp is not None:
         from .tprun import run_tp
@@ -159,18 +169,46 @@ def cmd_verify(args) -> int:
     return verify_main(args)
 
 
+def _writable_under(p: Path, flag: str) -> None:
+    """The folders that would be made above ``p`` can be: the nearest existing one is a
+    folder that a file can be created in (tried, not guessed from permission bits: root
+    passes those, a read-only mount does not)."""
+    import tempfile
+
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:   # the folders that would be made
+        parent = parent.parent
+    if not parent.is_dir():
+        raise MlagenError(f"{_shown(p)}: {flag}: {_shown(parent)} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".mlagen-probe-")
+    except OSError as e:
+        raise MlagenError(f"{_shown(p)}: {flag}: cannot write in {_shown(parent)} "
+                          f"({e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _shown(p) -> str:
+    return clip(str(p))
+
+
 def _output_file(path: str | None, flag: str) -> None:
     """Refuse an output path that cannot be written before the work starts."""
     if path is None:
         return
     p = Path(path)
     if p.is_dir():
-        raise MlagenError(f"{p}: {flag} must be a file, not a folder")
-    parent = p.parent
-    while not parent.exists():         # the folders that would be made
-        parent = parent.parent
-    if not parent.is_dir():
-        raise MlagenError(f"{p}: {flag}: {parent} is not a folder")
+        raise MlagenError(f"{_shown(p)}: {flag} must be a file, not a folder")
+    _writable_under(p, flag)
+
+
+def _output_folder(path: str | Path, flag: str) -> None:
+    """Refuse an output folder that cannot be made or written before the work starts."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise MlagenError(f"{_shown(p)}: {flag} must be a folder, not a file")
+    _writable_under(p / "x", flag)
 
 
 def cmd_bench(args) -> int:
@@ -181,6 +219,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_tune(args) -> int:
+    _output_file(args.table, "--table")
     from .backends import backend
 
     return backend(args.target).tune_main(args)
@@ -196,10 +235,15 @@ def cmd_cache(args) -> int:
         if es:
             from .console import human_bytes, table
 
-            table(("build", "size", "created"),
+            table(("build", "size", "created", "state"),
                   [(e.key, human_bytes(e.size),
-                    time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created))) for e in es],
+                    time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)),
+                    "ok" if e.damaged is None else f"damaged: {e.damaged}") for e in es],
                   right=(1,), whole=(0,))
+            bad = sum(e.damaged is not None for e in es)
+            if bad:
+                print(f"{bad} damaged builds: the next build of each replaces it "
+                      "(or `mlagen cache clear`)")
     elif args.action == "clear":
         n = clear()
         print(f"removed {n} builds from {cache_dir()}")
@@ -272,7 +316,7 @@ def parser() -> argparse.ArgumentParser:
                    help="time this shape instead of the benchmark of record's rows "
                         "(repeatable; targets whose bench has rows of shapes)")
     p.add_argument("--flashmla", default=None, metavar="LIB",
-                   help="also time FlashMLA, built by benchmarks/flashmla/build.sh, on each "
+                   help="also time FlashMLA (built as benchmarks/anchors/README.md says) on each "
                    "row's tensors (the 'now' columns; targets with a FlashMLA reference)")
     p.set_defaults(fn=cmd_bench)
 
@@ -299,8 +343,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _os_error(e: OSError) -> str:
-    where = f": {e.filename}" if e.filename else ""
-    return f"{e.strerror or e}{where}"
+    where = f": {clip(str(e.filename))}" if e.filename else ""
+    return f"{e.strerror or clip(str(e))}{where}"
+
+
+def _one_line_each(text: str, limit: int = 400) -> str:
+    """An error's lines, none longer than ``limit``: what a value echoed whole would make
+    (each site clips its values to ~80 characters; this catches one that does not)."""
+    return "\n".join(clip(line, limit) for line in str(text).splitlines())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
 
     was, console.PROGRESS = console.PROGRESS, True    # say what every wait is for
     try:
+        from .environment import check_all
+
+        check_all()                 # every variable mlagen reads, before any work
         rc = int(args.fn(args) or 0)
         sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
         return rc
@@ -321,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
     except MlagenError as e:
-        print(f"mlagen: {e}", file=sys.stderr)
+        print(f"mlagen: {_one_line_each(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("mlagen: interrupted", file=sys.stderr)

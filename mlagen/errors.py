@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 
+def clip(text: str, limit: int = 80) -> str:
+    """``text`` as a one-line message echoes it: at most about ``limit`` characters (a
+    500 kB value pasted by mistake is named by its length, not printed whole)."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 20]}... ({len(text)} characters)"
+
+
 class MlagenError(Exception):
     """Base of every error mlagen raises on purpose."""
 

@@ -38,62 +38,17 @@ from typing import Optional
 import torch
 
 from .errors import InputError
+from .formats import DS_TILE, FORMATS, PAGED_ALIGN, PAGED_TILE, KvFormat, get
+
+__all__ = ["KvFormat", "FORMATS", "get", "detect", "check_descale", "quantize", "dequantize",
+           "write", "paged_rows", "ds_scales", "E4M3_MAX", "DS_TILE", "PAGED_TILE"]
 
 E4M3_MAX = 448.0
-DS_TILE = 128                 # latent values per fp8_ds_mla scale
-PAGED_TILE = 64               # latent values per fp8_ue8m0_paged scale
-PAGED_ALIGN = 576             # fp8_ue8m0_paged pages are padded to a multiple of this
 DS_SCALE_FLOOR = 1e-4         # amax / 448 is clamped below at this before rounding up
 FP8 = torch.float8_e4m3fn
 
 
-@dataclass(frozen=True)
-class KvFormat:
-    name: str
-    quantized: bool           # stored in 8 bits, not in the storage dtype
-    needs_descale: bool       # the call passes k_descale
-    doc: str
-    paged: bool = False       # laid out per page: only whole pages can be decoded
-
-    def width(self, rank: int = 512, rope: int = 64) -> int:
-        """Elements of the cache tensor's last dimension (bytes, for an 8-bit format)."""
-        if self.name == "fp8_ds_mla":
-            return rank + 4 * (rank // DS_TILE) + 2 * rope
-        if self.paged:
-            return rank + 2 * rope + rank // PAGED_TILE + 1
-        return rank + rope
-
-    def tile(self) -> int:
-        """Latent values one scale covers (0: none)."""
-        return DS_TILE if self.name == "fp8_ds_mla" else PAGED_TILE if self.paged else 0
-
-    def token_bytes(self, rank: int = 512, rope: int = 64) -> int:
-        """Bytes one token occupies (what a kernel streams per key)."""
-        return self.width(rank, rope) * (1 if self.quantized else 2)
-
-
-_FORMATS = {
-    "bf16": KvFormat("bf16", False, False, "the token in bf16"),
-    "fp16": KvFormat("fp16", False, False, "the token in fp16"),
-    "fp8_e4m3": KvFormat("fp8_e4m3", True, True,
-                         "e4m3 values times one fp32 descale per cache or sequence"),
-    "fp8_ds_mla": KvFormat("fp8_ds_mla", True, False,
-                           "e4m3 latent with a power-of-two fp32 scale per 128 values, "
-                           "bf16 rope (656 bytes for 512 + 64)"),
-    "fp8_ue8m0_paged": KvFormat("fp8_ue8m0_paged", True, False,
-                                "per page: e4m3 latent and bf16 rope rows, then a UE8M0 scale "
-                                "per 64 latent values of each token (584 bytes for 448 + 64)",
-                                paged=True),
-}
-FORMATS = tuple(_FORMATS)
 PLAIN_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def get(name: str) -> KvFormat:
-    try:
-        return _FORMATS[name]
-    except KeyError:
-        raise InputError(f"kv_format {name!r} is not one of {', '.join(FORMATS)}") from None
 
 
 def detect(k_cache: torch.Tensor, rank: int = 512, rope: int = 64) -> str:
@@ -105,13 +60,13 @@ def detect(k_cache: torch.Tensor, rank: int = 512, rope: int = 64) -> str:
             return name
     elif k_cache.dtype in (FP8, torch.uint8):
         for name in ("fp8_e4m3", "fp8_ds_mla", "fp8_ue8m0_paged"):
-            if w == _FORMATS[name].width(rank, rope):
+            if w == get(name).width(rank, rope):
                 return name
     raise InputError(
         f"k_cache {k_cache.dtype} [..., {w}] is no KV format for kv_lora_rank {rank} + "
         f"rope {rope}: bf16/fp16 [..., {rank + rope}], float8_e4m3fn [..., {rank + rope}] "
-        f"(fp8_e4m3), [..., {_FORMATS['fp8_ds_mla'].width(rank, rope)}] (fp8_ds_mla) or "
-        f"[..., {_FORMATS['fp8_ue8m0_paged'].width(rank, rope)}] (fp8_ue8m0_paged)")
+        f"(fp8_e4m3), [..., {get('fp8_ds_mla').width(rank, rope)}] (fp8_ds_mla) or "
+        f"[..., {get('fp8_ue8m0_paged').width(rank, rope)}] (fp8_ue8m0_paged)")
 
 
 def check_descale(descale: Optional[torch.Tensor], name: str, batch: int,
@@ -239,7 +194,7 @@ def _quantize_paged(x: torch.Tensor, rank: int) -> torch.Tensor:
                          f"got {tuple(x.shape)}")
     blocks, page, _, d = x.shape
     rope = d - rank
-    width = _FORMATS["fp8_ue8m0_paged"].width(rank, rope)
+    width = get("fp8_ue8m0_paged").width(rank, rope)
     stride = -(-page * width // PAGED_ALIGN) * PAGED_ALIGN
     buf = torch.zeros(blocks, stride, dtype=torch.uint8, device=x.device)
     cache = buf[:, :page * width].view(blocks, page, 1, width)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
+from .envvars import EnvironmentVariableError, shown, whole_number
 from .errors import InputError
 
 __all__ = ["world", "head_range", "all_reduce_sum", "init_from_env", "backend_for", "spawn"]
@@ -57,9 +58,15 @@ def init_from_env(device: str = "cpu") -> tuple[int, int]:
     (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); on GPUs each rank takes cuda:LOCAL_RANK."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return 1, 0
+    world_size = whole_number("WORLD_SIZE", 1)
+    rank = whole_number("RANK", 0)
+    local = whole_number("LOCAL_RANK", 0)
+    if rank is None or world_size is None or rank >= world_size:
+        raise EnvironmentVariableError("RANK", f"{shown(os.environ['RANK'])} must be below "
+                                               f"WORLD_SIZE = {os.environ['WORLD_SIZE']!r}")
     if not dist.is_initialized():
         if device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
+            torch.cuda.set_device(rank if local is None else local)
         dist.init_process_group(backend_for(device))
     return world()
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from .envvars import EnvironmentVariableError, folder
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -23,10 +24,32 @@ TARGETS_DIR = DATA_ROOT / "targets"
 SCHEDULES_DIR = DATA_ROOT / "schedules"
 
 
+def schedule_path(name: str | Path) -> Path:
+    """The one rule for finding a schedule by name, used by every command and by
+    ``mlagen.load_schedule``: the path as given when something is there; else, for a bare
+    name or ``schedules/<name>`` (with or without ``.toml``), the example of that name
+    shipped with mlagen (so the README's commands work outside a checkout too); else the
+    path as given (whose reading then says what is wrong)."""
+    p = Path(name)
+    if p.exists() or p.parent not in (Path("."), Path("schedules")) or not p.name:
+        return p
+    shipped = SCHEDULES_DIR / (p.name if p.suffix == ".toml" else p.name + ".toml")
+    return shipped if shipped.is_file() else p
+
+
 def cache_dir() -> Path:
-    """Build cache: $MLAGEN_CACHE_DIR, else $XDG_CACHE_HOME/mlagen, else ~/.cache/mlagen."""
-    env = os.environ.get("MLAGEN_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "mlagen"
+    """Build cache: $MLAGEN_CACHE_DIR, else $XDG_CACHE_HOME/mlagen, else ~/.cache/mlagen.
+    A ``~user`` that does not expand, or a path that is a file, is refused
+    (EnvironmentVariableError naming the variable), never taken for an empty cache."""
+    env = folder("MLAGEN_CACHE_DIR")
+    if env is not None:
+        return env
+    xdg = folder("XDG_CACHE_HOME")
+    if xdg is None:
+        try:
+            xdg = Path.home() / ".cache"
+        except RuntimeError:       # no $HOME and no passwd entry
+            raise EnvironmentVariableError(
+                "MLAGEN_CACHE_DIR", "unset, and there is no home folder to cache in "
+                "(set it to a folder)") from None
+    return folder("MLAGEN_CACHE_DIR", str(xdg / "mlagen"))

@@ -162,11 +162,17 @@ def _softmax(scores: torch.Tensor, visible: torch.Tensor,
     """scores [b, h, s_q, slots] (already scaled), visible [b, s_q, slots] ->
     (p, lse [b, h, s_q]).  A row with no visible key gets p = 0 and lse = +inf.  With
     round_p, exp(s - rowmax) is rounded to that dtype before it is divided by its
-    (unrounded) sum: the "p" rounding point."""
+    (unrounded) sum: the "p" rounding point.
+
+    Non-finite scores (docs/conventions.md, "NaN and Inf"): a -inf score weighs nothing,
+    so a row whose every visible score is -inf is an empty row; a NaN or +inf score makes
+    the row's p and lse NaN (exp(inf - inf), as an online softmax computes it)."""
     vis = visible[:, None]
     scores = scores.masked_fill(~vis, -math.inf)
     lse = torch.logsumexp(scores, dim=-1)                                # -inf when empty
-    empty = ~vis.any(dim=-1)
+    poisoned = torch.isnan(lse) | (lse == math.inf)
+    empty = lse == -math.inf                     # no visible key, or only -inf scores
+    lse = torch.where(poisoned, math.nan, lse)
     if round_p is None:
         p = torch.exp(scores - torch.where(empty, 0.0, lse)[..., None])
     else:
@@ -174,6 +180,7 @@ def _softmax(scores: torch.Tensor, visible: torch.Tensor,
         e = torch.exp(scores - torch.where(empty[..., None], 0.0, top))  # 0 where not visible
         total = e.sum(dim=-1, keepdim=True)
         p = e.to(round_p).to(e.dtype) / torch.where(total > 0, total, 1.0)
+    p = torch.where(poisoned[..., None], math.nan, p)
     return p, torch.where(empty, math.inf, lse)
 
 
@@ -410,6 +417,19 @@ def absorb_query(q_lora: torch.Tensor, weights: FusedWeights, cache_seqlens: tor
     return torch.cat((q_lat, q_pe), dim=-1)
 
 
+def _check_negative_rows(rope: Rope, cache_seqlens: torch.Tensor, s_q: int) -> None:
+    """Without causal, a row at position -k (a sequence shorter than s_q) sees keys and is
+    turned by the negative angle: a rotary table must hold row k (mlagen.rope.cos_sin)."""
+    if not isinstance(rope, RotaryTable):
+        return
+    lens = cache_seqlens.tolist()
+    deepest = max((s_q - n for n in lens if 0 < n < s_q), default=0)
+    if deepest >= rope.rows:
+        raise InputError(f"a row at position -{deepest} (a sequence shorter than s_q, not "
+                         f"causal) needs the rotary table's row {deepest}; it has "
+                         f"{rope.rows} rows")
+
+
 def fused_absorbed(q_lora: torch.Tensor, weights: FusedWeights, k_cache: torch.Tensor,
                    block_table: torch.Tensor, cache_seqlens: torch.Tensor,
                    softmax_scale: float, causal: bool = True, rope_dim: int = 64,
@@ -434,6 +454,8 @@ def _fused_absorbed(q_lora, weights, k_cache, block_table, cache_seqlens, softma
         raise InputError(f"q_lora must be [b, s_q, q_lora_rank], got {tuple(q_lora.shape)}")
     _check_rounded(rounded)
     store = q_lora.dtype
+    if not causal:
+        _check_negative_rows(weights_rope(weights), cache_seqlens, q_lora.shape[1])
     q = absorb_query(q_lora, weights, cache_seqlens, q_lora.shape[1], rope_dim, dtype)
     rank = weights.w_uk.shape[-1]
     width = _cache_width(k_cache, kv_format, rank, rope_dim)

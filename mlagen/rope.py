@@ -198,8 +198,12 @@ def _check_dim(dim: int) -> None:
 
 def cos_sin(rope: Rope, pos: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [*pos.shape, dim // 2] (float64 from a config, the table's fp32 from a table).
-    A table must hold every position asked for; negative positions (rows that see no key)
-    get the identity rotation."""
+    A negative position (a query row of a sequence shorter than s_q, which sees keys when
+    attention is not causal) turns by the negative angle, as a config's angle pos * freq
+    does: a table gives row |pos| with its sine negated.  A table must hold every position
+    asked for, and every |pos| of a row that sees a key; a negative position past the table
+    (only a row that sees no key can be there: the callers that know who sees what check
+    it) turns by nothing."""
     _check_dim(dim)
     if isinstance(rope, RopeConfig):
         return rope.cos_sin(pos, dim)
@@ -210,10 +214,12 @@ def cos_sin(rope: Rope, pos: torch.Tensor, dim: int) -> tuple[torch.Tensor, torc
     if p.numel() and int(p.max()) >= rope.rows:
         raise InputError(f"position {int(p.max())} is past the rotary table's "
                          f"{rope.rows} rows")
-    neg = p < 0
-    idx = torch.where(neg, 0, p).to(rope.cos.device)
-    c = torch.where(neg.to(rope.cos.device)[..., None], 1.0, rope.cos[idx])
-    s = torch.where(neg.to(rope.cos.device)[..., None], 0.0, rope.sin[idx])
+    dev = rope.cos.device
+    neg = (p < 0).to(dev)[..., None]
+    past = (-p >= rope.rows).to(dev)[..., None]
+    idx = torch.where(p.abs() < rope.rows, p.abs(), 0).to(dev)
+    c = torch.where(past, 1.0, rope.cos[idx])
+    s = torch.where(past, 0.0, torch.where(neg, -rope.sin[idx], rope.sin[idx]))
     return c, s
 
 

@@ -46,7 +46,7 @@ def read_target(path: str) -> Target:
     """The description in the file at ``path`` (read once per process)."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
+        data = tomllib.loads(p.read_text(encoding="utf-8-sig"))   # a byte-order mark too
     except OSError as e:
         raise TargetError(f"{path}: cannot read target description: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import tempfile
 from typing import Optional
 
@@ -59,6 +60,14 @@ def _rank_main(rank: int, world: int, schedule: Schedule, lens: list, s_q: int, 
                    result_path)
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def run_tp(schedule: Schedule, tp: int, batch: Optional[int] = None,
            seqlen: Optional[int] = None, s_q: int = 1, seed: int = 0,
            scheme: Optional[str] = None, varlen: bool = False) -> int:
@@ -81,6 +90,11 @@ def run_tp(schedule: Schedule, tp: int, batch: Optional[int] = None,
         raise MlagenError(why)
     if be.device == "cuda" and torch.cuda.device_count() < tp:
         raise MlagenError(f"--tp {tp} needs {tp} GPUs; {torch.cuda.device_count()} found")
+    if be.device == "cpu" and tp > cpu_cores():
+        # allowed (the result is the same), but say once why it will be slow
+        print(f"mlagen: warning: --tp {tp} starts {tp} processes on {cpu_cores()} CPU "
+              "cores; the ranks take turns, so the run is slower than on a machine with "
+              "a core each", file=sys.stderr, flush=True)
     b0, l0 = be.run_point
     batch, seqlen = batch or b0, seqlen or l0
     lens = _lengths(batch, seqlen, varlen, seed)

@@ -6,6 +6,7 @@ compiler wrapper given through $CXX counts compiles and can be told to sleep."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -333,7 +334,7 @@ def test_public_build_stays_a_function_after_the_jit_package_is_imported():
     assert proc.returncode == 0, proc.stderr
 
 
-# ---------------------------------------------------------------- hints (issue 10) ----
+# ---------------------------------------------------------------- hints ----------------
 from mlagen.jit.compile import _first_error, _hint  # noqa: E402
 
 NVCC_MISSING = """\
@@ -386,7 +387,7 @@ def test_missing_compiler_says_not_found(cache, monkeypatch, tmp_path):
         cache_mod.compiler_version.cache_clear()
 
 
-# ---------------------------------------------------------------- feedback (issue 10) --
+# ---------------------------------------------------------------- feedback -------------
 def test_build_progress_names_the_compile_step(cache, wrapper, capsys):
     build(tiny(variant="buildtest_steps"), progress=True)
     err = capsys.readouterr().err
@@ -416,3 +417,148 @@ def test_lock_wait_names_the_holder(cache, wrapper, capsys):
     err = capsys.readouterr().err
     assert f"waiting for buildtest_held: pid {holder.pid} is building it" in err
     assert not (locks / f"{key}.pid").exists()             # our own pid file is gone
+
+
+# ---------------------------------------------------------------- damaged entries ------
+def _damage(lib: Path, how: str) -> None:
+    data = lib.read_bytes()
+    if how == "truncate":          # a disk that filled up mid-copy, a killed rsync
+        lib.write_bytes(data[:1000])
+    elif how == "empty":
+        lib.write_bytes(b"")
+    else:                          # "garble": same size, other bytes
+        lib.write_bytes(data[:64] + bytes(b ^ 0x5A for b in data[64:]))
+
+
+_LOADER = textwrap.dedent("""\
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from mlagen.codegen import SourceSet
+    from mlagen.jit import load
+    ss = SourceSet(variant={variant!r}, target="buildtest", files={{"add.cpp": {src!r}}},
+                   include_dirs=(), compiler="c++", flags=("-O1",), sources=("add.cpp",))
+    a, lib = load(ss)
+    print(json.dumps({{"built": a.built, "sum": lib.mlagen_test_add(40, 2)}}))
+    """)
+
+
+def _load_in_child(variant: str) -> subprocess.CompletedProcess:
+    """A fresh process (a bus error must not take pytest down) that builds and loads."""
+    code = _LOADER.format(root=str(ROOT), variant=variant, src=ADD % 0)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ))
+
+
+@pytest.mark.parametrize("how", ["truncate", "empty", "garble"])
+def test_a_damaged_library_is_named_removed_and_rebuilt(cache, wrapper, how):
+    first = build(tiny(variant=f"buildtest_{how}"))
+    meta = json.loads((first.directory / "meta.json").read_text())
+    assert meta["library"]["size"] == first.path.stat().st_size > 1000
+    assert len(meta["library"]["sha256"]) == 64
+    _damage(first.path, how)
+    [e] = entries()
+    assert e.damaged and "kernel.so" in e.damaged
+    proc = _load_in_child(f"buildtest_{how}")
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r == {"built": True, "sum": 42}
+    assert f"cache entry {first.directory} is damaged" in proc.stderr
+    assert "rebuilding" in proc.stderr and "Traceback" not in proc.stderr
+    assert wrapper() == 2
+    [e] = entries()
+    assert e.damaged is None                               # the rebuilt entry is whole
+    again = build(tiny(variant=f"buildtest_{how}"))
+    assert not again.built and _call(again.path) == 5
+
+
+def test_a_damaged_library_is_refused_before_dlopen(cache):
+    a = build(tiny(variant="buildtest_refused"))
+    _damage(a.path, "truncate")
+    from mlagen.jit import CacheError
+
+    with pytest.raises(CacheError, match=f"cache entry {a.directory} is damaged .*1000 bytes"):
+        load_library(a.path)
+
+
+def test_build_never_calls_a_damaged_entry_cached(cache, capsys):
+    from mlagen.cli import main
+
+    assert main(["build", str(ROOT / "schedules" / "sc11_attn.toml")]) == 0
+    assert ": built in" in capsys.readouterr().out
+    [e] = entries()
+    _damage(e.directory / "kernel.so", "truncate")
+    assert main(["cache", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "damaged: kernel.so is 1000 bytes" in out and "1 damaged builds" in out
+    assert main(["build", str(ROOT / "schedules" / "sc11_attn.toml")]) == 0
+    out, err = capsys.readouterr()
+    assert ": built in" in out and "cached" not in out
+    assert f"cache entry {e.directory} is damaged" in err
+    assert main(["build", str(ROOT / "schedules" / "sc11_attn.toml")]) == 0
+    assert ": cached in" in capsys.readouterr().out
+
+
+def test_an_entry_that_does_not_load_is_rebuilt_once(cache, wrapper):
+    """A library that matches its record but is no shared object (a foreign entry):
+    dlopen fails, the entry is named, removed and built again."""
+    from mlagen.jit import load
+    from mlagen.jit.integrity import fingerprint
+
+    a = build(tiny(variant="buildtest_foreign"))
+    a.path.write_bytes(b"\x7fELF not really" * 100)
+    meta = json.loads((a.directory / "meta.json").read_text())
+    meta["library"] = fingerprint(a.path)
+    (a.directory / "meta.json").write_text(json.dumps(meta))
+    art, lib = load(tiny(variant="buildtest_foreign"))
+    assert art.built and lib.mlagen_test_add(2, 3) == 5 and wrapper() == 2
+
+
+def test_half_written_staging_and_half_copied_entries_are_not_builds(cache, wrapper):
+    ss = tiny(variant="buildtest_half")
+    key = cache_key(ss)
+    good = build(ss)
+    data = good.path.read_bytes()
+    clear()
+    # a builder killed while linking: its staging folder holds a short library
+    half = cache / "staging" / f"{key}.999999.deadbeef"
+    half.mkdir(parents=True)
+    (half / "kernel.so").write_bytes(data[: len(data) // 2])
+    # a copy of the cache killed part-way: the entry's library is there, its meta.json not
+    entry = cache / "builds" / key
+    entry.mkdir(parents=True)
+    (entry / "kernel.so").write_bytes(data[: len(data) // 2])
+    [e] = entries()
+    assert "meta.json" in e.damaged
+    proc = _load_in_child("buildtest_half")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"built": True, "sum": 42}
+    assert f"cache entry {entry} is damaged" in proc.stderr
+    assert [e.damaged for e in entries()] == [None]
+
+
+def test_ctrl_c_in_a_build_exits_130_and_leaves_the_cache_as_it_was(cache, wrapper):
+    """A terminal's Ctrl-C (SIGINT to the whole foreground group) mid-compile: "interrupted",
+    exit 130, no build, no staging litter and no .failed tree."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MLAGEN_TEST_SLEEP="30")
+    kid = subprocess.Popen([sys.executable, "-m", "mlagen.cli", "build",
+                            str(ROOT / "schedules" / "sc11_attn.toml")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                           start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while wrapper() == 0:
+            assert kid.poll() is None, kid.communicate()
+            assert time.time() < deadline, "the compiler never started"
+            time.sleep(0.05)
+        os.killpg(kid.pid, signal.SIGINT)
+        out, err = kid.communicate(timeout=60)
+    finally:
+        for pid in [kid.pid] + [int(p) for p in _pids(wrapper.counter)]:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+    assert kid.returncode == 130, (kid.returncode, err)
+    assert err.strip().splitlines()[-1] == "mlagen: interrupted", err
+    assert "build of" not in err and "Traceback" not in err
+    assert entries() == []
+    assert not (cache / "staging").exists() or list((cache / "staging").iterdir()) == []

@@ -3,6 +3,7 @@ nothing written (no output files, no build cache entries, no repro files)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -239,7 +240,7 @@ def test_bench_flashmla_library_is_checked_before_the_device(tmp_path, clean, ca
     notlib = tmp_path / "notlib.so"
     notlib.write_text("not an ELF file")
     refused(capsys, ["bench", "--target", "hopper", "--flashmla", str(notlib)],
-            "not a FlashMLA library built by benchmarks/flashmla/build.sh")
+            "not a FlashMLA library with the shim of benchmarks/flashmla/shim.cu")
     refused(capsys, ["bench", "--target", "sc11", "--flashmla", str(notlib)],
             "target sc11 has no FlashMLA reference to time")
     assert clean() == []
@@ -259,3 +260,213 @@ def test_bench_shapes_are_checked_before_the_device(clean, capsys):
     refused(capsys, ["bench", "--target", "sc11", "--shape", "1,1,1024,16"],
             "--shape: target sc11's bench is its scheme grid")
     assert clean() == []
+
+
+# ------------------------------------------------------------- environment variables --
+@pytest.mark.parametrize("var,value,needle", [
+    ("MLAGEN_CACHE_DIR", "~nosuchuser/x", "~nosuchuser does not expand"),
+    ("MLAGEN_CACHE_DIR", "{file}", "is a file, not a folder"),
+    ("MLAGEN_CACHE_DIR", "{file}/sub", "is a file, not a folder"),
+    ("XDG_CACHE_HOME", "{file}", "is a file, not a folder"),
+    ("MLAGEN_BUILD_JOBS", "lots", "'lots' is not a whole number"),
+    ("MLAGEN_BUILD_JOBS", "0", "must be at least 1"),
+    ("CXX", "no-such-compiler-x", "no such program"),
+    ("CXX", " ", "set but empty"),
+    ("CUDA_HOME", "~nosuchuser", "does not expand"),
+    ("CUDA_PATH", "{file}", "is not a folder"),
+    ("MLAGEN_VERIFY_PROFILE", "fast", "must be one of ci, explore"),
+    ("MLAGEN_COMMIT", "a\nb", "must be one short line"),
+    ("MLAGEN_HOPPER_FASTCALL", "yes", "must be 0 (off) or 1 (on)"),
+    ("MLAGEN_HOPPER_STRICT", "on", "must be 0 (off) or 1 (on)"),
+    ("MLAGEN_HOPPER_TUNE_TABLE", "{dir}", "is a folder, not a file"),
+    ("MLAGEN_HOPPER_TUNE_TABLE", "~nosuchuser/t.json", "does not expand"),
+])
+@pytest.mark.parametrize("argv", [["cache", "list"], ["cache", "clear"], ["check", SC11]])
+def test_malformed_environment_variables_are_named_up_front(var, value, needle, argv,
+                                                            tmp_path, clean, capsys,
+                                                            monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv(var, value.format(file=afile, dir=tmp_path))
+    line = refused(capsys, argv, f"mlagen: {var}: ", needle)
+    assert len(line) < 200
+    assert afile.read_text() == "x" and clean() == []
+
+
+def test_a_cache_folder_that_is_a_file_is_refused_by_the_api(tmp_path, monkeypatch):
+    from mlagen.errors import MlagenError
+    from mlagen.jit import entries
+    from mlagen.paths import cache_dir
+
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path / "afile"))
+    with pytest.raises(MlagenError, match="MLAGEN_CACHE_DIR: .* is a file, not a folder"):
+        entries()                      # not "0 builds"
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", "~nosuchuser/cache")
+    with pytest.raises(MlagenError, match="~nosuchuser does not expand"):
+        cache_dir()
+
+
+def test_build_jobs_is_named_by_the_build_not_the_compiler(tmp_path, monkeypatch):
+    from mlagen.codegen import SourceSet
+    from mlagen.errors import BuildError, MlagenError
+    from mlagen.jit import build
+
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MLAGEN_BUILD_JOBS", "lots")
+    ss = SourceSet(variant="envtest", target="buildtest", files={"a.cpp": "int f();\n"},
+                   include_dirs=(), compiler="c++", flags=(), sources=("a.cpp",))
+    with pytest.raises(MlagenError) as info:
+        build(ss)
+    assert not isinstance(info.value, BuildError)
+    assert str(info.value) == "MLAGEN_BUILD_JOBS: 'lots' is not a whole number"
+
+
+@pytest.mark.parametrize("env,needle", [
+    (dict(RANK="x", WORLD_SIZE="2"), "RANK: 'x' is not a whole number"),
+    (dict(RANK="2", WORLD_SIZE="2"), "RANK: '2' must be below WORLD_SIZE"),
+    (dict(RANK="0", WORLD_SIZE="two"), "WORLD_SIZE: 'two' is not a whole number"),
+    (dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="-1"), "LOCAL_RANK: '-1' must be at least 0"),
+])
+def test_a_malformed_torchrun_environment_is_named(env, needle, monkeypatch):
+    from mlagen.errors import MlagenError
+    from mlagen.parallel import init_from_env
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(MlagenError, match=needle.replace("(", r"\(")):
+        init_from_env()
+
+
+# ------------------------------------------------------------- finding a schedule -----
+@pytest.mark.parametrize("name", ["sc11_attn", "sc11_attn.toml", "schedules/sc11_attn.toml",
+                                  "schedules/sc11_attn"])
+def test_every_way_in_finds_a_shipped_schedule_by_name(name, clean, capsys, monkeypatch):
+    """Outside a checkout (the working folder has no schedules/): load_schedule, verify,
+    bench --schedule, run, check, build and generate follow one rule."""
+    import mlagen
+    from mlagen.backends.sc11 import bench as sc11_bench
+    from mlagen.verify import runner
+
+    assert not Path("schedules").exists()
+    s = mlagen.load_schedule(name)
+    assert s.name == "sc11_attn" and Path(s.source) == ROOT / "schedules" / "sc11_attn.toml"
+    assert sc11_bench._schedule(name).name == "sc11_attn"
+
+    seen = []
+
+    def stop(schedule, **kw):
+        seen.append(schedule.name)
+        raise mlagen.MlagenError("stopped here")
+    monkeypatch.setattr(runner, "verify", stop)
+    monkeypatch.setattr(sc11_bench, "seed_point",
+                        lambda schedule, **kw: stop(sc11_bench._schedule(schedule)))
+    refused(capsys, ["verify", name, "-n", "1"], "stopped here")
+    assert main(["bench", "--target", "sc11", "--schedule", name]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "mlagen: stopped here"
+    assert seen == ["sc11_attn", "sc11_attn"]
+    assert main(["check", name]) == 0 and "ok" in capsys.readouterr().out
+
+
+def test_a_path_that_is_there_wins_over_a_shipped_name(clean, capsys):
+    import mlagen
+
+    Path("schedules").mkdir()
+    mine = (ROOT / "schedules" / "sc11_attn.toml").read_text().replace(
+        "[problem]", "[problem]\n# my own copy", 1)
+    Path("schedules/sc11_attn.toml").write_text(mine)
+    s = mlagen.load_schedule("schedules/sc11_attn.toml")
+    assert Path(s.source) == Path("schedules/sc11_attn.toml")
+    with pytest.raises(mlagen.ScheduleError, match="No such file"):
+        mlagen.load_schedule("elsewhere/sc11_attn.toml")    # only bare and schedules/ names
+
+
+# ------------------------------------------------------------- output paths -----------
+def _unwritable(tmp_path) -> Path:
+    """A folder no file can be created in, even by root (a read-only mount)."""
+    if os.geteuid() != 0:
+        d = tmp_path / "readonly"
+        d.mkdir()
+        d.chmod(0o500)
+        return d
+    return Path("/sys")
+
+
+def test_outputs_in_an_unwritable_place_are_refused_before_the_work(tmp_path, clean, capsys):
+    ro = _unwritable(tmp_path)
+    refused(capsys, ["run", SC11, "--chart", str(ro / "charts" / "t")], "--chart",
+            "cannot write in")
+    refused(capsys, ["bench", "--target", "sc11", "--output", str(ro / "b.md")], "--output",
+            "cannot write in")
+    refused(capsys, ["generate", SC11, "-o", str(ro / "gen")], "-o", "cannot write in")
+    refused(capsys, ["generate", "--examples", "-o", str(ro / "gen")], "-o", "cannot write in")
+    refused(capsys, ["tune", "--target", "hopper", "--table", str(ro / "t.json")], "--table",
+            "cannot write in")
+    (tmp_path / "afile").write_text("x")
+    refused(capsys, ["run", SC11, "--chart", str(tmp_path / "afile" / "t")], "is not a folder")
+    assert clean() == []
+
+
+def test_generate_refuses_two_schedules_writing_into_one_folder(tmp_path, clean, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, heads in ((a, 128), (b, 64)):
+        d.mkdir()
+        (d / "attn.toml").write_text((ROOT / "schedules" / "sc11_attn.toml").read_text()
+                                     .replace("heads = 128", f"heads = {heads}"))
+    line = refused(capsys, ["generate", str(a / "attn.toml"), str(b / "attn.toml"), "-o", "out"],
+                   str(a / "attn.toml"), str(b / "attn.toml"), "out/attn", "separate folders")
+    assert clean() == []
+    # the same file twice (by two names) is written once
+    assert main(["generate", str(a / "attn.toml"), str(a / ".." / "a" / "attn.toml"),
+                 "-o", "out"]) == 0
+    assert Path("out/attn/kernel.cpp").is_file()
+    assert main(["generate", "sc11_attn", "schedules/sc11_attn.toml", "-o", "out"]) == 0
+
+
+BIG = "x" * 500_000
+
+
+@pytest.mark.parametrize("text,needle", [
+    (f'[problem]\nheads = 128\n[target]\nkind = "sc11"\n[schedule]\nscheme = "{BIG}"\n',
+     "must be one of auto"),
+    (f'[problem]\nheads = "{BIG}"\n[target]\nkind = "sc11"\n', "must be an integer"),
+    (f'[problem]\n{BIG} = 1\n[target]\nkind = "sc11"\n', "unknown key"),
+    (f'[problem]\nheads = 128\n[target]\nkind = "{BIG}"\n', "unknown target"),
+    (f'[problem]\nheads = 128\ndtype = "{BIG}"\n[target]\nkind = "sc11"\n', "dtype ="),
+    (f'[{BIG}]\nheads = 128\n', "unknown table"),
+], ids=["scheme", "heads", "key", "kind", "dtype", "table"])
+def test_a_500kb_value_in_a_schedule_is_echoed_short(text, needle, tmp_path, clean, capsys):
+    (tmp_path / "big.toml").write_text(text)
+    line = refused(capsys, ["check", str(tmp_path / "big.toml")], needle, "characters)")
+    assert "x" * 80 not in line and len(line) < 1000, line[:400]
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--target", "sc11", "--output", f"/sys/{BIG}/b.md"],
+    ["check", BIG[:100_000]],
+    ["run", SC11, "--scheme", BIG[:100_000]],
+    ["run", SC11, "--batch", BIG[:100_000]],
+    ["bench", "--target", BIG[:100_000]],
+], ids=["output", "schedule", "scheme", "batch", "target"])
+def test_a_500kb_argument_is_echoed_short(argv, clean, capsys):
+    line = refused(capsys, argv, "characters)")
+    assert "x" * 80 not in line and "y" * 80 not in line and len(line) < 300, line[:400]
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path, clean, capsys):
+    """Windows editors save UTF-8 with a BOM; tomllib alone calls it "Invalid statement
+    (column 1)"."""
+    import mlagen
+
+    text = (ROOT / "schedules" / "sc11_attn.toml").read_text()
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    s = mlagen.load_schedule(bom)
+    assert s == dataclasses.replace(mlagen.load_schedule(SC11), name="bom", source=str(bom))
+    assert main(["check", str(bom)]) == 0 and "ok" in capsys.readouterr().out
+    # an error further down still names its own line
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"\xef\xbb\xbf" + text.replace("[target]", "[target]\nnope = 1", 1).encode())
+    line = refused(capsys, ["check", str(bad)], "unknown key 'nope'")
+    want = text.splitlines().index("[target]") + 2
+    assert f"bad.toml:{want}:" in line

@@ -78,7 +78,7 @@ def test_host_rounds_time_the_calls_not_the_syncs():
 
     def fn():
         calls[0] += 1
-        now[0] += 5e-6 if calls[0] != 7 else 500e-6   # one slow call in round 1
+        now[0] += 5e-6 if calls[0] != 7 else 500e-6   # one slow call in the second round
 
     def sync():
         syncs[0] += 1
@@ -394,3 +394,26 @@ def test_a_step_that_does_not_fit_in_free_memory_is_said_not_timed(monkeypatch):
     steps = _fake_timing(monkeypatch, int(need / bench.STEP_MEM_SHARE) + 1)
     r = bench.measure_row(bench.Row(128, 1, 32768, 128, False, "shape"))
     assert len(steps) == 1 and r.step_note == "" and r.step_us == 41.0
+
+
+def test_a_record_names_its_device_and_no_path_of_the_machine(monkeypatch, tmp_path):
+    """Result files are named by device (and commit) and hold the FlashMLA library's file
+    name, not the folder it lay in on the machine that ran."""
+    from mlagen.backends.hopper import flashmla_live
+
+    assert bench.device_tag("NVIDIA H200") == "h200"
+    assert bench.device_tag("NVIDIA H100 80GB HBM3") == "h100_80gb_hbm3"
+
+    class Cuda:
+        @staticmethod
+        def get_device_name():
+            return "NVIDIA H200"
+
+    monkeypatch.setattr(flashmla_live, "load", lambda path: object())
+    monkeypatch.setattr(bench, "plan_rows", lambda quick, shapes: [])
+    monkeypatch.setattr(bench, "host_time", lambda schedule: {})
+    monkeypatch.setattr(torch, "cuda", Cuda)
+    rep = bench.run_bench(progress=False, out_prefix=tmp_path / "r",
+                          flashmla="/some/machine/dir/libflashmla.so")
+    assert rep.flashmla_lib == "libflashmla.so"
+    assert "/some/machine" not in (tmp_path / "r.json").read_text()

@@ -47,8 +47,8 @@ def test_kernel_instructions_refuses_what_is_not_a_64_bit_elf():
 # instructions at the session that made the epilogues compact (nvcc 13.0), and a budget
 # ~8 % above: a change that grows a kernel past it should say why in its commit.  Keyed by
 # the end of the kernel's mangled name: the 64-row kernel has two instances, without the
-# cluster merge (...Lb0E) and with it (...Lb1E: 6048 at session 18, which added it; 5528
-# once both warpgroups merge, session 19; 6256 with the exchange in scaled fp16, session 20:
+# cluster merge (...Lb0E) and with it (...Lb1E: 6048 when it landed, b0c9294; 5528
+# once both warpgroups merge; 6256 with the exchange in scaled fp16, e5befb0:
 # the scales, conversions and unpacking in both warpgroups' copies of merge_out, for a copy
 # of half the bytes, 1.021x on the graph row that merges; then 6600, and 4224 without the
 # merge (was 3840-3904), with the partials in scaled fp16 too: the row maxima and scales in

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import shutil
+from pathlib import Path
 import subprocess
 
 import pytest
@@ -268,7 +269,10 @@ def test_mlagen_build_builds_the_cpp_call_path_ahead_once_per_target(monkeypatch
     assert lines[-1].endswith(str(fastcall.library_path()))
     # built before (its .so in the folder): said so
     fastcall.library_path().parent.mkdir(parents=True, exist_ok=True)
-    fastcall.library_path().write_bytes(b"")
+    fastcall.library_path().write_bytes(b"\x7fELF")
+    from mlagen.jit.integrity import record_beside
+
+    record_beside(fastcall.library_path())      # what a build that loaded records
     monkeypatch.setattr(fastcall, "_MODULE", [])
     rc, lines = _cli_build(monkeypatch, capsys, [str(sch / "hopper_wgmma.toml")])
     assert rc == 0 and lines[-1].startswith("C++ call path: cached in ")
@@ -373,3 +377,45 @@ def test_the_metadata_call_takes_the_last_plans_cpp_path_only_for_its_own_calls(
     with pytest.raises(InputError, match="CUDA"):
         api.get_mla_metadata(sl, 16, 1)
     assert plan.calls == 2
+
+
+@pytest.mark.parametrize("how", ["truncate", "empty", "garble", "unrecorded"])
+def test_a_damaged_extension_is_named_and_rebuilt_before_it_is_loaded(monkeypatch, capsys,
+                                                                      tmp_path, how):
+    """torch's own staleness check takes a short .so for an up-to-date one, and importing
+    it can kill the process with a bus error: the size and sha256 recorded after the build
+    are checked first, and a damaged library is removed so that torch builds it again."""
+    from torch.utils import cpp_extension
+
+    seen = []
+
+    def load(*a, **k):                  # stands in for the build: makes the library
+        lib = fastcall.library_path()
+        seen.append(lib.exists())
+        if not lib.exists():
+            lib.write_bytes(b"\x7fELF" + bytes(range(256)) * 20)
+        return object()
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(fastcall, "_MODULE", [])
+    assert fastcall.module() is not None and seen == [False] and fastcall.intact()
+    lib = fastcall.library_path()
+    data = lib.read_bytes()
+    if how == "truncate":
+        lib.write_bytes(data[:1000])
+    elif how == "empty":
+        lib.write_bytes(b"")
+    elif how == "garble":
+        lib.write_bytes(bytes(b ^ 0x5A for b in data))
+    else:                               # a library copied in without its record
+        Path(str(lib) + ".integrity.json").unlink()
+    assert not fastcall.intact()
+    capsys.readouterr()
+    monkeypatch.setattr(fastcall, "_MODULE", [])
+    assert fastcall.module() is not None
+    assert seen == [False, False], "the damaged library reached the loader"
+    assert f"cache entry {fastcall.build_dir()} is damaged" in capsys.readouterr().err
+    assert fastcall.intact() and lib.read_bytes() == data
+    monkeypatch.setattr(fastcall, "_MODULE", [])
+    assert fastcall.module() is not None and seen == [False, False, True]   # intact: kept

@@ -460,3 +460,36 @@ def test_out_pair_is_written_in_place_and_checked():
         mlagen.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
                                       512, md, ns, causal=True, out=(shifted, lse))
 
+
+
+# ------------------------------------------------------------- NaN and Inf inputs ------
+@pytest.mark.parametrize("name", ["hopper_h200", "hopper_wgmma", "hopper_wgmma_r16",
+                                  "hopper_wgmma_r32_fp16"])
+@pytest.mark.parametrize("where", ["q", "cache"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")],
+                         ids=["nan", "+inf", "-inf"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_non_finite_inputs_follow_the_conventions_rule(name, where, value, causal):
+    """docs/conventions.md, "NaN and Inf": a NaN or +inf score is a NaN row (out and lse),
+    never an empty one; a -inf score weighs nothing.  Short sequences take the direct
+    path, the 4097-token one splits (partial lse, the combine)."""
+    import dataclasses
+
+    import mlagen
+    from mlagen.schedule import load
+    from mlagen.verify.compare import compare
+    from mlagen.verify.oracle import oracle_for
+    from mlagen.verify.strategies import Poison, poison
+
+    s = load(Path(__file__).resolve().parents[1] / "schedules" / f"{name}.toml")
+    h = s.heads_per_device
+    inp = make_inputs(s.problem, 3, [5, 4097, 1], s_q=2, heads=h, seed=3, device="cuda")
+    inp = dataclasses.replace(inp, causal=causal)
+    col = 7 if where == "q" else 100
+    inp = poison(inp, [Poison(where, 0, 1 if where == "q" else 2, h - 1, col, value),
+                       Poison(where, 1, 0, 0, col + 1, value)])
+    want = oracle_for(s)(inp, dtype=torch.float64)
+    got = mlagen.run(s, inp)
+    torch.cuda.synchronize()
+    cmp = compare(got, want, s.problem.dtype)
+    assert cmp.ok, cmp.summary()

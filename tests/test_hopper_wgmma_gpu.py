@@ -333,7 +333,7 @@ def test_fp16_exchange_keeps_the_range_of_v(path, scale):
 
 
 def test_cluster_plan_is_taken_on_the_graph_row():
-    """b = 32, s_k = 1024, h_q = 128 (a graph row of issue 8): the cluster plan, so no
+    """b = 32, s_k = 1024, h_q = 128 (a graph row of the benchmark of record): the cluster plan, so no
     partials and no combine work."""
     inp = inputs(32, [1024] * 32, 1, 128, 64)
     c, md, ns = _cluster_of(inp)

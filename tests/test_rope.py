@@ -16,7 +16,7 @@ from mlagen import reference
 from mlagen.backends import sc11
 from mlagen.errors import InputError
 from mlagen.problem import make_inputs
-from mlagen.rope import RopeConfig, RotaryTable, deinterleave_perm, rotate
+from mlagen.rope import RopeConfig, RotaryTable, cos_sin, deinterleave_perm, rotate
 from mlagen.schedule.records import Schedule
 from mlagen.verify.compare import compare
 from mlagen.verify.oracle import fused_rounded
@@ -222,3 +222,50 @@ def test_short_table_is_refused():
     bad = dataclasses.replace(inp, weights=dataclasses.replace(inp.weights, rope=t))
     with pytest.raises(InputError, match="rotary table"):
         _runner()(bad)
+
+
+# ------------------------------------------------------- negative positions --------------
+@pytest.mark.parametrize("rope", [RopeConfig(), DSV3, dataclasses.replace(DSV3, layout="half")],
+                         ids=["default", "yarn", "yarn-half"])
+def test_a_negative_position_turns_by_the_negative_angle(rope):
+    """Rows of a sequence shorter than s_q sit at negative positions; without causal they see
+    keys.  A table and its config agree there, and -p undoes +p."""
+    table = rope.table(16, 64)
+    pos = torch.tensor([-5, -1, 0, 3])
+    for a, b in zip(cos_sin(table, pos, 64), rope.cos_sin(pos, 64)):
+        assert torch.allclose(a.double(), b, atol=1e-6)
+    x = torch.randn(4, 64, dtype=torch.float64)
+    back = rotate(rotate(x, pos, rope), -pos, rope)
+    scale = rope.attention_scaling ** 2           # cos^2 + sin^2 of a scaled table
+    assert torch.allclose(back, x * scale, atol=1e-9)
+    with pytest.raises(InputError, match="position 16 is past the rotary table's 16 rows"):
+        cos_sin(table, torch.tensor([16]), 64)
+    # past the table, a negative position (a row that sees no key) turns by nothing
+    c, s = cos_sin(table, torch.tensor([-16]), 64)
+    assert (c == 1).all() and (s == 0).all()
+
+
+@pytest.mark.parametrize("rope", [None, DSV3, DSV3.table(64, 64)], ids=["plain", "yarn", "table"])
+def test_non_causal_rows_at_negative_positions_match_the_oracle(rope):
+    """A non-causal fused decode with a sequence shorter than s_q: its first row sits at
+    position -1 and sees the one key; every scheme agrees with the reference."""
+    s = _runner().schedule
+    inp = make_inputs(s.problem, 3, [1, 0, 40], s_q=2, heads=4, seed=7)
+    inp = dataclasses.replace(inp, causal=False)
+    if rope is not None:
+        inp = dataclasses.replace(inp, weights=dataclasses.replace(inp.weights, rope=rope))
+    for scheme in ("heads", "batch", "seq", "batch_seq"):
+        _check(inp, scheme)
+
+
+def test_a_table_too_short_for_a_negative_row_is_refused():
+    s = _runner().schedule
+    inp = make_inputs(s.problem, 1, [1], s_q=2, heads=4, seed=1)
+    t = DSV3.table(1, 64)                         # holds position 0, not -1
+    bad = dataclasses.replace(inp, causal=False,
+                              weights=dataclasses.replace(inp.weights, rope=t))
+    with pytest.raises(InputError, match="position -1 .* needs the rotary table's row 1"):
+        _runner()(bad)
+    with pytest.raises(InputError, match="position -1 .* needs the rotary table's row 1"):
+        fused_rounded(bad)                              # the reference too
+    _check(dataclasses.replace(bad, causal=True))       # causal: that row sees nothing

@@ -47,7 +47,7 @@ def test_text_summary_names_the_numbers(sim):
     assert "SDMA" in s and "BDC" in s
 
 
-# ---------------------------------------------------------------- issue 10 ---------
+# ---------------------------------------------------------------- start-up ---------
 from mlagen.backends.sc11.costmodel import TraceBuilder  # noqa: E402
 from mlagen.backends.sc11.timeline import (ENGINE_COLOURS, idle_per_engine,  # noqa: E402
                                            phase_bands)

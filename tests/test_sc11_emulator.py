@@ -230,6 +230,23 @@ def test_input_validation(attn, fused):
         attn(good, scheme="diagonal")
 
 
+def test_a_wrong_rank_tensor_is_named_by_its_shape(attn, fused):
+    good = inputs(attn.schedule, [10, 20])
+    q3 = good.q[:, 0]                                     # [b, h, d]: s_q left out
+    with pytest.raises(InputError, match=r"q has shape \(2, 8, 576\); expected "
+                                         r"\[batch, s_q, 8, 576\]") as info:
+        attn(dataclasses.replace(good, q=q3))
+    assert "-1" not in str(info.value)
+    with pytest.raises(InputError, match=r"k_cache has shape \(\d+, 16, 576\)"):
+        attn(dataclasses.replace(good, k_cache=good.k_cache[:, :, 0]))
+    with pytest.raises(InputError, match=r"block_table has shape \(\d+,\); expected"):
+        attn(dataclasses.replace(good, block_table=good.block_table.flatten()[:8]))
+    fin = inputs(fused.schedule, [10, 20])
+    with pytest.raises(InputError, match=r"q_lora has shape \(2, 256\); expected "
+                                         r"\[batch, s_q, 256\]"):
+        fused(dataclasses.replace(fin, q_lora=fin.q_lora[:, 0]))
+
+
 # ------------------------------------------------------------------ faults -------------
 @pytest.mark.parametrize("scheme", ["batch", "seq"])
 def test_unfaulted_variant_passes_the_fault_inputs(scheme):

@@ -1,4 +1,4 @@
-"""Start-up stays fast (issue 10: <= 0.3 s for --help, check, generate, cache): the commands
+"""Start-up stays fast (<= 0.3 s for --help, check, generate, cache): the commands
 that need no kernel must not import torch, numpy, hypothesis, matplotlib or rich.  Checked
 by what a fresh process imported, not by a wall clock (CI machines are shared and noisy);
 BENCHMARKS.md has the measured times."""

@@ -68,3 +68,29 @@ def test_tp_that_does_not_divide_the_heads(tmp_path, capsys):
     assert main(["run", str(path), "--tp", "3"]) == 2
     err = capsys.readouterr().err
     assert "tp = 3 must divide heads = 8" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("tp,warned", [(4, True), (2, False)])
+def test_more_ranks_than_cores_warns_once(tp, warned, tmp_path, capsys, monkeypatch):
+    """--tp N beyond the cores still runs (same result, slower) but says so, once, before
+    the ranks start."""
+    from mlagen import parallel, tprun
+    from mlagen.errors import MlagenError
+
+    path = tmp_path / "s.toml"
+    path.write_text(SCHEDULE)
+    monkeypatch.setattr(tprun, "cpu_cores", lambda: 2)
+
+    def stop(*a, **k):
+        raise MlagenError("ranks would start here")
+    monkeypatch.setattr(parallel, "spawn", stop)
+    assert main(["run", str(path), "--tp", str(tp)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "mlagen: ranks would start here"
+    warnings = [ln for ln in err if "warning" in ln]
+    if warned:
+        assert warnings == [f"mlagen: warning: --tp {tp} starts {tp} processes on 2 CPU cores; "
+                            "the ranks take turns, so the run is slower than on a machine "
+                            "with a core each"]
+    else:
+        assert warnings == []

@@ -108,7 +108,8 @@ def test_unrounded_chain_would_be_too_strict():
 
 def p_rounding_runner(scale_factor=1.0):
     """Attention as a tensor-core kernel does it: fp32 scores, P = exp(s - max) rounded to
-    bf16 for P @ V, the row sum from the fp32 weights."""
+    bf16 for P @ V, the row sum from the fp32 weights (causal or not, NaN / inf inputs as
+    docs/conventions.md says: a NaN sum is a NaN row, a zero one an empty row)."""
     def run(inp, out=None):
         b, s_q, h, d = inp.q.shape
         o = torch.zeros(b, s_q, h, 512)
@@ -120,15 +121,15 @@ def p_rounding_runner(scale_factor=1.0):
             kv = inp.k_cache[inp.block_table[i, :pages].long()].reshape(-1, d)[:n].float()
             s = torch.einsum("shd,td->sht", inp.q[i].float(), kv) * inp.softmax_scale \
                 * scale_factor
-            last = n - s_q + torch.arange(s_q)
+            last = n - s_q + torch.arange(s_q) if inp.causal else torch.full((s_q,), n)
             s = s.masked_fill(~(torch.arange(n)[None, :] <= last[:, None])[:, None], -math.inf)
             m = s.amax(-1, keepdim=True).clamp_min(-1e30)
             p = torch.exp(s - m)
             den = p.sum(-1, keepdim=True)
             o[i] = torch.einsum("sht,tc->shc", p.bfloat16().float(), kv[:, :512]) / den
-            o[i] = torch.nan_to_num(o[i], nan=0.0)
-            lse[i] = torch.where(den[..., 0] > 0, (m[..., 0] + den[..., 0].log()),
-                                 torch.full_like(den[..., 0], math.inf)).transpose(0, 1)
+            o[i] = torch.where(den == 0, 0.0, o[i])      # rows that see nothing (0 / 0)
+            lse[i] = torch.where(den[..., 0] == 0, torch.full_like(den[..., 0], math.inf),
+                                 (m[..., 0] + den[..., 0].log())).transpose(0, 1)
         return MlaOutputs(o.bfloat16(), lse)
     return run
 

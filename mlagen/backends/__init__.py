@@ -16,7 +16,7 @@ import pkgutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import MlagenError, TargetError
+from ..errors import MlagenError, TargetError, clip
 from ..paths import TARGETS_DIR
 from ..targets import Target, find_file, read_target
 
@@ -73,7 +73,7 @@ def target_path(kind: str, file: str | None = None, base: Path | None = None) ->
     schedule's folder ``base``) or the default file of ``kind``'s backend."""
     if file is None:
         if kind not in kinds():
-            raise TargetError(f"unknown target {kind!r}; known: {', '.join(kinds())}")
+            raise TargetError(f"unknown target {clip(repr(kind))}; known: {', '.join(kinds())}")
         return TARGETS_DIR / backend(kind).target_file
     return find_file(file, base)
 
@@ -84,6 +84,6 @@ def load_target(kind: str, file: str | None = None, base: Path | None = None) ->
     path = target_path(kind, file, base).resolve()
     t = read_target(str(path))
     if t.kind not in kinds():
-        raise TargetError(f"{path}: [target] kind = {t.kind!r} must be one of "
+        raise TargetError(f"{path}: [target] kind = {clip(repr(t.kind))} must be one of "
                           f"{', '.join(kinds())}")
     return t

@@ -9,6 +9,7 @@ target's subclass lives in mlagen/backends/<kind>/backend.py as ``BACKEND``.
                                   its resource counts (``Need``s) against a Target
     render(plan), runner(plan)    sources of a checked plan; a callable MlaInputs -> MlaOutputs
     device, device_check()        where its tensors live; why it cannot run here (or None)
+    check_environment()           refuses a malformed environment variable it reads
     tuning_space()                knob -> values the verifier and tuners draw from
     verify_paths(s, device)       inputs for run-time paths that drawn problems never reach
     runtime_shapes(s)             problem shapes its build takes at run time (drawn per example)
@@ -71,6 +72,10 @@ class Backend:
         library (`mlagen build` calls it once per target); a line saying what, or None.
         progress: say on stderr what a wait is for."""
         return None
+
+    def check_environment(self) -> None:
+        """Refuse a malformed value of an environment variable this target reads
+        (mlagen.envvars: an MlagenError naming it); the CLI calls it before any command."""
 
     def device_check(self) -> str | None:
         """None when this machine can run the kernels; else one line saying why not."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..codegen import SourceSet, template_digest
 from ..paths import cache_dir
 from ..version import __version__
+from .integrity import entry_damage
 
 LIB_NAME = "kernel.so"
 
@@ -36,6 +37,7 @@ class CacheEntry:
     size: int
     created: float
     meta: dict
+    damaged: str | None = None   # why its library cannot be loaded (None: intact)
 
 
 def compiler_path(compiler: str) -> str:
@@ -128,7 +130,10 @@ def entries() -> list[CacheEntry]:
             meta = json.loads(meta_file.read_text())
         except (OSError, ValueError):
             meta = {}
-        out.append(CacheEntry(d.name, d, _size(d), meta.get("created", d.stat().st_mtime), meta))
+        if not isinstance(meta, dict):
+            meta = {}
+        out.append(CacheEntry(d.name, d, _size(d), meta.get("created", d.stat().st_mtime), meta,
+                              entry_damage(d, LIB_NAME)))
     return out
 
 

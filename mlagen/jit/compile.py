@@ -9,7 +9,9 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -21,10 +23,12 @@ from ninja.ninja_syntax import Writer
 from .. import console
 
 from ..codegen import SourceSet, write
+from ..envvars import whole_number
 from ..errors import BuildError
 from . import patches
 from .cache import (LIB_NAME, Artifact, builds_dir, cache_key, compiler_path,
                     compiler_version, locks_dir, staging_dir, torch_version)
+from .integrity import CacheError, entry_damage, fingerprint, quarantine
 
 _ERROR_LINE = re.compile(r"(error|Error|fatal error)\b.*")
 
@@ -135,8 +139,8 @@ def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool,
     write(sources, work)
     ninja_file, shown = _commands(sources, work, shared)
     (work / "build.ninja").write_text(ninja_file)
-    jobs = os.environ.get("MLAGEN_BUILD_JOBS")
-    cmd = ["ninja", "-C", str(work)] + (["-j", jobs] if jobs else [])
+    jobs = whole_number("MLAGEN_BUILD_JOBS")     # "lots": refused here, not by ninja
+    cmd = ["ninja", "-C", str(work)] + (["-j", str(jobs)] if jobs else [])
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace")
@@ -144,13 +148,22 @@ def _run_ninja(sources: SourceSet, work: Path, shared: bool, move_failed: bool,
         raise BuildError(sources.variant, " ".join(cmd), "ninja: not found", str(work),
                          "pip install ninja (a dependency of mlagen)") from None
     lines = []
-    for line in proc.stdout:            # "[2/5] nvcc split.cu": the step now running
-        lines.append(line)
-        m = _NINJA_STEP.match(line)
-        if m and step is not None:
-            step(f"[{m.group(1)}/{m.group(2)}] {m.group(3).strip()}")
-    proc.wait()
+    try:
+        for line in proc.stdout:        # "[2/5] nvcc split.cu": the step now running
+            lines.append(line)
+            m = _NINJA_STEP.match(line)
+            if m and step is not None:
+                step(f"[{m.group(1)}/{m.group(2)}] {m.group(3).strip()}")
+        proc.wait()
+    except KeyboardInterrupt:           # stop ninja too (a terminal's Ctrl-C reaches it
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):   # already)
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=10)
+        raise
     log = "".join(lines)
+    if proc.returncode in (-signal.SIGINT, 130) or "interrupted by user" in log:
+        # Ctrl-C reached ninja (or the compiler) first: an interruption, not a failure
+        raise KeyboardInterrupt
     (work / "build.log").write_text("\n".join(shown) + "\n\n" + log)
     if proc.returncode != 0:
         failed = work
@@ -203,10 +216,24 @@ def provenance(origin) -> dict:
             "source": getattr(origin, "source", None)}
 
 
+def _intact(final: Path) -> bool:
+    return (final / LIB_NAME).exists() and entry_damage(final, LIB_NAME) is None
+
+
+def _warn(line: str) -> None:
+    # always said, progress or not: a rebuild takes seconds to minutes, and the user's
+    # disk or copy may be at fault
+    print(line, file=sys.stderr, flush=True)
+
+
 def build(sources: SourceSet, progress: Optional[bool] = None, origin=None) -> Artifact:
     """The shared library of a SourceSet, compiled once per key across processes.
     ``origin`` (the schedule it was rendered from) goes into meta.json only: the key
     depends on what the compiler sees, so identical kernels share one build.
+
+    A published entry whose library no longer matches the size and sha256 recorded at
+    publication (truncated, emptied, garbled, or copied without its meta.json) is never
+    handed out: it is named on stderr, removed and rebuilt.
 
     progress: say what a wait is for (the compile step running, the pid holding the lock)
     on stderr; default: when the CLI asked for it (mlagen.console.PROGRESS)."""
@@ -216,31 +243,69 @@ def build(sources: SourceSet, progress: Optional[bool] = None, origin=None) -> A
     key = cache_key(sources)
     final = builds_dir() / key
     lib = final / LIB_NAME
-    if lib.exists():   # the common, warm path: no lock needed, publication is atomic
+    if _intact(final):   # the common, warm path: no lock needed, publication is atomic
         return Artifact(key, lib, final, False, time.perf_counter() - t0)
     locks_dir().mkdir(parents=True, exist_ok=True)
     with _key_lock(key, sources.variant, progress):
-        if lib.exists():   # another process built it while we waited
+        if _intact(final):   # another process built (or repaired) it while we waited
             return Artifact(key, lib, final, False, time.perf_counter() - t0)
+        if final.exists():
+            why = entry_damage(final, LIB_NAME) if lib.exists() else f"{LIB_NAME} is missing"
+            _warn(f"mlagen: cache entry {final} is damaged ({why}); removed, rebuilding")
+            quarantine(final, staging_dir())
         staging_dir().mkdir(parents=True, exist_ok=True)
         work = staging_dir() / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         work.mkdir(parents=True)
         what = f"mlagen: building {sources.variant}"
-        with console.status(f"{what} ...", progress) as st:
-            _run_ninja(sources, work, shared=True, move_failed=True,
-                       step=lambda text: st.update(f"{what}: {text}"))
+        try:
+            with console.status(f"{what} ...", progress) as st:
+                _run_ninja(sources, work, shared=True, move_failed=True,
+                           step=lambda text: st.update(f"{what}: {text}"))
+        except KeyboardInterrupt:
+            # Ctrl-C: the cache stays as it was (no staging litter, no .failed tree)
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(work.parent / (work.name + ".failed"), ignore_errors=True)
+            raise
         (work / "meta.json").write_text(json.dumps({
             "variant": sources.variant, "target": sources.target, "created": time.time(),
             "compiler": (compiler_version(compiler_path(sources.compiler)).splitlines()
                          or ["?"])[0],
             "torch": torch_version(), "flags": list(sources.flags), "meta": sources.meta,
             "built_for": provenance(origin),
+            "library": fingerprint(work / LIB_NAME),   # checked before every load
         }, indent=1, default=str))
         final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():       # an entry without its library (removed by hand): replace
-            shutil.rmtree(final)
+        if final.exists():       # appeared meanwhile without the lock (copied in by hand)
+            quarantine(final, staging_dir())
         os.rename(work, final)   # atomic publish: readers see nothing or everything
     return Artifact(key, lib, final, True, time.perf_counter() - t0)
+
+
+def load(sources: SourceSet, progress: Optional[bool] = None, origin=None
+         ) -> tuple[Artifact, object]:
+    """``build`` then dlopen the library.  A library that passes its checksum but still
+    fails to load (a foreign entry, a changed system library) is named, removed and built
+    once more; a second failure is a CacheError that says to clear the cache."""
+    from ..runtime import load_library
+
+    art = build(sources, progress=progress, origin=origin)
+    try:
+        return art, load_library(art.path)
+    except (OSError, CacheError) as e:     # damaged after build()'s check, or not loadable
+        _warn(f"mlagen: cache entry {art.directory} does not load ({_short(e)}); "
+              "removed, rebuilding")
+        quarantine(art.directory, staging_dir())
+    art = build(sources, progress=progress, origin=origin)
+    try:
+        return art, load_library(art.path)
+    except (OSError, CacheError) as e:
+        raise CacheError(f"{art.path} does not load after a rebuild ({_short(e)}); run "
+                         "`mlagen cache clear` and check the disk and the compiler") from None
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
 
 
 def compile_only(sources: SourceSet, out_dir: str | Path | None = None) -> list[Path]:

@@ -16,7 +16,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from ..backends import all_backends, backend, kinds
-from ..errors import ScheduleError
+from ..errors import ScheduleError, clip
 from .located import Located, Positions
 from .records import Mapping, Problem, Schedule, TargetRef
 from .rules import check, remember
@@ -98,8 +98,8 @@ def _kind_of(value: Any) -> str:
 def _shown(key: str, value: Any) -> str:
     """``key = value`` as the file spells it (scalars only: arrays and tables are long)."""
     if isinstance(value, (bool, int, float, str)):
-        return f"{key} = {_toml_value(value)}"
-    return key
+        return clip(f"{key} = {_toml_value(value)}")
+    return clip(key)
 
 
 def _records(table: str) -> list[type]:
@@ -124,7 +124,7 @@ def _validate(loc: Located, table: str, given: dict[str, Any], record: type,
         if key not in allowed:
             if table == "schedule" and _owner(key) == "schedule":   # another target's knob
                 why = backend(kind).foreign_why.get(key, "") if kind else ""
-                raise loc.error(table, key, f"{key} is not a knob of target {kind}{why}")
+                raise loc.error(table, key, f"{clip(key)} is not a knob of target {kind}{why}")
             hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
             other = _owner(key)
             if other and other != table:
@@ -133,7 +133,7 @@ def _validate(loc: Located, table: str, given: dict[str, Any], record: type,
                 extra = f"; did you mean '{hint[0]}'?"
             else:
                 extra = f"; known keys: {', '.join(allowed)}"
-            raise loc.error(table, key, f"unknown key '{key}' in [{table}]{extra}")
+            raise loc.error(table, key, f"unknown key '{clip(key)}' in [{table}]{extra}")
         ok = kinds_[key]
         if isinstance(value, bool) and bool not in ok or not isinstance(value, ok):
             raise loc.error(table, key, f"{_shown(key, value)} must be {_type_name(ok)}, "
@@ -177,11 +177,11 @@ def schedule_from_tables(tables: dict[str, Any], source: str | None, name: str,
         if not isinstance(given, dict):
             where = f"in [{owner}]" if owner else \
                 f"in one of {', '.join('[' + t + ']' for t in TABLES)}"
-            raise loc.error(table, None, f"'{table}' is outside any table; keys go {where}")
+            raise loc.error(table, None, f"'{clip(table)}' is outside any table; keys go {where}")
         hint = difflib.get_close_matches(table, TABLES, n=1)
         extra = f"; did you mean [{hint[0]}]?" if hint else \
             f"; tables are {', '.join('[' + t + ']' for t in TABLES)}"
-        raise loc.error(table, None, f"unknown table [{table}]{extra}")
+        raise loc.error(table, None, f"unknown table [{clip(table)}]{extra}")
     problem = _validate(loc, "problem", tables.get("problem", {}), Problem)
     target = _validate(loc, "target", _old_target_key(loc, tables.get("target", {})), TargetRef)
     if "kind" not in target:
@@ -189,7 +189,7 @@ def schedule_from_tables(tables: dict[str, Any], source: str | None, name: str,
     kind = target["kind"]
     if kind not in kinds():
         raise loc.error("target", "kind",
-                        f"unknown target {kind!r}; known: {', '.join(kinds())}")
+                        f"unknown target {clip(repr(kind))}; known: {', '.join(kinds())}")
     record = backend(kind).mapping
     mapping = _validate(loc, "schedule", tables.get("schedule", {}), record, kind)
     if problem.get("softmax_scale") is not None:
@@ -267,14 +267,19 @@ def read_text_file(path: str | Path, what: str = "schedule") -> str:
         line = data.count(b"\n", 0, e.start) + 1
         raise ScheduleError(f"not UTF-8 text (byte 0x{data[e.start]:02x}); a {what} is "
                             f"TOML in UTF-8", file=where, line=line) from None
+    if text.startswith("\ufeff"):   # a byte-order mark (Windows editors write one): UTF-8
+        text = text[1:]               # all the same, and TOML's parser refuses it
     if not text.strip():
         raise ScheduleError(f"{what} file is empty", file=where)
     return text
 
 
 def load(path: str | Path) -> Schedule:
-    """Parse and check a schedule file (ScheduleError with file and line when it is not)."""
-    path = Path(path)
+    """Parse and check a schedule file (ScheduleError with file and line when it is not);
+    a name that is no file finds a shipped example (mlagen.paths.schedule_path)."""
+    from ..paths import schedule_path
+
+    path = schedule_path(path)
     return loads(read_text_file(path), source=str(path), name=path.stem)
 
 

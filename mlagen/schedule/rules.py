@@ -14,10 +14,10 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterator, Union
 
-from .. import kvformat
+from .. import formats
 from ..backends import backend, load_target, target_path
-from ..errors import ResourceError, TargetError
-from ..kvformat import FORMATS
+from ..errors import ResourceError, TargetError, clip
+from ..formats import FORMATS
 from ..targets import Target
 from .located import Located
 from .plan import Plan
@@ -59,7 +59,7 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
     if not 1 <= p.page_size <= 256:
         yield "problem", "page_size", f"page_size = {p.page_size} must be between 1 and 256"
     if p.dtype not in DTYPES:
-        yield "problem", "dtype", f"dtype = {p.dtype!r} must be one of {', '.join(DTYPES)}"
+        yield "problem", "dtype", f"dtype = {clip(repr(p.dtype))} must be one of {', '.join(DTYPES)}"
     if not 1 <= p.max_s_q <= 8:
         yield "problem", "max_s_q", f"max_s_q = {p.max_s_q} must be between 1 and 8"
     if p.softmax_scale is not None and not (p.softmax_scale > 0 and
@@ -74,8 +74,8 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
     elif p.kv in ("bf16", "fp16") and p.kv != p.dtype:
         yield "problem", "kv_format", (f"kv_format = {p.kv_format!r} with dtype = "
                                        f"{p.dtype!r}: a 16-bit cache is stored in the dtype")
-    elif kvformat.get(p.kv).tile() and p.kv_lora_rank % kvformat.get(p.kv).tile():
-        tile = kvformat.get(p.kv).tile()
+    elif formats.get(p.kv).tile() and p.kv_lora_rank % formats.get(p.kv).tile():
+        tile = formats.get(p.kv).tile()
         yield "problem", "kv_format", (f"kv_format = \"{p.kv}\" scales {tile} latent values "
                                        f"at a time: kv_lora_rank = {p.kv_lora_rank} must be a "
                                        f"multiple of {tile}")
@@ -85,7 +85,7 @@ def problem_shapes(s: Schedule, t: Target) -> Iterator[Violation]:
 @rule
 def target_kind(s: Schedule, t: Target) -> Iterator[Violation]:
     if t.kind != s.target.kind:
-        yield "target", "kind", (f"kind = {s.target.kind!r} but the description "
+        yield "target", "kind", (f"kind = {clip(repr(s.target.kind))} but the description "
                                  f"{t.path} is a {t.kind!r} target")
 
 
@@ -150,10 +150,10 @@ def attention_supported(s: Schedule, t: Target) -> Iterator[Violation]:
 
 @rule
 def kv_format_supported(s: Schedule, t: Target) -> Iterator[Violation]:
-    formats = backend(t.kind).kv_formats
-    if s.problem.kv in FORMATS and s.problem.kv not in formats:
+    readable = backend(t.kind).kv_formats
+    if s.problem.kv in FORMATS and s.problem.kv not in readable:
         yield "problem", "kv_format", (f"kv_format = {s.problem.kv!r}: target {t.kind} "
-                                       f"reads {', '.join(formats)} caches")
+                                       f"reads {', '.join(readable)} caches")
 
 
 def rules_for(t: Target) -> list[Rule]:
@@ -183,7 +183,7 @@ def check(s: Schedule, loc: Located | None = None) -> Plan:
     if s.target.file is not None and not target_path(s.target.kind, s.target.file,
                                                      base).exists():
         raise loc.error("target", "file", (
-            f"file = {s.target.file!r}: no such target description (looked in "
+            f"file = {clip(repr(s.target.file))}: no such target description (looked in "
             + ("the schedule's folder, " if base else "")
             + "the working directory, the repository and targets/)"))
     try:

@@ -39,13 +39,16 @@ def _flip_room(x64: torch.Tensor, store: torch.dtype) -> torch.Tensor:
 
 
 def _key_absmax(inputs: MlaInputs) -> torch.Tensor:
-    """[b, d]: the largest |k| of each sequence's valid tokens, per column (0 if empty)."""
+    """[b, d]: the largest finite |k| of each sequence's valid tokens, per column (0 if
+    empty).  A NaN or inf key makes every row that sees it NaN, or weighs nothing (a -inf
+    score): either way it moves no finite result (docs/conventions.md, "NaN and Inf")."""
     page, d = inputs.page_size, inputs.k_cache.shape[-1]
     rows = []
     for i, n in enumerate(inputs.cache_seqlens.tolist()):
         pages = max(1, -(-n // page))
         kv = inputs.k_cache[inputs.block_table[i, :pages].long()].reshape(-1, d)[:n]
-        rows.append(kv.double().abs().amax(dim=0) if n else torch.zeros(d, dtype=torch.float64))
+        kv = kv.double().abs().nan_to_num(nan=0.0, posinf=0.0)
+        rows.append(kv.amax(dim=0) if n else torch.zeros(d, dtype=torch.float64))
     return torch.stack(rows)
 
 

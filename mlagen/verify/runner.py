@@ -106,6 +106,11 @@ class VerifyResult:
         return self.ok
 
 
+# Drawn besides shapes and lengths: NaN / inf inputs (the conventions' propagation rule) and
+# causal (not the schedule's value alone: non-causal rows at negative positions see keys).
+DRAWN = dict(nonfinite=True, draw_causal=True)
+
+
 def _default_reference(schedule: Schedule) -> Callable[..., MlaOutputs]:
     try:
         from .. import reference  # noqa: F401
@@ -283,14 +288,14 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         # the drawn schedule carries its own run-time scheme (the backend's RUN_KNOBS)
         runs_scheme = not isolate and accepts(base_kernel, "scheme")
         drawn = schedules(schedule.target.name, base=schedule, neighbourhood=True).flatmap(
-            lambda s: st.tuples(st.just(s), cases(s, bounds),
+            lambda s: st.tuples(st.just(s), cases(s, bounds, **DRAWN),
                                 st.just(getattr(s.mapping, "scheme", None)
                                         if runs_scheme else None)))
     elif family:
         drawn = st.sampled_from(members).flatmap(
-            lambda s: st.tuples(st.just(s), cases(s, bounds), scheme_st))
+            lambda s: st.tuples(st.just(s), cases(s, bounds, **DRAWN), scheme_st))
     else:
-        drawn = st.tuples(st.none(), cases(schedule, bounds), scheme_st)
+        drawn = st.tuples(st.none(), cases(schedule, bounds, **DRAWN), scheme_st)
 
     state = dict(run=0, failure=None, first_fail_t=None, poisoned=True, shrinking=False)
 
@@ -448,8 +453,10 @@ def _case_fields(case: Case) -> dict:
     return dict(batch=case.batch, s_q=case.s_q, heads=case.heads, seqlens=list(case.seqlens),
                 seed=case.seed, q_noncontiguous=case.q_noncontiguous,
                 extra_table=case.extra_table, page_size=case.problem.page_size,
-                data=case.data, data_arg=case.data_arg, bad_pages=[list(b) for b in case.bad_pages],
-                dtype=case.problem.dtype)
+                data=case.data, data_arg=case.data_arg,
+                bad_pages=[list(b) for b in case.bad_pages],
+                dtype=case.problem.dtype, causal=case.causal,
+                poisons=[p.describe() for p in case.poisons])
 
 
 def replay(path: "str | Path | repro.Repro", *, runner: Optional[Callable] = None,

@@ -3,7 +3,9 @@
 problems(spec)        -> MlaInputs   batch, s_q, heads, sequence lengths chosen to sit on the
                                      edges kernels get wrong (0, 1, page +- 1, whole pages,
                                      across KV tiles), shuffled block tables whose unused
-                                     entries point at NaN pages, NaN page tails, strided q
+                                     entries point at NaN pages, NaN page tails, strided q;
+                                     with nonfinite, NaN / +-inf in q and in cache slots
+                                     every query row sees; with draw_causal, causal drawn
 schedules(target)     -> Schedule    knobs the target allows, illegal draws rejected with
                                      assume(False) through the same rules a file goes through
 
@@ -14,6 +16,7 @@ shape of a case (fewer, shorter sequences) and its data (seed towards 0) alike.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -30,6 +33,50 @@ from .profiles import Bounds  # noqa: F401  (defined beside the profiles; re-exp
 
 
 # ---------------------------------------------------------------- problems ---------
+NONFINITE = (math.nan, math.inf, -math.inf)
+
+
+@dataclass(frozen=True)
+class Poison:
+    """One non-finite input element (docs/conventions.md, "NaN and Inf").  where "q": query
+    token ``row`` of sequence ``seq`` (head ``head``; the fused operator's q_lora has no
+    head), element ``col``; where "cache": the sequence's key slot ``row``, one that every
+    query row sees, element ``col``."""
+
+    where: str
+    seq: int
+    row: int
+    head: int
+    col: int
+    value: float
+
+    def describe(self) -> str:
+        at = (f"q[{self.seq}, {self.row}, {self.head}, {self.col}]" if self.where == "q"
+              else f"cache slot {self.row} of sequence {self.seq}, column {self.col}")
+        return f"{self.value} at {at}"
+
+
+def poison(inp: MlaInputs, poisons: Sequence[Poison]) -> MlaInputs:
+    """Write each Poison into inp's q (q_lora) or k_cache, in place (a strided q stays
+    strided), and return inp.  Case.inputs() hands it tensors of its own."""
+    page = inp.page_size
+    for p in poisons:
+        if p.where == "q" and inp.q is not None:
+            inp.q[p.seq, p.row, p.head, p.col] = p.value
+        elif p.where == "q":
+            inp.q_lora[p.seq, p.row, p.col] = p.value
+        else:
+            blk = int(inp.block_table[p.seq, p.row // page])
+            inp.k_cache[blk, p.row % page, 0, p.col] = p.value
+    return inp
+
+
+def seen_by_every_row(length: int, s_q: int, causal: bool) -> int:
+    """How many of a sequence's first key slots every query row sees (bottom-right causal:
+    the first row sees length - s_q + 1)."""
+    return max(0, length - s_q + 1) if causal else length
+
+
 @dataclass(frozen=True)
 class Case:
     """The drawn description of one problem; `inputs()` makes its tensors."""
@@ -48,6 +95,8 @@ class Case:
     # "last", negative entry or one past the cache); drawn where the backend's contract
     # says such a sequence comes out NaN (Backend.bad_pages_give_nan)
     bad_pages: tuple[tuple[int, str, bool], ...] = ()
+    causal: Optional[bool] = None      # None: the problem's
+    poisons: tuple = ()                # Poison elements (NaN / inf inputs)
 
     def clean_inputs(self) -> MlaInputs:
         """The problem without its bad table entries: what the reference sees."""
@@ -57,6 +106,9 @@ class Case:
         if self.extra_table:
             inp = widen_table(inp, self.extra_table, self.seed)
         inp = adversarial.apply(inp, self.data, self.data_arg)
+        if self.causal is not None:
+            inp = dataclasses.replace(inp, causal=self.causal)
+        inp = poison(inp, self.poisons)
         inp.meta.update(q_noncontiguous=self.q_noncontiguous, extra_table=self.extra_table,
                         fused=self.problem.fused, data=self.data, data_arg=self.data_arg)
         return inp
@@ -77,7 +129,9 @@ class Case:
                 + (", strided q" if self.q_noncontiguous else "")
                 + (f", +{self.extra_table} table columns" if self.extra_table else "")
                 + (f", data {self.data} ({self.data_arg})" if self.data != "randn" else "")
-                + (f", bad pages {list(self.bad_pages)}" if self.bad_pages else ""))
+                + (f", bad pages {list(self.bad_pages)}" if self.bad_pages else "")
+                + ("" if self.causal is None else f", causal {self.causal}")
+                + "".join(f", {p.describe()}" for p in self.poisons))
 
 
 def plant_bad_pages(inp: MlaInputs, bad: Sequence[tuple[int, str, bool]]) -> MlaInputs:
@@ -164,12 +218,16 @@ def bad_pages_strategy(draw, seqlens: Sequence[int], s_q: int) -> tuple:
 def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
           heads: Optional[int] = None, page_sizes: Sequence[int] = (1, 16, 64),
           dtypes: Sequence[str] = DTYPES, head_counts: Sequence[int] = (1, 2, 3, 8, 16),
-          patterns: Sequence[str] = adversarial.PATTERNS) -> Case:
+          patterns: Sequence[str] = adversarial.PATTERNS, nonfinite: bool = False,
+          draw_causal: bool = False) -> Case:
     """A Case for a schedule (what its build compiles in fixed; what its kernel takes at
     run time -- Backend.runtime_shapes: heads against tile rows, page size against the
     key block -- drawn) or for a bare Problem (heads, page size and dtype drawn).  The
     data is randn or one of the adversarial patterns (`patterns`, the first is what a
-    failure shrinks towards)."""
+    failure shrinks towards).  nonfinite: up to two NaN / +-inf elements in q and in cache
+    slots every query row sees (none is the first choice, where shrinking goes);
+    draw_causal: causal drawn too (with s_q > length, rows at negative positions then see
+    keys)."""
     prob = _problem_of(spec)
     block, bad_nan = None, False
     if isinstance(spec, Schedule):
@@ -200,7 +258,30 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     data = draw(st.sampled_from(tuple(patterns))) if patterns else "randn"
     data_arg = draw(st.integers(0, 63)) if data != "randn" else 0
     bad = draw(bad_pages_strategy(lens, s_q)) if bad_nan else ()
-    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, data, data_arg, bad)
+    # drawn last, so that a draw without them is the draw it always was
+    causal = draw(st.booleans().map(lambda b: not b)) if draw_causal else None
+    poisons = draw(poisons_strategy(prob, batch, s_q, h, lens,
+                                    prob.causal if causal is None else causal)) \
+        if nonfinite else ()
+    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, data, data_arg, bad,
+                causal=causal, poisons=poisons)
+
+
+def poisons_strategy(prob: Problem, batch: int, s_q: int, heads: int, lens: Sequence[int],
+                     causal: bool) -> st.SearchStrategy:
+    """0, 1 or 2 Poisons (0 first: a failing case shrinks to finite inputs when it can)."""
+    width = prob.q_lora_rank if prob.fused else prob.d
+    seen = [seen_by_every_row(n, s_q, causal) for n in lens]
+
+    @st.composite
+    def one(draw):
+        seq = draw(st.integers(0, batch - 1))
+        where = draw(st.sampled_from(("q", "cache") if seen[seq] else ("q",)))
+        row = draw(st.integers(0, (s_q if where == "q" else seen[seq]) - 1))
+        return Poison(where, seq, row, draw(st.integers(0, heads - 1)),
+                      draw(st.integers(0, (width if where == "q" else prob.d) - 1)),
+                      draw(st.sampled_from(NONFINITE)))
+    return st.one_of(st.just(()), st.lists(one(), min_size=1, max_size=2).map(tuple))
 
 
 def problems(spec: Union[Schedule, Problem], bounds: Bounds = Bounds(), **kw

@@ -33,11 +33,11 @@ launch instead, with one sync per call and a message naming the bad entry.
 from __future__ import annotations
 
 import functools
-import os
 from typing import Optional
 
 import torch
 
+from mlagen.envvars import switch
 from mlagen.errors import InputError
 from mlagen.schedule.records import Schedule
 from mlagen.schedule.rules import plan_of
@@ -46,7 +46,7 @@ from . import defaults, ops, scheduler
 
 D, DV = 576, 512
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-ops.STRICT = os.environ.get("MLAGEN_HOPPER_STRICT", "0") not in ("", "0")
+ops.STRICT = switch("MLAGEN_HOPPER_STRICT", False)
 _DECODE_PLANS: dict = {}
 _METADATA_PLANS: dict = {}
 _PLAN_LIMIT = 4096         # plans kept per kind (a serving engine sees a handful of shapes)

@@ -33,6 +33,16 @@ class HopperBackend(Backend):
 
         return runner(plan)
 
+    def check_environment(self):
+        from ...envvars import switch
+        from .defaults import check_overrides
+        from .tuned import user_table
+
+        check_overrides()            # the knob tables' overrides, MLAGEN_HOPPER_CLUSTER
+        switch("MLAGEN_HOPPER_STRICT", False)
+        switch("MLAGEN_HOPPER_FASTCALL", True)
+        user_table()                 # MLAGEN_HOPPER_TUNE_TABLE
+
     def device_check(self):
         import torch
 
@@ -57,7 +67,7 @@ class HopperBackend(Backend):
 
         if not fastcall.enabled():
             return "C++ call path: off (MLAGEN_HOPPER_FASTCALL=0)"
-        cached = fastcall.library_path().exists()
+        cached = fastcall.intact()
         t0 = time.perf_counter()
         with status(f"mlagen: building the C++ call path in {fastcall.build_dir()} ...",
                     progress and not cached), warnings.catch_warnings():

@@ -1,7 +1,7 @@
 """`mlagen bench --target hopper`: the benchmark of record, on a GPU.
 
-Every row is the anchor's exact workload (shared/anchors/hopper-flashmla.md, "How these are
-counted"): seed 0, varlen lengths ``max(int(random.Random(0).normalvariate(mean, mean / 2)),
+Every row is the anchor's exact workload (benchmarks/anchors/README.md, "How they were
+timed"): seed 0, varlen lengths ``max(int(random.Random(0).normalvariate(mean, mean / 2)),
 s_q)`` in batch order, the block table padded to a multiple of 256 tokens and filled with
 ``torch.randperm`` pages, q and the cache ``randn`` bf16, causal, page 64; the metadata is
 computed once outside the timed call.  Each output is checked against the reference before
@@ -156,6 +156,7 @@ class Report:
     won_now: int = 0
     flashmla_lib: str = ""
     elapsed_s: float = 0.0
+    commit_date: str = ""     # the commit's date (git), what orders the records of runs
 
 
 def _commit() -> str:
@@ -167,6 +168,22 @@ def _commit() -> str:
         return os.environ["MLAGEN_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=DATA_ROOT,
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def device_tag(name: str) -> str:
+    """A device's short name in result file names: "NVIDIA H200" -> "h200"."""
+    words = name.split()
+    if len(words) > 1 and words[0].upper() == "NVIDIA":
+        words = words[1:]
+    return "_".join(w.lower() for w in words)
+
+
+def _commit_date(commit: str) -> str:
+    try:
+        return subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=DATA_ROOT,
                               capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
@@ -590,7 +607,7 @@ def markdown(rep: Report) -> str:
     lines = [f"# Hopper benchmark of record: {rep.device}", "",
              f"commit `{rep.commit}`, mlagen {rep.mlagen}, torch {rep.torch}; "
              f"command `{rep.command}`; {rep.elapsed_s:.0f} s.", "",
-             "Workloads exactly as shared/anchors/hopper-flashmla.md counts them (seed 0, "
+             "Workloads exactly as benchmarks/anchors/README.md counts them (seed 0, "
              "random.Random varlen lengths, 256-token padded tables, randperm pages, causal); "
              + _TIMING + " ratio = anchor time / eager time (> 1: faster than the better of "
              "FlashMLA and FA3).", ""]
@@ -714,13 +731,15 @@ def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = N
 
         live = load_flashmla(flashmla)      # a bad path is refused before anything runs
     t0 = time.perf_counter()
+    # the library's file name only: a result file names no path of the machine it ran on
     rep = Report(device=torch.cuda.get_device_name(), torch=torch.__version__,
                  commit=_commit(), mlagen=__version__, command=command,
-                 flashmla_lib=flashmla or "")
+                 flashmla_lib=Path(flashmla).name if flashmla else "")
+    rep.commit_date = _commit_date(rep.commit) if rep.commit else ""
     rows = plan_rows(quick, shapes)
     # host time first, in a fresh process: measured after all the rows (59 profiler runs,
     # a full caching allocator) the same loop took 48 us per call, in a fresh process 19
-    # (benchmarks/results/hopper_host_breakdown_6768d1b.log); which of the two costs it is
+    # (5569878:benchmarks/results/hopper_host_breakdown_6768d1b.log); which of the two costs it is
     # not yet measured
     rep.host = host_time(schedule)
     if progress:
@@ -776,16 +795,18 @@ def bench_main(args) -> int:
         from ...schedule import load
 
         schedule = load(args.schedule)
-    name = torch.cuda.get_device_name().replace(" ", "_")
+    # a record: <what>_<device>_<commit>.json (benchmarks/report.py reads hopper_bench_*)
     prefix = (Path(args.output) if args.output else
-              RESULTS / f"hopper_bench_{name}{'_shapes' if shapes else ''}")
+              RESULTS / f"hopper_{'shapes' if shapes else 'bench'}_"
+                        f"{device_tag(torch.cuda.get_device_name())}_{_commit() or 'nocommit'}")
     if prefix.suffix in (".json", ".md"):
         prefix = prefix.with_suffix("")
     rep = run_bench(schedule, quick=args.quick, out_prefix=prefix,
                     progress=not getattr(args, "no_progress", False),
                     command="mlagen bench --target hopper" + (" --quick" if args.quick else "")
                     + "".join(f" --shape {s.label()}" for s in shapes)
-                    + (f" --flashmla {flashmla}" if flashmla else ""), flashmla=flashmla,
+                    + (f" --flashmla {Path(flashmla).name}" if flashmla else ""),
+                    flashmla=flashmla,
                     shapes=shapes)
     from rich.console import Console
 

@@ -15,16 +15,16 @@ from .knobs import MAINLOOPS
 
 # Size class of s_q * h_q packed rows (<= 16, <= 32, more) -> (rows_per_tile, block_kv,
 # buffers, warps).  A class may use smaller tiles than its rows (several row tiles per part,
-# reading the same keys through L2).  Picked with benchmarks/hopper_tune.py on the lent H200
-# (benchmarks/results/hopper_h200.md).
+# reading the same keys through L2).  Picked with 5569878:benchmarks/hopper_tune.py on the lent H200
+# (5569878:benchmarks/results/hopper_h200.md).
 TILE_KNOBS = {16: (16, 32, 2, 8), 32: (32, 64, 2, 8), 64: (64, 32, 3, 8)}
 
 # Size class -> main loop.  "wgmma" (mla_wgmma.cuh) has fixed knobs, WGMMA_KNOBS, and takes
 # page sizes that are multiples of 64 only: other page sizes get the class's mma_sync
 # defaults.  wgmma was 2.0-2.2x the 64-row and 1.29x the 32-row mma_sync kernels at b = 128
-# (benchmarks/results/hopper_h200.md); the few-rows wgmma kernel (16 rows in wgmma's N) was
+# (5569878:benchmarks/results/hopper_h200.md); the few-rows wgmma kernel (16 rows in wgmma's N) was
 # 1.03-1.07x the 16-row mma_sync one on the anchor's 16-row rows at b = 128, equal at b = 8
-# (benchmarks/results/hopper_rows_notes.md).  MLAGEN_HOPPER_MAINLOOP (JSON {"class":
+# (5569878:benchmarks/results/hopper_rows_notes.md).  MLAGEN_HOPPER_MAINLOOP (JSON {"class":
 # "wgmma" | "mma_sync"}) replaces entries for a run.
 MAINLOOP = {16: "wgmma", 32: "wgmma", 64: "wgmma"}
 # Size class -> (rows_per_tile, block_kv, buffers, warps) of its wgmma kernel: 64 rows is
@@ -33,10 +33,10 @@ MAINLOOP = {16: "wgmma", 32: "wgmma", 64: "wgmma"}
 # consumer warpgroups was 0.840-0.972 (geomean 0.914) of the best anchor on its 12 anchor
 # rows at b = 128 where the padded 64-row kernel was 0.817-0.919 (0.869) and one consumer
 # warpgroup 0.770-0.868; for 16 rows one warpgroup stays (1.007 against 0.996 with two)
-# (benchmarks/results/hopper_rows2_h200.md).  Since then the 64-row kernel gained its slice
+# (5569878:benchmarks/results/hopper_rows2_h200.md).  Since then the 64-row kernel gained its slice
 # barriers, overlap and conditional rescale: padded to 64 rows it is now 0.3-2.4 % faster
 # than the 32-row kernel on all 12 rows of the class (class32_visit.sh at 6965537,
-# benchmarks/results/hopper_class32_h200.md), so the class runs it.
+# 5569878:benchmarks/results/hopper_class32_h200.md), so the class runs it.
 # MLAGEN_HOPPER_WGMMA_KNOBS (JSON {"class": [rows_per_tile, block_kv, buffers, warps]})
 # replaces entries for a run.
 WGMMA_KNOBS = {16: (16, 64, 2, 4), 32: (64, 64, 2, 8), 64: (64, 64, 2, 8)}

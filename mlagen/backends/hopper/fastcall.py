@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import sys
 import threading
 import warnings
@@ -31,7 +30,9 @@ _ERROR: list = []        # why the build failed (its first line), once it has
 
 
 def enabled() -> bool:
-    return os.environ.get("MLAGEN_HOPPER_FASTCALL", "1") not in ("", "0")
+    from mlagen.envvars import switch
+
+    return switch("MLAGEN_HOPPER_FASTCALL", True)
 
 
 def build_dir() -> Path:
@@ -46,6 +47,13 @@ def build_dir() -> Path:
 def library_path() -> Path:
     """Where the built extension lies (torch.utils.cpp_extension names it after NAME)."""
     return build_dir() / f"{NAME}.so"
+
+
+def intact() -> bool:
+    """Built, and still the library its build recorded."""
+    from mlagen.jit.integrity import beside_damage
+
+    return library_path().exists() and beside_damage(library_path()) is None
 
 
 def build_error() -> Optional[str]:
@@ -68,11 +76,20 @@ def module():
 def _load():
     from torch.utils import cpp_extension
 
+    from mlagen.jit.integrity import beside_damage, record_beside, remove_beside
+
     d = build_dir()
     try:
         d.mkdir(parents=True, exist_ok=True)
-        return cpp_extension.load(NAME, [str(SOURCE)], build_directory=str(d),
-                                  extra_cflags=["-O2"], verbose=False)
+        why = beside_damage(library_path())
+        if why is not None:   # checked before import dlopens it (a short file: a bus error)
+            print(f"mlagen: cache entry {d} is damaged ({why}); removed, rebuilding",
+                  file=sys.stderr, flush=True)
+            remove_beside(library_path())
+        m = cpp_extension.load(NAME, [str(SOURCE)], build_directory=str(d),
+                               extra_cflags=["-O2"], verbose=False)
+        record_beside(library_path())
+        return m
     except Exception as e:    # no compiler, headers or ninja: the Python path still works
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         _ERROR.append(first)

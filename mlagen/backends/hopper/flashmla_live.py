@@ -1,9 +1,12 @@
 """FlashMLA timed beside mlagen in the same process (`mlagen bench --flashmla LIB`).
 
 The anchor files were measured on another day; on the device FlashMLA's own time drifts 1-8 %
-against them with the visit's power state (benchmarks/results/hopper_flashmla_same_visit_h200.md).
-LIB is FlashMLA's April-2025 decode built by benchmarks/flashmla/build.sh: its kernels and a C
-shim of ours (`fm_metadata`, `fm_fwd`), no torch extension, so it loads with ctypes.  The call
+against them with the device's power state on the day
+(5569878:benchmarks/results/hopper_flashmla_same_visit_h200.md).
+LIB is FlashMLA's April-2025 decode built into a plain shared library as
+benchmarks/anchors/README.md describes: its kernels and a C shim of ours
+(benchmarks/flashmla/shim.cu: `fm_metadata`, `fm_fwd`), no torch extension, so it loads
+with ctypes.  The call
 runs on an mlagen bench Caller's very tensors: q [b, s_q, h_q, 576], one KV head, page 64.
 """
 
@@ -28,15 +31,15 @@ def load(path: str) -> ctypes.CDLL:
     if path in _libs:
         return _libs[path]
     if not Path(path).is_file():
-        raise MlagenError(f"--flashmla {path}: no such file (build it with "
-                          "benchmarks/flashmla/build.sh)")
+        raise MlagenError(f"--flashmla {path}: no such file (how it is built: "
+                          "benchmarks/anchors/README.md)")
     try:
         lib = ctypes.CDLL(str(Path(path).resolve()))
         for name, types in ARGTYPES.items():
             getattr(lib, name).argtypes = types
     except (OSError, AttributeError) as e:
-        raise MlagenError(f"--flashmla {path}: not a FlashMLA library built by "
-                          f"benchmarks/flashmla/build.sh ({e})") from None
+        raise MlagenError(f"--flashmla {path}: not a FlashMLA library with "
+                          f"the shim of benchmarks/flashmla/shim.cu ({e})") from None
     _libs[path] = lib
     return lib
 

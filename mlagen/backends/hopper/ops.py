@@ -32,13 +32,11 @@ class KernelLib:
     """One built variant: its ctypes entry points and the constants it was built with."""
 
     def __init__(self, plan: Plan):
-        from mlagen.jit import build
-        from mlagen.runtime import load_library
+        from mlagen.jit import load
 
         schedule = plan.schedule
         self.schedule = schedule
-        self.artifact = build(plan.backend.render(plan), origin=schedule)
-        lib = load_library(self.artifact.path)
+        self.artifact, lib = load(plan.backend.render(plan), origin=schedule)
         lib.mlagen_hopper_error_string.restype = ctypes.c_char_p
         lib.mlagen_hopper_error_string.argtypes = [I]
         lib.mlagen_hopper_metadata.restype = I

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ...errors import clip
 from ...schedule.records import Schedule
 from ...targets import Target
 from .knobs import MAINLOOPS
@@ -27,11 +28,11 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
     m = s.mapping
     if isinstance(m.split_kv, str):
         if m.split_kv != "auto":
-            yield "schedule", "split_kv", f"split_kv = {m.split_kv!r} must be \"auto\" or an integer"
+            yield "schedule", "split_kv", f"split_kv = {clip(repr(m.split_kv))} must be \"auto\" or an integer"
     elif not 1 <= m.split_kv <= 64:
         yield "schedule", "split_kv", f"split_kv = {m.split_kv} must be between 1 and 64"
     if m.mainloop not in MAINLOOPS:
-        yield "schedule", "mainloop", (f"mainloop = {m.mainloop!r} must be one of "
+        yield "schedule", "mainloop", (f"mainloop = {clip(repr(m.mainloop))} must be one of "
                                        f"{', '.join(MAINLOOPS)}")
     elif m.mainloop == "wgmma":
         # mla_wgmma.cuh: 64-row tiles, 64-key blocks (one TMA box of one page), 2 K stages,

@@ -159,7 +159,7 @@ def log_path(table_path: Path) -> Path:
 
 
 def _read_log(path: Path, key: str) -> dict[tuple[str, str, int], float]:
-    """{(shape, candidate, round): ms}: round 0 is the search, 1.. the confirmation."""
+    """{(shape, candidate, round): ms}: the search is round index 0, the confirmation 1.."""
     done = {}
     if path.exists():
         for line in path.read_text().splitlines():

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Optional
 
+from ...envvars import file_path
 from ...paths import PACKAGE_DIR, cache_dir
 from ...version import __version__
 
@@ -22,8 +22,8 @@ KNOBS = ("rows_per_tile", "block_kv", "buffers", "warps", "split_cost", "mainloo
 
 def user_table() -> Path:
     """Where `mlagen tune` writes by default: $MLAGEN_HOPPER_TUNE_TABLE, else the cache."""
-    env = os.environ.get("MLAGEN_HOPPER_TUNE_TABLE")
-    return Path(env).expanduser() if env else cache_dir() / "hopper_tune.json"
+    env = file_path("MLAGEN_HOPPER_TUNE_TABLE")
+    return env if env is not None else cache_dir() / "hopper_tune.json"
 
 
 def table_key(gpu: str, version: str = __version__) -> str:

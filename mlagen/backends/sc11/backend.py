@@ -75,9 +75,9 @@ class Sc11Backend(Backend):
 
     def run_kwargs(self, scheme):
         if scheme is not None and scheme not in SCHEMES:
-            from ...errors import MlagenError
+            from ...errors import MlagenError, clip
 
-            raise MlagenError(f"--scheme {scheme!r} must be one of {', '.join(SCHEMES)}")
+            raise MlagenError(f"--scheme {clip(repr(scheme))} must be one of {', '.join(SCHEMES)}")
         return {"scheme": scheme}
 
     def report(self, plan, outputs, chart):

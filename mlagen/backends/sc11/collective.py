@@ -9,7 +9,7 @@ steps, each moving bytes / tp over one link and paying the link latency,
 
 Link: no public figure exists for SC11 card-to-card transfers; the only one we have is the
 chip-to-chip CDMA figure of targets/sc11.toml (cdma_bw 11.2 GB/s, cdma_latency_s 0.25 us,
-secondhand, /work/shared/anchors/sc11-target.md).  The card link is ASSUMED to match it.
+secondhand: the source each parameter names there).  The card link is ASSUMED to match it.
 """
 
 from __future__ import annotations

@@ -18,12 +18,11 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ...jit import build
+from ...jit import load
 from ...errors import EmulatorError, InputError
 from ...problem import TORCH_DTYPES, MlaInputs, MlaOutputs
 from ...reference import weights_rope
 from ...rope import RopeConfig, RotaryTable
-from ...runtime import load_library
 from ...schedule.plan import Plan
 from ...schedule.rules import plan_of
 from ...schedule.records import Schedule
@@ -63,8 +62,7 @@ class Sc11Runner:
         self.plan = plan = plan_of(plan)
         self.schedule = schedule = plan.schedule
         self.target = plan.target
-        self.artifact = build(render(plan), progress=progress, origin=schedule)
-        lib = load_library(self.artifact.path)
+        self.artifact, lib = load(render(plan), progress=progress, origin=schedule)
         lib.mlagen_sc11_run.argtypes = [ctypes.POINTER(_Args), ctypes.c_int,
                                         ctypes.POINTER(_Result), ctypes.c_char_p, ctypes.c_int]
         lib.mlagen_sc11_run.restype = ctypes.c_int
@@ -93,20 +91,27 @@ class Sc11Runner:
             need(tuple(t.shape) == shape, f"{name} has shape {tuple(t.shape)}; expected {shape}")
 
         bt, sl = inp.block_table, inp.cache_seqlens
-        need(isinstance(bt, torch.Tensor) and bt.dim() == 2, "block_table must be [batch, max_blocks]")
+        need(isinstance(bt, torch.Tensor), "block_table must be a tensor")
+        need(bt.dim() == 2, f"block_table has shape {tuple(bt.shape)}; expected "
+                            "[batch, max_blocks]")
         b, max_blocks = bt.shape
         need(b >= 1 and max_blocks >= 1, "block_table must have at least one row and column")
         tensor("block_table", bt, (b, max_blocks), torch.int32)
         tensor("cache_seqlens", sl, (b,), torch.int32)
         kc = inp.k_cache
-        need(isinstance(kc, torch.Tensor) and kc.dim() == 4, "k_cache must be [num_blocks, page, 1, d]")
+        need(isinstance(kc, torch.Tensor), "k_cache must be a tensor")
+        need(kc.dim() == 4, f"k_cache has shape {tuple(kc.shape)}; expected "
+                            f"[num_blocks, {p.page_size}, 1, {p.d}]")
         need(kc.shape[1] == p.page_size,
              f"k_cache page size {kc.shape[1]} differs from the schedule's page_size {p.page_size}")
         tensor("k_cache", kc, (kc.shape[0], p.page_size, 1, p.d), dt)
         if p.fused:
             need(inp.q_lora is not None and inp.weights is not None,
                  "the fused operator needs q_lora and weights (got q)")
-            s_q = inp.q_lora.shape[1] if inp.q_lora.dim() == 3 else -1
+            need(isinstance(inp.q_lora, torch.Tensor), "q_lora must be a tensor")
+            need(inp.q_lora.dim() == 3, f"q_lora has shape {tuple(inp.q_lora.shape)}; "
+                                        f"expected [batch, s_q, {p.q_lora_rank}]")
+            s_q = inp.q_lora.shape[1]
             need(1 <= s_q <= p.max_s_q, f"s_q = {s_q} must be between 1 and max_s_q = {p.max_s_q}")
             tensor("q_lora", inp.q_lora, (b, s_q, p.q_lora_rank), dt)
             w = inp.weights
@@ -115,7 +120,10 @@ class Sc11Runner:
             tensor("w_uv", w.w_uv, (h, p.kv_lora_rank, p.v_head_dim), dt)
         else:
             need(inp.q is not None, "attention-only needs q [batch, s_q, heads, d]")
-            s_q = inp.q.shape[1] if inp.q.dim() == 4 else -1
+            need(isinstance(inp.q, torch.Tensor), "q must be a tensor")
+            need(inp.q.dim() == 4, f"q has shape {tuple(inp.q.shape)}; expected "
+                                   f"[batch, s_q, {h}, {p.d}]")
+            s_q = inp.q.shape[1]
             need(1 <= s_q <= p.max_s_q, f"s_q = {s_q} must be between 1 and max_s_q = {p.max_s_q}")
             tensor("q", inp.q, (b, s_q, h, p.d), dt)
         need(inp.softmax_scale is not None and inp.softmax_scale > 0, "softmax_scale must be > 0")
@@ -178,7 +186,8 @@ class Sc11Runner:
                 out = torch.empty(b, s_q, h, width, dtype=TORCH_DTYPES[p.dtype])
                 lse = torch.empty(b, h, s_q, dtype=torch.float32)
         w = inp.weights if fused else None
-        table = None if dry or w is None else rotary_table(w, inp.cache_seqlens)
+        table = None if dry or w is None else rotary_table(w, inp.cache_seqlens, s_q,
+                                                            inp.causal)
         args = _Args(batch=b, s_q=s_q, num_blocks=inp.k_cache.shape[0],
                      max_blocks=inp.block_table.shape[1], scheme=SCHEME_IDS[scheme],
                      causal=int(bool(inp.causal)), threads=int(threads or 0),
@@ -235,13 +244,17 @@ class Sc11Runner:
 LAYOUT_IDS = {"interleaved": 0, "half": 1}
 
 
-def rotary_table(weights, cache_seqlens: torch.Tensor) -> RotaryTable:
+def rotary_table(weights, cache_seqlens: torch.Tensor, s_q: int = 1,
+                 causal: bool = True) -> RotaryTable:
     """The fp32 table the kernel reads: the weights' own table, or one built from their rope
     config (plain RoPE at rope_theta when none) for the positions this call needs (rows
-    rounded up to a power of two so that growing sequences reuse one table)."""
+    rounded up to a power of two so that growing sequences reuse one table).  Without
+    causal, a row at a negative position -k that sees keys reads row k (mlagen.rope)."""
     rope = weights_rope(weights)
     rope_dim = weights.w_uq.shape[-1] - weights.w_uk.shape[1]
-    longest = int(cache_seqlens.max()) if cache_seqlens.numel() else 0
+    lens = cache_seqlens.tolist()
+    longest = max(lens, default=0)
+    deepest = 0 if causal else max((s_q - n for n in lens if 0 < n < s_q), default=0)
     if isinstance(rope, RotaryTable):
         if rope.half_dim != rope_dim // 2:
             raise InputError(f"the rotary table has {rope.half_dim} frequencies; rope_dim "
@@ -249,6 +262,10 @@ def rotary_table(weights, cache_seqlens: torch.Tensor) -> RotaryTable:
         if longest > rope.rows:
             raise InputError(f"a sequence of {longest} tokens needs positions past the rotary "
                              f"table's {rope.rows} rows")
+        if deepest >= rope.rows:
+            raise InputError(f"a row at position -{deepest} (a sequence shorter than s_q, "
+                             f"not causal) needs the rotary table's row {deepest}; it has "
+                             f"{rope.rows} rows")
         return RotaryTable(rope.cos.float().cpu().contiguous(),
                            rope.sin.float().cpu().contiguous(), rope.layout)
     return _config_table(rope, rope_dim, max(1024, 1 << max(0, longest - 1).bit_length()))

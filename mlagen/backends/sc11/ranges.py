@@ -11,8 +11,7 @@ two-chip card, and `auto` judged by its regret under readings it did not choose 
     card_report()              a card as two chips (16 heads a chip, tp = 4 over cards)
 
 Every time is simulated (costmodel.py) on targets/sc11.toml; nothing here was measured on a
-card.  `python benchmarks/sc11_ranges.py` writes benchmarks/results/sc11_ranges.md and the
-chart.
+card.  `python benchmarks/sc11_ranges.py` prints them (and writes the chart with --chart).
 """
 
 from __future__ import annotations
@@ -62,7 +61,7 @@ READINGS: list[tuple[str, str, Callable[[Machine], Machine]]] = [
     ("barrier_s", "2 us", lambda m: m.replace(barrier_s=2e-6)),
     ("l2_latency_s", "30 ns", lambda m: _lat(m, 30e-9)),
     ("l2_latency_s", "120 ns", lambda m: _lat(m, 120e-9)),
-    ("pessimistic", "L2 per chip + 1 SDMA engine + issue 50",
+    ("pessimistic", "L2 per chip + 1 SDMA engine + issue_cycles 50",
      lambda m: m.replace(l2_scope="chip", sdma_engines=1, issue=50)),
 ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ...errors import clip
 from ...schedule.records import Schedule
 from ...targets import Target
 from .knobs import SCHEMES
@@ -19,7 +20,7 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
     if not 1 <= m.cores <= cores:
         yield "schedule", "cores", f"cores = {m.cores} must be between 1 and {cores} (cores per chip)"
     if m.scheme not in SCHEMES:
-        yield "schedule", "scheme", f"scheme = {m.scheme!r} must be one of {', '.join(SCHEMES)}"
+        yield "schedule", "scheme", f"scheme = {clip(repr(m.scheme))} must be one of {', '.join(SCHEMES)}"
     if m.tp < 1 or p.heads % m.tp:
         return
     hpd = s.heads_per_device

@@ -14,7 +14,7 @@
 // weights to its lanes by shuffle, and keeps kCombineUnroll splits x 4 float4 loads in flight
 // per lane, the first step's issued beside the lse loads (graph rows b8 h_q 16 1.055x, b1
 // 1.029x: docs/hopper.md step 36).  Measured on the graph rows
-// (benchmarks/hopper_split_probe.py, H200): a CTA of 128 threads per row with two block
+// (5569878:benchmarks/hopper_split_probe.py, H200): a CTA of 128 threads per row with two block
 // reductions and three dependent rounds of loads took 5-18 us; one warp per row, 8 rows per
 // CTA, 5.4-10.2 us but 15 us at b = 1 (16 CTAs for 65 splits) and still 13.8 us on 128
 // one-warp CTAs with 4 splits in flight, hence fewer rows per CTA for small grids and 8 splits

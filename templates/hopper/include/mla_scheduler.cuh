@@ -33,7 +33,7 @@
 // gives a part one piece or two (the end of a request and the start of the next), and each
 // piece costs a Q load and an epilogue more than the model's F counts once per request: a
 // b = 32 batch of 1024 tokens over 66 parts ran its split kernel 2.2 us slower than 2 equal
-// pieces each (benchmarks/results/split_probe_h200_959010e.json, "fixed").  Hence one F of
+// pieces each (5569878:benchmarks/results/split_probe_h200_959010e.json, "fixed").  Hence one F of
 // slack on L (the chunk plan below allows one F on a chunk's cost): b = 128 of 16384 tokens
 // over 132 parts is pieces of 256 blocks against a payload of 254, which the balanced plan
 // split into 257 pieces and a combine to gain 2 blocks a part (1.05-1.06x whole).
@@ -44,7 +44,7 @@
 // plan splits nearly every request (b = 128 of 8192 tokens over 132 parts: 127) to gain
 // less than that: two pieces a part, each loading Q, each writing an fp32 partial that the
 // combine reads back (whole requests measured 1.02-1.18x faster on the bench's fixed-length
-// rows where this rule picks them: benchmarks/results/hopper_plan_h200.md).
+// rows where this rule picks them: 5569878:benchmarks/results/hopper_plan_h200.md).
 //
 // The cluster plan (a split kernel launched in clusters of c CTAs along the parts, c > 1:
 // sched_cluster): part r c + i is the i-th of c near-equal pieces of request r, and the c

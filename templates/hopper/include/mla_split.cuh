@@ -462,7 +462,9 @@ struct SplitKernel {
         // no visible key: +inf for a final lse (FlashMLA's convention), -inf for a partial
         // one (its weight in the combine is then 0)
         const float empty = direct ? INFINITY : -INFINITY;
-        const float lse = bad ? NAN : (l > 0.f ? (m + log2f(l)) * kLn2 : empty);
+        // a NaN sum (NaN in q or a seen key, or a +inf score) is a NaN row, not an empty
+        // one: fmaxf skips NaN scores, so only l carries them (docs/conventions.md)
+        const float lse = bad || l != l ? NAN : (l > 0.f ? (m + log2f(l)) * kLn2 : empty);
         if (direct) {
           const int s = gr_sm / p.h_q, h = gr_sm % p.h_q;
           p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = lse;
@@ -505,7 +507,7 @@ struct SplitKernel {
     const Smem sm = carve(smem);
     // No early pdl_launch_dependents(): the combine then starts as the split's CTAs exit.
     // Triggering here let the combine's CTAs sit beside the split and cost 1-6 us per call
-    // on the small graph rows (benchmarks/results/hopper_pdl_ab_6768d1b.log).
+    // on the small graph rows (5569878:benchmarks/results/hopper_pdl_ab_6768d1b.log).
     const int* md = p.sched + blockIdx.x * kMetaInts;
     const int first = md[0], last = md[2];
     for (int req = first; req <= last && req < p.batch; ++req) {

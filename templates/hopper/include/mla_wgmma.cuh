@@ -545,7 +545,8 @@ struct WgmmaKernel {
           sm.l[r] = lsum[h];
           if (gr < rows_total) {
             const float empty = pc.direct ? INFINITY : -INFINITY;
-            const float lse = bad ? NAN : (l > 0.f ? (m[h] + log2f(l)) * kLn2 : empty);
+            // a NaN sum is a NaN row, not an empty one (fmaxf skips NaN scores)
+            const float lse = bad || l != l ? NAN : (l > 0.f ? (m[h] + log2f(l)) * kLn2 : empty);
             if (pc.direct) {
               const int sq = gr / p.h_q, hq = gr % p.h_q;
               p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;
@@ -951,7 +952,7 @@ cudaError_t wgmma_params(const MlaParams& p, WgmmaParams* wp) {
   // L2 promotion 128 B, not 256: a box row is 128 bytes of a 1152-byte token, so a 256-byte
   // promotion fetches half of a neighbouring slice's row ahead of its own request; a probe
   // streaming shuffled pages with no math read 4.21 TB/s with 256 B and 4.56 with 128 B or
-  // none (benchmarks/tma_stream_probe.cu, H200; results/l2promo/)
+  // none (5569878:benchmarks/tma_stream_probe.cu, H200; 5569878:benchmarks/results/l2promo/)
   const CUtensorMapDataType dt = std::is_same<T, __nv_bfloat16>::value
                                      ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;

@@ -20,7 +20,7 @@
 // 2.8 blocks deep for 16 rows (2 whole 72 KiB stages would leave 60 KiB idle); one consumer
 // warpgroup waits for a block's 9 slices and hands them back as soon as its P V is done.
 //
-// Measured on the H200 (benchmarks/results/hopper_rows_notes.md): 16 rows 3.5-4.1 TB/s,
+// Measured on the H200 (5569878:benchmarks/results/hopper_rows_notes.md): 16 rows 3.5-4.1 TB/s,
 // 0.93-1.01 of the best anchor, 1.03-1.07x the 16-row mma_sync kernel (the 16-row class's
 // default before it); 32 rows 0.77-0.87, below the 64-row kernel padded 2x (0.82-0.92),
 // so the 32-row class stays on mla_wgmma.cuh.
@@ -507,10 +507,12 @@ struct WgmmaRowsKernel {
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int col = 8 * (c >> 1) + c2 + (c & 1), gr = row0 + col;
-        inv[c] = bad ? NAN : (l[c] > 0.f ? 1.f / l[c] : 0.f);
+        // a NaN sum is a NaN row, not an empty one (fmaxf skips NaN scores)
+        inv[c] = bad || l[c] != l[c] ? NAN : (l[c] > 0.f ? 1.f / l[c] : 0.f);
         if (warp == 0 && lane < 4 && gr < rows_total) {
           const float empty = pc.direct ? INFINITY : -INFINITY;
-          const float lse = bad ? NAN : (l[c] > 0.f ? (m[c] + log2f(l[c])) * kLn2 : empty);
+          const float lse = bad || l[c] != l[c] ? NAN
+                                                : (l[c] > 0.f ? (m[c] + log2f(l[c])) * kLn2 : empty);
           if (pc.direct) {
             const int sq = gr / p.h_q, hq = gr % p.h_q;
             p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;

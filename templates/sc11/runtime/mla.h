@@ -159,6 +159,8 @@ class Mla {
       const int64_t L = a_.seqlens[b];
       if (L < 0 || L > a_.max_blocks * PAGE) arg_fail("cache_seqlens entry %lld out of range", b);
       if (Cfg::FUSED && !dry_ && L > a_.rope_rows) arg_fail("sequence %lld has positions past the rotary table", b);
+      if (Cfg::FUSED && !dry_ && !a_.causal && L > 0 && a_.s_q - L >= a_.rope_rows)
+        arg_fail("sequence %lld has a negative position past the rotary table", b);
       const int64_t used = (keys_read(L) + PAGE - 1) / PAGE;
       for (int64_t j = 0; j < used; ++j) {
         const int32_t blk = a_.block_table[b * a_.max_blocks + j];
@@ -391,11 +393,15 @@ class Mla {
     for (int r = 0; r < rows; ++r) {
       float* s = S + (int64_t)r * BKV;
       float m = M[r];
+      bool nan = false;
       for (int j = 0; j < nb; ++j) {
         s[j] = (j0 + j <= lim[r]) ? s[j] * scl : kNegInf;
-        m = std::max(m, s[j]);
+        nan |= s[j] != s[j];
+        m = std::max(m, s[j]);  // skips a NaN score: the exp below carries it into L
       }
-      if (m == kNegInf) {  // nothing visible yet in this row
+      // nothing visible yet in this row (a -inf score weighs nothing); a NaN score (NaN in
+      // q or a seen cache slot, or inf - inf) must not pass for that: it propagates
+      if (m == kNegInf && !nan) {
         for (int j = 0; j < nb; ++j) s[j] = 0.f;
         continue;
       }
@@ -653,16 +659,19 @@ class Mla {
         for (int r = 0; r < nr; ++r) {
           from_f32<T>(ql + (int64_t)r * DV, dst + (int64_t)r * D, DV);
           const int64_t tok = it.r0 + r, b = tok / a_.s_q, s = tok % a_.s_q;
-          // a row with a negative position sees no key: any rotation will do (identity)
-          const int64_t pos = a_.seqlens[b] - a_.s_q + s;
-          const float* co_row = pos >= 0 ? a_.rope_cos + pos * (ROPE / 2) : nullptr;
-          const float* si_row = pos >= 0 ? a_.rope_sin + pos * (ROPE / 2) : nullptr;
+          // a row at a negative position (a sequence shorter than s_q; without causal it
+          // sees keys) turns by the negative angle: cos(-a) = cos(a), sin(-a) = -sin(a),
+          // from the table's row -pos (checked above when such a row sees a key)
+          const int64_t pos = a_.seqlens[b] - a_.s_q + s, row = pos < 0 ? -pos : pos;
+          const float sgn = pos < 0 ? -1.0f : 1.0f;
+          const float* co_row = row < a_.rope_rows ? a_.rope_cos + row * (ROPE / 2) : nullptr;
+          const float* si_row = row < a_.rope_rows ? a_.rope_sin + row * (ROPE / 2) : nullptr;
           const float* pe = qh + (int64_t)r * (NOPE + ROPE) + NOPE;
           uint16_t* qpe = dst + (int64_t)r * D + DV;
           // frequency i rotates (x[2i], x[2i+1]) interleaved, or (x[i], x[i + ROPE/2]) half
           const int stride = a_.rope_layout == 0 ? 1 : ROPE / 2, step = a_.rope_layout == 0 ? 2 : 1;
           for (int i2 = 0; i2 < ROPE / 2; ++i2) {
-            const float co = co_row ? co_row[i2] : 1.0f, si = si_row ? si_row[i2] : 0.0f;
+            const float co = co_row ? co_row[i2] : 1.0f, si = si_row ? sgn * si_row[i2] : 0.0f;
             const int j0 = step * i2, j1 = j0 + stride;
             const float x0 = pe[j0], x1 = pe[j1];
             qpe[j0] = T::from_f32(x0 * co - x1 * si);
