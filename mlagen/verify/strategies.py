@@ -255,14 +255,14 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     noncontig = False if prob.fused else draw(st.booleans())
     extra = draw(st.integers(0, bounds.max_extra_table))
     seed = draw(st.integers(0, 2**31 - 1))
-    data = draw(st.sampled_from(tuple(patterns))) if patterns else "randn"
-    data_arg = draw(st.integers(0, 63)) if data != "randn" else 0
-    bad = draw(bad_pages_strategy(lens, s_q)) if bad_nan else ()
     # drawn last, so that a draw without them is the draw it always was
     causal = draw(st.booleans().map(lambda b: not b)) if draw_causal else None
     poisons = draw(poisons_strategy(prob, batch, s_q, h, lens,
                                     prob.causal if causal is None else causal)) \
         if nonfinite else ()
+    data = draw(st.sampled_from(tuple(patterns))) if patterns else "randn"
+    data_arg = draw(st.integers(0, 63)) if data != "randn" else 0
+    bad = draw(bad_pages_strategy(lens, s_q)) if bad_nan else ()
     return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, data, data_arg, bad,
                 causal=causal, poisons=poisons)
 
