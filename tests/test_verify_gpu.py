@@ -20,7 +20,7 @@ def test_hopper_example_verifies_in_a_worker():
     r = verify(load(SCHEDULES_DIR / "hopper_h200.toml"), examples=40, progress=False,
                bounds=SMALL)
     assert r.ok, r.summary()
-    assert r.examples_run == 40
+    assert r.examples_run >= 40      # and the path cases (strategies.path_cases) first
     assert r.poisoned           # outputs were NaN before every launch (runner's out=)
 
 

@@ -12,6 +12,10 @@ target's subclass lives in mlagen/backends/<kind>/backend.py as ``BACKEND``.
     check_environment()           refuses a malformed environment variable it reads
     tuning_space()                knob -> values the verifier and tuners draw from
     verify_paths(s, device)       inputs for run-time paths that drawn problems never reach
+    runtime_shapes(s)             problem shapes its build takes at run time (drawn per example)
+    verify_family(s)              the builds beside s that reach its kernels' compile-time branches
+    bad_pages_give_nan            a bad block-table entry gives NaN (else the call raises)
+    mutants()                     one-line source mutations verify must catch (the harness)
     rounded                       intermediates its kernels round to the storage dtype
     run_point, report(...)        `mlagen run`'s default workload and its extra report
     prebuild(progress)            what else its runtime builds on first use, built ahead by
@@ -95,6 +99,28 @@ class Backend:
     def runtime_choices(self, s: "Schedule") -> dict[str, tuple[Any, ...]]:
         """Run-time arguments of the runner the verifier draws per example."""
         return {}
+
+    # whether a sequence with a block-table entry outside the cache comes out NaN (out and
+    # lse) rather than raising; the verifier then plants such entries
+    bad_pages_give_nan: bool = False
+
+    def runtime_shapes(self, s: "Schedule") -> dict[str, tuple[int, ...]]:
+        """Problem shapes s's build takes at run time which steer its kernels' control flow
+        ("heads": against tile rows, "page_size": against the key block), as the values
+        the verifier draws per example (the schedule's own first).  Default: none, every
+        shape is compiled in."""
+        return {}
+
+    def verify_family(self, s: "Schedule") -> list[dict[str, Any]]:
+        """Knob sets (Schedule.replace keywords) of the builds that, with s itself, reach
+        every compile-time branch of s's kernel family: the smoke profile builds each
+        legal one and draws problems on all of them."""
+        return []
+
+    def mutants(self) -> tuple:
+        """One-line source mutations of its kernels (mlagen.verify.mutation.Mutant) that
+        `verify` must catch on the example schedules each names (mlagen.verify.mutants)."""
+        return ()
 
     def boundary_tile(self, s: "Schedule") -> int | None:
         """KV tokens per tile where buffers change hands (lengths around its multiples are

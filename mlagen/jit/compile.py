@@ -25,6 +25,7 @@ from .. import console
 from ..codegen import SourceSet, write
 from ..envvars import whole_number
 from ..errors import BuildError
+from . import patches
 from .cache import (LIB_NAME, Artifact, builds_dir, cache_key, compiler_path,
                     compiler_version, locks_dir, staging_dir, torch_version)
 from .integrity import CacheError, entry_damage, fingerprint, quarantine
@@ -238,6 +239,7 @@ def build(sources: SourceSet, progress: Optional[bool] = None, origin=None) -> A
     on stderr; default: when the CLI asked for it (mlagen.console.PROGRESS)."""
     progress = console.PROGRESS if progress is None else progress
     t0 = time.perf_counter()
+    sources = patches.apply(sources)      # the verifier's planted source patches, if any
     key = cache_key(sources)
     final = builds_dir() / key
     lib = final / LIB_NAME
@@ -313,6 +315,7 @@ def compile_only(sources: SourceSet, out_dir: str | Path | None = None) -> list[
     Without ``out_dir`` the objects go to a temporary folder that is removed again (the
     returned paths are then only names); a failed build keeps ``<folder>.failed`` for its
     log, which the BuildError names."""
+    sources = patches.apply(sources)
     own = out_dir is None
     work = Path(tempfile.mkdtemp(prefix="mlagen-cc-")) if own else Path(out_dir)
     work.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """`mlagen verify`: the arguments and the command, for mlagen/cli.py to wire in.
 
-    mlagen verify SCHEDULE [--examples N] [--profile ci|explore] [--seed S]
+    mlagen verify SCHEDULE [--examples N] [--profile smoke|ci|explore] [--seed S]
                            [--time-budget SECONDS] [--no-progress]
     mlagen verify --repro FILE
 
@@ -52,8 +52,10 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument("--examples", "-n", type=_count, default=None,
                         help="examples to draw (default: the profile's)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default=None,
-                        help=f"ci (derandomized, small, time-bounded) or explore (random, "
-                             f"larger, remembers failures); default ${ENV} or ci")
+                        help=f"smoke (every compile-time branch of the schedule's family, "
+                             f"few examples: per change), ci (derandomized, small, "
+                             f"time-bounded) or explore (random, larger, remembers "
+                             f"failures); default ${ENV} or ci")
     parser.add_argument("--seed", type=_seed, default=None,
                         help="draw a different (reproducible) sequence of examples")
     parser.add_argument("--time-budget", type=_seconds, default=None, metavar="SECONDS",

@@ -1,5 +1,8 @@
 """Verification profiles: how many examples, how random, how big, how long.
 
+    smoke    derandomized; the schedule's family (the builds that reach every compile-time
+             branch of its kernels), each member's fixed path cases (strategies.path_cases)
+             first, then a few drawn problems of up to 8 sequences: per change
     ci       derandomized (the same examples every run, unless a seed is given), no example
              database, small problems, a wall-clock budget: what tests and CI run
     explore  random, many examples, larger problems, failures remembered in an example
@@ -42,15 +45,24 @@ class Profile:
     time_budget_s: Optional[float]  # stop drawing new examples after this long (None: never)
     bounds: Bounds
     draw_schedules: bool = False    # draw compile-time knobs too (one build per variant)
+    family: bool = False            # build the schedule's family (every compile-time branch)
+    path_cases: bool = True         # run strategies.path_cases (fixed branch cases) first
 
     def with_examples(self, n: Optional[int]) -> "Profile":
         return self if n is None else replace(self, examples=n)
 
 
 PROFILES = {
+    # every compile-time branch of the schedule's family, each member's fixed path cases
+    # (many sequences a launch) and a few drawn ones: the check to run on every change
+    "smoke": Profile("smoke", examples=30, derandomize=True, use_database=False,
+                     time_budget_s=240.0,
+                     bounds=Bounds(max_batch=8, max_len=300, long_len=1100, max_extra_table=2),
+                     family=True),
     "ci": Profile("ci", examples=100, derandomize=True, use_database=False,
                   time_budget_s=900.0,
-                  bounds=Bounds(max_batch=4, max_len=300, long_len=1100, max_extra_table=3)),
+                  bounds=Bounds(max_batch=4, max_len=300, long_len=1100, max_extra_table=3),
+                  path_cases=False),   # the many tests that run ci keep its cost
     "explore": Profile("explore", examples=2000, derandomize=False, use_database=True,
                        time_budget_s=None,
                        bounds=Bounds(max_batch=8, max_len=700, long_len=4200,

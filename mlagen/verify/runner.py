@@ -11,6 +11,7 @@ command that replays them.  On a GPU target every example runs in a worker proce
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,8 @@ from .calls import accepts, call_poisoned
 from .compare import Comparison, Tolerance, compare
 from .isolate import IsolatedRunner
 from .profiles import Profile, get_profile, hypothesis_settings
-from .strategies import Bounds, Case, cases, schedules
+from .strategies import Bounds, Case, cases, path_cases, schedules
+from .strategies import family as family_of
 
 
 
@@ -173,7 +175,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
            time_budget_s: Optional[float] = None, shrink_budget_s: Optional[float] = 300.0,
            save_failures: bool = True, failures_dir: Optional[Path] = None,
            example_timeout_s: float = 300.0, draw_schemes: Optional[bool] = None,
-           draw_schedules: Optional[bool] = None,
+           draw_schedules: Optional[bool] = None, family: Optional[bool] = None,
            explicit: Sequence[tuple[Case, Optional[str]]] = ()) -> VerifyResult:
     """Verify a checked schedule's kernel against the float64 reference on drawn problems.
 
@@ -189,6 +191,10 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     draw_schedules: draw the compile-time knobs too, one at a time around `schedule`
                 (strategies.schedules, each draw through the rules); every drawn variant
                 is built once and kept for the run (default: the profile's; explore does).
+    family:     build the schedule's family too (strategies.family: the builds that reach
+                every compile-time branch of its kernels) and draw problems on all of them;
+                with it, every member's path cases (strategies.path_cases) run first
+                (default: the profile's; smoke does).
     explicit:   (case, scheme) pairs run before any drawn example (hypothesis explicit
                 examples), for inputs a test must exercise whatever is drawn.
     """
@@ -206,6 +212,11 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         draw_schedules = prof.draw_schedules and runner is None and reference is None
     elif draw_schedules and (runner is not None or reference is not None):
         raise ValueError("draw_schedules builds its own runners and oracles: "
+                         "do not pass runner= or reference=")
+    if family is None:
+        family = prof.family and runner is None and reference is None
+    elif family and (runner is not None or reference is not None):
+        raise ValueError("family builds its own runners and oracles: "
                          "do not pass runner= or reference=")
 
     t0 = time.perf_counter()
@@ -252,9 +263,11 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     # kernel only: a stand-in runner has none of them)
     paths = [] if runner is not None or reference is not None \
         else be.verify_paths(schedule, device)
-    explicit = [*explicit, *((Case(schedule.problem, f["batch"], f["s_q"],
-                                   schedule.heads_per_device, tuple(f["seqlens"]), 0, False, 1),
-                              None) for _, f in paths)]
+    explicit = [(None, c, sch) for c, sch in explicit]
+    explicit += [(None, Case(schedule.problem, f["batch"], f["s_q"],
+                             schedule.heads_per_device, tuple(f["seqlens"]), 0, False, 1), None)
+                 for _, f in paths]
+    members = family_of(schedule) if family else [schedule]
     setup_s = time.perf_counter() - t0
     be = backend(schedule.target.name)
     choices = dict(be.runtime_choices(schedule))
@@ -263,6 +276,14 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         draw_schemes = (bool(be.runtime_choices(schedule).get("scheme"))
                         and not isolate and accepts(base_kernel, "scheme"))
     scheme_st = st.sampled_from(choices["scheme"]) if draw_schemes else st.none()
+    if prof.path_cases and runner is None and reference is None:
+        # each member's fixed run-time-branch cases, the schedule's own first; the first
+        # (every edge length at once) under every scheme, the others one scheme each
+        sch = list(choices["scheme"]) if draw_schemes else [None]
+        for s in members:
+            for i, c in enumerate(path_cases(s, bounds)):
+                for scheme in (sch if i == 0 else [sch[i % len(sch)]]):
+                    explicit.append((None if s is schedule else s, c, scheme))
     if draw_schedules:
         # the drawn schedule carries its own run-time scheme (the backend's RUN_KNOBS)
         runs_scheme = not isolate and accepts(base_kernel, "scheme")
@@ -270,6 +291,9 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             lambda s: st.tuples(st.just(s), cases(s, bounds, **DRAWN),
                                 st.just(getattr(s.mapping, "scheme", None)
                                         if runs_scheme else None)))
+    elif family:
+        drawn = st.sampled_from(members).flatmap(
+            lambda s: st.tuples(st.just(s), cases(s, bounds, **DRAWN), scheme_st))
     else:
         drawn = st.tuples(st.none(), cases(schedule, bounds, **DRAWN), scheme_st)
 
@@ -303,7 +327,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             where += f", drawn variant {sched.variant_name()} ({_knobs_differing(schedule, sched)})"
         failed: Optional[Failure] = None
         try:
-            expected = oracle(sched)(inputs, dtype=torch.float64)
+            expected = expected_outputs(oracle(sched), inputs)
         except Exception as e:   # noqa: BLE001 - a drawn valid case the reference rejects
             failed = Failure("reference", f"the reference raised {type(e).__name__}: {e}",
                              where)
@@ -339,8 +363,8 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     # derandomized example sequence (ci)
     check._hypothesis_internal_add_digest = (dumps(schedule) + schedule.fault).encode()
     test = given(draw=drawn)(check)
-    for case, scheme in reversed(list(explicit)):
-        test = example(draw=(None, case, scheme))(test)
+    for sched, case, scheme in reversed(explicit):
+        test = example(draw=(sched, case, scheme))(test)
     test = settings(test)
     if seed is not None:
         test = hyp_seed(seed)(test)
@@ -384,6 +408,10 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     for what, f in paths:
         result.notes.append(f"{what}: reached by an explicit input (batch {f['batch']}, "
                             f"s_q {f['s_q']}), run before the drawn ones")
+    if family and not draw_schedules:
+        result.notes.append(f"family: {len(members)} builds ({len(kernels)} used), "
+                            f"every compile-time branch of the schedule's kernels")
+        result.variants_built = len(kernels)
     if draw_schedules:
         result.notes.append(f"compile-time knobs drawn: {len(kernels)} variants built "
                             f"(one knob at a time around the schedule, through the rules)")
@@ -394,6 +422,21 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     if restarts:
         result.notes.append(f"note: the worker process was restarted {restarts} times")
     return result
+
+
+def expected_outputs(ref: Callable, inputs: MlaInputs) -> MlaOutputs:
+    """The reference's outputs: where bad block-table entries were planted
+    (strategies.plant_bad_pages), on the clean table, with the sequences they hit NaN in
+    out and lse (the contract of backends whose bad_pages_give_nan)."""
+    bad = inputs.meta.get("bad_sequences")
+    if not bad:
+        return ref(inputs, dtype=torch.float64)
+    want = ref(dataclasses.replace(inputs, block_table=inputs.meta["clean_table"]),
+               dtype=torch.float64)
+    for b in bad:
+        want.out[b] = float("nan")
+        want.lse[b] = float("nan")
+    return want
 
 
 def _knobs_differing(a: Schedule, b: Schedule) -> str:
@@ -410,6 +453,8 @@ def _case_fields(case: Case) -> dict:
     return dict(batch=case.batch, s_q=case.s_q, heads=case.heads, seqlens=list(case.seqlens),
                 seed=case.seed, q_noncontiguous=case.q_noncontiguous,
                 extra_table=case.extra_table, page_size=case.problem.page_size,
+                data=case.data, data_arg=case.data_arg,
+                bad_pages=[list(b) for b in case.bad_pages],
                 dtype=case.problem.dtype, causal=case.causal,
                 poisons=[p.describe() for p in case.poisons])
 
@@ -426,7 +471,7 @@ def replay(path: "str | Path | repro.Repro", *, runner: Optional[Callable] = Non
     gpu = backend(schedule.target.name).device != "cpu"
     isolate = gpu if isolate is None else isolate
     t0 = time.perf_counter()
-    expected = ref(rp.inputs, dtype=torch.float64)
+    expected = expected_outputs(ref, rp.inputs)
     failure = None
     poisoned = True
     try:

@@ -25,10 +25,11 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from .. import kvformat
+from ..backends import all_backends, backend
 from ..errors import ScheduleError
 from ..problem import MlaInputs, make_inputs
-from ..backends import all_backends, backend
 from ..schedule.records import DTYPES, Problem, Schedule
+from . import adversarial
 from .profiles import Bounds  # noqa: F401  (defined beside the profiles; re-exported here)
 
 
@@ -107,24 +108,41 @@ class Case:
     seed: int
     q_noncontiguous: bool
     extra_table: int
+    data: str = "randn"              # adversarial.PATTERNS: how the scores are shaped
+    data_arg: int = 0                # the pattern's free choices (where, how steep)
+    # planted bad block-table entries: (sequence, which of its pages: "first" | "middle" |
+    # "last", negative entry or one past the cache); drawn where the backend's contract
+    # says such a sequence comes out NaN (Backend.bad_pages_give_nan)
+    bad_pages: tuple[tuple[int, str, bool], ...] = ()
     causal: Optional[bool] = None      # None: the problem's
     poisons: tuple = ()                # Poison elements (NaN / inf inputs)
     kv_edges: bool = False             # 8-bit caches: the quantizer's edge cases in the tokens
     descale_per_seq: bool = False      # fp8_e4m3: one k_descale per sequence, not one
 
-    def inputs(self) -> MlaInputs:
+    def clean_inputs(self) -> MlaInputs:
+        """The problem without its bad table entries: what the reference sees."""
         inp = make_inputs(self.problem, self.batch, list(self.seqlens), s_q=self.s_q,
                           heads=self.heads, seed=self.seed, shuffle=True, nan_fill=True,
                           q_noncontiguous=self.q_noncontiguous, kv_edges=self.kv_edges,
                           descale_per_seq=self.descale_per_seq)
         if self.extra_table:
             inp = widen_table(inp, self.extra_table, self.seed)
+        inp = adversarial.apply(inp, self.data, self.data_arg)
         if self.causal is not None:
             inp = dataclasses.replace(inp, causal=self.causal)
         inp = poison(inp, self.poisons)
         inp.meta.update(q_noncontiguous=self.q_noncontiguous, extra_table=self.extra_table,
-                        fused=self.problem.fused)
+                        fused=self.problem.fused, data=self.data, data_arg=self.data_arg)
         return inp
+
+    def inputs(self) -> MlaInputs:
+        inp = self.clean_inputs()
+        if self.bad_pages:
+            inp = plant_bad_pages(inp, self.bad_pages)
+        return inp
+
+    def bad_sequences(self) -> list[int]:
+        return sorted({b for b, _, _ in self.bad_pages})
 
     def describe(self) -> str:
         return (f"batch {self.batch}, s_q {self.s_q}, heads {self.heads}, "
@@ -132,11 +150,29 @@ class Case:
                 f"{list(self.seqlens)}, seed {self.seed}"
                 + (", strided q" if self.q_noncontiguous else "")
                 + (f", +{self.extra_table} table columns" if self.extra_table else "")
+                + (f", data {self.data} ({self.data_arg})" if self.data != "randn" else "")
+                + (f", bad pages {list(self.bad_pages)}" if self.bad_pages else "")
                 + ("" if self.causal is None else f", causal {self.causal}")
                 + "".join(f", {p.describe()}" for p in self.poisons)
                 + (f", KV {self.problem.kv}" if self.problem.kv != self.problem.dtype else "")
                 + (", quantizer edges" if self.kv_edges else "")
                 + (", descale per sequence" if self.descale_per_seq else ""))
+
+
+def plant_bad_pages(inp: MlaInputs, bad: Sequence[tuple[int, str, bool]]) -> MlaInputs:
+    """Block-table entries outside the cache, at the first, middle or last page a sequence
+    uses (the last is where a check of `pages < last` instead of `<= last` misses)."""
+    table = inp.block_table.clone()
+    page = inp.page_size
+    nb = inp.k_cache.shape[0]
+    for b, where, past_end in bad:
+        need = -(-int(inp.cache_seqlens[b]) // page)
+        j = {"first": 0, "middle": need // 2, "last": need - 1}[where]
+        table[b, j] = nb + b if past_end else -1 - b
+    return dataclasses.replace(inp, block_table=table,
+                               meta=dict(inp.meta, bad_pages=[list(x) for x in bad],
+                                         bad_sequences=sorted({b for b, _, _ in bad}),
+                                         clean_table=inp.block_table))
 
 
 def widen_table(inp: MlaInputs, extra: int, seed: int) -> MlaInputs:
@@ -157,8 +193,11 @@ def widen_table(inp: MlaInputs, extra: int, seed: int) -> MlaInputs:
     return dataclasses.replace(inp, block_table=torch.cat([table, pick], dim=1).contiguous())
 
 
-def seqlen_strategy(page: int, bounds: Bounds, tile: Optional[int] = None) -> st.SearchStrategy:
-    """One sequence length, weighted towards the edges of pages and tiles."""
+def seqlen_strategy(page: int, bounds: Bounds, tile: Optional[int] = None, s_q: int = 1,
+                    block: Optional[int] = None) -> st.SearchStrategy:
+    """One sequence length, weighted towards the edges of pages, tiles and blocks, and
+    (s_q > 1) below s_q, where a query row sees no key: drawn with s_q, so s_q > length >
+    block comes out of one draw, not two knobs that must meet by chance."""
     edges = sorted({0, 1, page - 1, page, page + 1, 2 * page - 1, 2 * page, 2 * page + 1}
                    - {-1})
     edges = [e for e in edges if 0 <= e <= bounds.long_len]
@@ -167,14 +206,18 @@ def seqlen_strategy(page: int, bounds: Bounds, tile: Optional[int] = None) -> st
     choices = [st.integers(0, bounds.max_len),
                st.sampled_from(edges),
                st.integers(1, max(1, bounds.max_len // page)).map(lambda k: k * page)]
+    if s_q > 1:
+        choices.append(st.integers(0, s_q - 1))
     long_lo = min(bounds.max_len + 1, bounds.long_len)
     if bounds.long_len > bounds.max_len:
         choices.append(st.integers(long_lo, bounds.long_len))
-    if tile and tile <= bounds.long_len:
-        # around every multiple of the KV tile that fits: where buffers change hands
-        tiles = [k * tile + off for k in range(1, bounds.long_len // tile + 1)
-                 for off in (-1, 0, 1) if 0 <= k * tile + off <= bounds.long_len]
-        choices.append(st.sampled_from(tiles))
+    for edge in (tile, block):
+        if edge and edge <= bounds.long_len:
+            # around every multiple of the KV tile (where buffers change hands) and of the
+            # kernel's key block (where a block is partial) that fits
+            marks = sorted({k * edge + off for k in range(1, bounds.long_len // edge + 1)
+                            for off in (-1, 0, 1) if 0 <= k * edge + off <= bounds.long_len})
+            choices.append(st.sampled_from(marks))
     return st.one_of(*choices)
 
 
@@ -183,19 +226,47 @@ def _problem_of(spec: Union[Schedule, Problem]) -> Problem:
 
 
 @st.composite
+def bad_pages_strategy(draw, seqlens: Sequence[int], s_q: int) -> tuple:
+    """Bad block-table entries on sequences that see their keys (length >= s_q): at the
+    first, middle or last page, negative or past the cache.  Mostly none (shrinks to none)."""
+    eligible = [i for i, n in enumerate(seqlens) if n >= max(1, s_q)]
+    if not eligible or draw(st.integers(0, 3)) != 3:
+        return ()
+    picks = draw(st.lists(st.tuples(st.sampled_from(eligible),
+                                    st.sampled_from(("last", "first", "middle")),
+                                    st.booleans()),
+                          min_size=1, max_size=2, unique_by=lambda x: x[0]))
+    return tuple(sorted(picks))
+
+
+@st.composite
 def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
           heads: Optional[int] = None, page_sizes: Sequence[int] = (1, 16, 64),
           dtypes: Sequence[str] = DTYPES, head_counts: Sequence[int] = (1, 2, 3, 8, 16),
-          nonfinite: bool = False, draw_causal: bool = False) -> Case:
-    """A Case for a schedule (heads, page size and dtype fixed: they are compiled in) or for
-    a bare Problem (heads, page size and dtype drawn).  nonfinite: up to two NaN / +-inf
-    elements in q and in cache slots every query row sees (none is the first choice, where
-    shrinking goes); draw_causal: causal drawn too (with s_q > length, rows at negative
-    positions then see keys)."""
+          patterns: Sequence[str] = adversarial.PATTERNS, nonfinite: bool = False,
+          draw_causal: bool = False) -> Case:
+    """A Case for a schedule (what its build compiles in fixed; what its kernel takes at
+    run time -- Backend.runtime_shapes: heads against tile rows, page size against the
+    key block -- drawn) or for a bare Problem (heads, page size and dtype drawn).  The
+    data is randn or one of the adversarial patterns (`patterns`, the first is what a
+    failure shrinks towards).  nonfinite: up to two NaN / +-inf elements in q and in cache
+    slots every query row sees (none is the first choice, where shrinking goes);
+    draw_causal: causal drawn too (with s_q > length, rows at negative positions then see
+    keys)."""
     prob = _problem_of(spec)
+    block, bad_nan = None, False
     if isinstance(spec, Schedule):
+        be = backend(spec.target.kind)
         h = heads or spec.heads_per_device
-        tile = backend(spec.target.kind).boundary_tile(spec)
+        tile = be.boundary_tile(spec)
+        block = getattr(spec.mapping, "block_kv", None)
+        shapes = be.runtime_shapes(spec)
+        if heads is None and shapes.get("heads"):
+            h = draw(st.sampled_from(shapes["heads"]))
+        if shapes.get("page_size"):
+            prob = dataclasses.replace(prob, page_size=draw(st.sampled_from(
+                shapes["page_size"])))
+        bad_nan = be.bad_pages_give_nan
     else:
         h = heads or draw(st.sampled_from([c for c in head_counts if c <= prob.heads]
                                           or [prob.heads]))
@@ -204,7 +275,7 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
         tile = None
     batch = draw(st.integers(1, bounds.max_batch))
     s_q = draw(st.integers(1, prob.max_s_q))
-    lens = draw(st.lists(seqlen_strategy(prob.page_size, bounds, tile),
+    lens = draw(st.lists(seqlen_strategy(prob.page_size, bounds, tile, s_q, block),
                          min_size=batch, max_size=batch))
     noncontig = False if prob.fused else draw(st.booleans())
     extra = draw(st.integers(0, bounds.max_extra_table))
@@ -214,12 +285,15 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     poisons = draw(poisons_strategy(prob, batch, s_q, h, lens,
                                     prob.causal if causal is None else causal)) \
         if nonfinite else ()
+    data = draw(st.sampled_from(tuple(patterns))) if patterns else "randn"
+    data_arg = draw(st.integers(0, 63)) if data != "randn" else 0
+    bad = draw(bad_pages_strategy(lens, s_q)) if bad_nan else ()
     fmt = kvformat.get(prob.kv)
     # drawn only for 8-bit caches, so a 16-bit problem's draws are what they were
     edges = draw(st.booleans()) if fmt.quantized else False
     per_seq = draw(st.booleans()) if fmt.needs_descale else False
-    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, causal, poisons,
-                kv_edges=edges, descale_per_seq=per_seq)
+    return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, data, data_arg, bad,
+                causal=causal, poisons=poisons, kv_edges=edges, descale_per_seq=per_seq)
 
 
 def poisons_strategy(prob: Problem, batch: int, s_q: int, heads: int, lens: Sequence[int],
@@ -315,3 +389,68 @@ def schedules(draw, target: str, base: Optional[Schedule] = None,
     s = dataclasses.replace(base.replace(**knobs), name=base.name + "-drawn")
     assume(legal(s))
     return s
+
+
+# ---------------------------------------------------------------- a schedule's family ----
+def family(schedule: Schedule) -> list[Schedule]:
+    """`schedule` and the legal builds of its family (Backend.verify_family): together
+    they reach every compile-time branch of its kernels.  Illegal members are left out."""
+    out = [schedule]
+    seen = {schedule.variant_name()}
+    for knobs in backend(schedule.target.kind).verify_family(schedule):
+        try:
+            s = dataclasses.replace(schedule.replace(**knobs), name=schedule.name + "-family")
+        except (ScheduleError, ValueError, TypeError):
+            continue
+        if legal(s) and s.variant_name() not in seen:
+            seen.add(s.variant_name())
+            out.append(s)
+    return out
+
+
+def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
+    """A few fixed cases that take a schedule's run-time branches at once: rows that see no
+    key beside split sequences (s_q > length > block), lengths one past a block, a page and
+    a tile, scores that rise past any rescale slack, a dominant late key, huge logits, every
+    run-time head count and page size, and bad pages at a piece's first, middle and last
+    page (where the backend's contract makes that sequence NaN).  Many sequences a case: a
+    launch checks many problems."""
+    be = backend(s.target.kind)
+    prob = s.problem
+    h = s.heads_per_device
+    sq = prob.max_s_q
+    block = getattr(s.mapping, "block_kv", None) or 64
+    tile = be.boundary_tile(s) or 0
+    fused = prob.fused
+    cap = bounds.long_len
+    shapes = be.runtime_shapes(s)
+
+    def lens_for(page: int) -> tuple[int, ...]:
+        # one short of, exactly on and one past each edge (a piece that ends exactly on a
+        # tile or page edge is where `>` for `>=` hides)
+        want = {0, 1, max(0, sq - 1), block - 1, block + 1, 2 * block, page, page + 1,
+                2 * page, 2 * page + 1, min(cap, 4 * max(block, page) + 3)}
+        if tile:
+            want |= {tile - 1, tile, tile + 1}
+        return tuple(sorted(x for x in want if 0 <= x <= cap))
+
+    def case(p: Problem, lens, s_q, heads, data, arg, seed, bad=()):
+        return Case(p, len(lens), s_q, heads, tuple(lens), seed, not fused and seed % 2 == 1,
+                    seed % 3, data, arg, bad)
+
+    long = min(cap, max(8 * block, 3 * prob.page_size + 5))
+    out = [case(prob, lens_for(prob.page_size), sq, h, "rising", 2, 1),
+           case(prob, (long, long // 2 + 1, 3 * block), sq, h, "dominant", 5, 2),
+           case(prob, (long, block + 1, 0), max(1, sq // 2), h, "very_large", 0, 3),
+           case(prob, (long, 2 * block), 1, h, "rising", 7, 4)]
+    for heads in shapes.get("heads", ())[1:]:
+        out.append(case(prob, (block + 1, long), sq, heads, "rising", heads, 5 + heads))
+    for page in shapes.get("page_size", ())[1:]:
+        p = dataclasses.replace(prob, page_size=page)
+        out.append(case(p, lens_for(page), sq, h, "dominant", page, 6 + page))
+    if be.bad_pages_give_nan:
+        lens = (long, long, long, 1 + block)
+        bad = ((0, "last", True), (1, "first", False), (2, "middle", True))
+        out.append(case(prob, lens, 1, h, "randn", 0, 8, bad))
+        out.append(case(prob, (long, long), sq, h, "rising", 2, 9, ((1, "last", False),)))
+    return out

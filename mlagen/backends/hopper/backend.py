@@ -104,6 +104,38 @@ class HopperBackend(Backend):
         return [("the cluster merge", dict(batch=len(lens), s_q=1, seqlens=tuple(lens)))] \
             if lens else []
 
+    # a sequence with a bad block-table entry: its out and lse are NaN and the device flag
+    # is set (api.check_device_errors), never an out-of-bounds read
+    bad_pages_give_nan = True
+
+    def runtime_shapes(self, s):
+        # h_q and the page size are arguments of one build: query rows (s_q * h_q) against
+        # the tile's rows decide how many tiles and how full the last one is; pages against
+        # the 64-key block decide where a block's keys come from inside a page
+        m, hpd, rows = s.mapping, s.heads_per_device, s.mapping.rows_per_tile
+        heads = [h for h in (1, 2, 3, rows // 2 + 1, rows - 1, rows, rows + 1, 2 * rows + 3,
+                             hpd - 1) if 1 <= h <= hpd and h != hpd]
+        pages = (64, 128, 192, 256) if m.mainloop == "wgmma" else (1, 16, 64, 96, 128, 256)
+        page = s.problem.page_size
+        return {"heads": (hpd, *sorted(set(heads))),
+                "page_size": (page, *[p for p in pages if p != page])}
+
+    def mutants(self):
+        from .mutants import MUTANTS
+
+        return MUTANTS
+
+    def verify_family(self, s):
+        # the other dtype (a template argument); the few-rows wgmma kernel's one- and
+        # two-consumer forms (warps 4 / 8: the second merges the two warpgroups' states);
+        # the mma.sync kernel's key blocks, stage counts and warps, each value once
+        m = s.mapping
+        other = {"dtype": "fp16" if s.problem.dtype == "bf16" else "bf16"}
+        if m.mainloop == "wgmma":
+            return [other] + ([{"warps": 12 - m.warps}] if m.rows_per_tile in (16, 32) else [])
+        return [other, {"block_kv": 16, "buffers": 1}, {"block_kv": 64, "buffers": 3},
+                {"warps": 12 - m.warps}]
+
     def verify_base(self):
         return dict(heads=128, tp=8, max_s_q=2, block_kv=32, buffers=2, rows_per_tile=64,
                     warps=8)

@@ -50,6 +50,26 @@ class Sc11Backend(Backend):
     def verify_base(self):
         return dict(heads=128, tp=8, max_s_q=2, cores=8, block_kv=64, buffers=2, seq_tile=512)
 
+    def mutants(self):
+        from .mutants import MUTANTS
+
+        return MUTANTS
+
+    def verify_family(self, s):
+        # every problem shape is compiled in: the builds that reach the kernel's branches
+        # -- heads that leave the last core 2+ short (11 over 4 cores: 3, 3, 3, 2), cores
+        # left idle, an explicit heads_per_core, key blocks below s_q (a query row seeing
+        # no key in a split sequence), tiles starting mid-page, one and three buffers, the
+        # other dtype
+        tp = s.mapping.tp
+        return [dict(heads=tp * 11, cores=4, heads_per_core=0),
+                dict(heads=tp * 6, cores=8, heads_per_core=0),
+                dict(heads=tp * 12, cores=8, heads_per_core=2),
+                dict(block_kv=2, max_s_q=4, seq_tile=32),
+                dict(buffers=1, block_kv=16, seq_tile=256),
+                dict(buffers=3, block_kv=32),
+                dict(dtype="fp16" if s.problem.dtype == "bf16" else "bf16")]
+
     def runtime_choices(self, s):
         return {"scheme": SCHEMES} if s.mapping.scheme == "auto" else {}
 

@@ -1,0 +1,98 @@
+"""The Hopper mutants (mlagen.verify.mutants): one-line slips in the 64-row wgmma kernel
+(mla_wgmma.cuh), the few-rows kernel (mla_wgmma_rows.cuh), the combine (mla_combine.cuh),
+the split scheduler (mla_scheduler.cuh) and the mma.sync kernel (mla_split.cuh).  Each
+names the example schedules whose build runs the line it edits."""
+
+from __future__ import annotations
+
+from ...verify.mutation import Mutant
+
+W64 = ("hopper_wgmma",)
+ROWS1 = ("hopper_wgmma_r16", "hopper_wgmma_r32_fp16")          # one consumer warpgroup
+ROWS2 = ("hopper_wgmma_r16_w8", "hopper_wgmma_r32_w8")          # two, merged per piece
+MMA = ("hopper_h200", "hopper_tp8_r16")
+SPLITS = ("hopper_h200", "hopper_wgmma")                        # partials through the combine
+
+MAX_MOVES = "running-sum rescale when the max moves"
+WG_MERGE = "few-rows kernel's warpgroup merge when the second holds the larger max"
+PAGE_OFFSET = "page offsets inside pages larger than 64"
+BAD_LAST = "the bad-page check on the last page of a piece"
+
+MUTANTS = (
+    # ---- the 64-row wgmma kernel
+    Mutant("wgmma_sum_not_rescaled", "hopper", "mla_wgmma.cuh",
+           "lsum[0] = lsum[0] * alpha[0] + sum[0];", "lsum[0] = lsum[0] + sum[0];",
+           "the running sum of a thread's first row is not rescaled when its max moves",
+           W64, MAX_MOVES),
+    Mutant("wgmma_page_offset", "hopper", "mla_wgmma.cuh",
+           "const int off = t0 % p.page_size;", "const int off = t0 % C::kBlock;",
+           "a block's offset inside its page taken modulo the block (pages = blocks)",
+           W64, PAGE_OFFSET),
+    Mutant("wgmma_bad_page_last", "hopper", "mla_wgmma.cuh",
+           "for (int pi = first + t; pi <= last; pi += threads) {",
+           "for (int pi = first + t; pi < last; pi += threads) {",
+           "the bad-page check stops before the piece's last page (< for <=)",
+           W64, BAD_LAST),
+    Mutant("wgmma_unmasked_block", "hopper", "mla_wgmma.cuh",
+           "if (t0 + C::kBlock <= min(lim[0], lim[1])) {",
+           "if (t0 + C::kBlock <= max(lim[0], lim[1])) {",
+           "a block is taken unmasked when one of a thread's two rows may see all of it",
+           W64),
+    # ---- the few-rows kernel (16 / 32 rows; warps 8: two warpgroups merged per piece)
+    Mutant("rows_sum_not_rescaled", "hopper", "mla_wgmma_rows.cuh",
+           "lsum[c] *= alpha[c];   // this thread's share of the column sum",
+           "// this thread's share of the column sum (not rescaled)",
+           "the running column sum is not rescaled when the max moves", ROWS1, MAX_MOVES),
+    Mutant("rows_merge_first_max", "hopper", "mla_wgmma_rows.cuh",
+           "const float mm = fmaxf(m0, m1);",
+           "const float mm = m0 == -INFINITY ? m1 : m0;",
+           "the merge keeps the first warpgroup's max (overflows when the second's is far "
+           "larger)", ROWS2, WG_MERGE),
+    Mutant("rows_merge_l_weight", "hopper", "mla_wgmma_rows.cuh",
+           "l[c] = sm.stat[N + col] * f0 + sm.stat[3 * N + col] * f1;",
+           "l[c] = sm.stat[N + col] * f0 + sm.stat[3 * N + col] * f0;",
+           "the merged sum weighs the second warpgroup's l with the first's factor",
+           ROWS2, WG_MERGE),
+    Mutant("rows_page_offset", "hopper", "mla_wgmma_rows.cuh",
+           "j * 64, t0 % p.page_size, page);", "j * 64, t0 % C::kBlock, page);",
+           "a block's row inside its page taken modulo the block", ROWS1, PAGE_OFFSET),
+    Mutant("rows_bad_page_bound", "hopper", "mla_wgmma_rows.cuh",
+           "bad |= page < 0 || page >= p.num_blocks;",
+           "bad |= page < 0 || page > p.num_blocks;",
+           "an entry equal to num_blocks passes the bad-page check (> for >=)",
+           ROWS1, BAD_LAST),
+    # ---- the combine
+    Mutant("combine_half_scale", "hopper", "mla_combine.cuh",
+           "const float wj = j < kCombineVec / 2 ? w.x : w.y;", "const float wj = w.x;",
+           "the second 256-column half of an fp16 partial is read with the first's scale",
+           W64),
+    Mutant("combine_max_skips_last", "hopper", "mla_combine.cuh",
+           "for (int i = lane; i < n; i += 32) {", "for (int i = lane; i < n - 1; i += 32) {",
+           "the max over the splits' lse leaves the last split out", SPLITS, MAX_MOVES),
+    Mutant("combine_empty_lse", "hopper", "mla_combine.cuh",
+           "nan ? NAN : (sum > 0.f ? mx + logf(sum) : INFINITY);",
+           "nan ? NAN : mx + logf(sum);",
+           "a combined row that saw no key gets lse -inf (the convention is +inf)", SPLITS),
+    # ---- the split scheduler (run on the GPU by the metadata kernel)
+    Mutant("sched_piece_start", "hopper", "mla_scheduler.cuh",
+           "md[1] = f0 == p ? 0 : static_cast<int>(p * payload - cum[r0] - fixed_cost) * 64;",
+           "md[1] = f0 == p ? 0 : static_cast<int>(p * payload - cum[r0] - fixed_cost + 1) * 64;",
+           "a part that starts inside a request starts one block late", SPLITS),
+    Mutant("sched_payload_floor", "hopper", "mla_scheduler.cuh",
+           "const long long p = (total + parts - 1) / parts;",
+           "const long long p = total / parts;",
+           "the cost a part takes rounded down (the last blocks fall past the last part)",
+           SPLITS),
+    # ---- the mma.sync kernel
+    Mutant("split_sum_not_rescaled", "hopper", "mla_split.cuh",
+           "l = l * alpha + sum;", "l = l + sum;",
+           "the running sum is not rescaled when the max moves", MMA, MAX_MOVES),
+    Mutant("split_page_offset", "hopper", "mla_split.cuh",
+           "src = k + pg.page * p.k_stride_block + (t % p.page_size) * p.k_stride_token;",
+           "src = k + pg.page * p.k_stride_block + (t % BKV) * p.k_stride_token;",
+           "a key's slot inside its page taken modulo the key block", MMA, PAGE_OFFSET),
+    Mutant("split_alpha_unguarded", "hopper", "mla_split.cuh",
+           "const float alpha = m_new == -INFINITY ? 1.f : exp2f(m - m_new);",
+           "const float alpha = exp2f(m - m_new);",
+           "the rescale of a row that has seen no key yet is exp2(-inf + inf) = NaN", MMA),
+)

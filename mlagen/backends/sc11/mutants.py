@@ -1,0 +1,64 @@
+"""The SC11 kernel's mutants (mlagen.verify.mutants): one-line slips in the emulated
+kernel (templates/sc11/runtime/mla.h) and its work plan (plan.h), each caught by `verify`
+on the example schedules it names."""
+
+from __future__ import annotations
+
+from ...verify.mutation import Mutant
+
+SC11 = ("sc11_attn", "sc11_fused_tp4")
+SC11_FUSED = ("sc11_fused_tp4",)
+
+
+MUTANTS = (
+    Mutant("sum_not_rescaled", "sc11", "mla.h",
+           "L[r] = L[r] * corr + sum;", "L[r] = L[r] + sum;",
+           "the running sum is not rescaled when the running max moves", SC11,
+           "running-sum rescale when the max moves"),
+    Mutant("rescale_sign", "sc11", "mla.h",
+           "const float corr = std::exp(M[r] - m);", "const float corr = std::exp(m - M[r]);",
+           "the rescale factor's exponent has its sign flipped", SC11),
+    Mutant("mask_strict", "sc11", "mla.h",
+           "s[j] = (j0 + j <= lim[r]) ? s[j] * scl : kNegInf;",
+           "s[j] = (j0 + j < lim[r]) ? s[j] * scl : kNegInf;",
+           "the causal mask drops the query's own key (< for <=)", SC11),
+    Mutant("row_query_index", "sc11", "mla.h",
+           "for (int r = 0; r < rows; ++r) lim[r] = visible_limit(pc.seq, r / nh);",
+           "for (int r = 0; r < rows; ++r) lim[r] = visible_limit(pc.seq, r % a_.s_q);",
+           "a row's query index taken as r % s_q (rows are query-major: r / heads)", SC11),
+    Mutant("merged_empty_lse", "sc11", "mla.h",
+           "lse[r] = Lse[r] == kNegInf ? std::numeric_limits<float>::infinity() : Lse[r];",
+           "lse[r] = Lse[r];",
+           "a merged row that saw no key keeps lse -inf (the convention is +inf)", SC11,
+           "split sequence with a query row that sees no key (s_q > seqlen > block_kv)"),
+    Mutant("merge_weights_swapped", "sc11", "mla.h",
+           "for (int d = 0; d < DV; ++d) o[d] = o[d] * wo + p[d] * wp;",
+           "for (int d = 0; d < DV; ++d) o[d] = o[d] * wp + p[d] * wo;",
+           "the merge weighs the running and the new partial with each other's weight", SC11),
+    Mutant("page_tail_overrun", "sc11", "mla.h",
+           "const int64_t len = Cfg::FAULT == FAULT_PAGE_START_ASSUMED ? len0 : "
+           "std::min<int64_t>(PAGE - in, st.t1 - t);",
+           "const int64_t len = Cfg::FAULT == FAULT_PAGE_START_ASSUMED ? len0 : "
+           "std::min<int64_t>(PAGE, st.t1 - t);",
+           "a gather that starts mid-page copies a whole page's worth (runs past the page)",
+           SC11),
+    Mutant("tile_last_exclusive", "sc11", "mla.h",
+           "steps.push_back({p, t, std::min(pc.t1, t + TILE), t == pc.t0, t + TILE >= pc.t1});",
+           "steps.push_back({p, t, std::min(pc.t1, t + TILE), t == pc.t0, t + TILE > pc.t1});",
+           "a piece that ends exactly on a tile edge is never finalised (> for >=)", SC11),
+    Mutant("q_row_stride", "sc11", "mla.h",
+           "cq(dst + (int64_t)s * nh * D,", "cq(dst + (int64_t)s * HPC * D,",
+           "q rows of query s laid out with the per-core head count, not the piece's", SC11,
+           "a head count that leaves the last core short"),
+    Mutant("short_core_chunk_last", "sc11", "mla.h",
+           "items.push_back({r0, std::min(tokens, r0 + PR), h, h == h0, h == h1 - 1});",
+           "items.push_back({r0, std::min(tokens, r0 + PR), h, h == h0, h == h0 + HPC - 1});",
+           "a projection chunk's last head is the per-core count's (a short core never ends "
+           "its chunk)", SC11_FUSED, "a head count that leaves the last core short"),
+    Mutant("slice_end_unclipped", "sc11", "plan.h",
+           "for (int64_t t = 0; t < len; t += chunk) out.push_back({t, std::min(len, t + chunk)});",
+           "for (int64_t t = 0; t < len; t += chunk) out.push_back({t, t + chunk});",
+           "a sequence's last slice is not clipped to its length", SC11),
+)
+
+

@@ -1,0 +1,129 @@
+"""Adversarial data: scores shaped so the online softmax's rare paths run.
+
+Random data (randn) almost never moves a row's running maximum after its first block, so a
+kernel that forgets to rescale its running sum when the max moves -- or rescales only past
+a slack, or merges two partial states the wrong way round -- passes every random test.  A
+pattern here rewrites the tensors of a drawn problem (after make_inputs, before the kernel
+and the reference see them, so both get the same rounded values):
+
+    randn          unchanged
+    rising         scores climb along each sequence, from a drawn start onward, by a drawn
+                   step (log2 units per 64 keys, up to well past any kernel's rescale slack):
+                   the max moves at late blocks
+    dominant       one key, at a drawn position of each sequence, scores far above the rest
+    ties           every key of a sequence is the same key: all its scores tie
+    very_negative  every score shifted far below zero (exp of the raw score underflows)
+    very_large     every score shifted far above zero (exp of the raw score overflows)
+
+Attention-only problems get exact control: every query holds 1 in the first rope column
+(column dv = 512) and key t holds f(t) / softmax_scale there, so key t's score is its
+random score plus f(t) nats; V (the first dv columns) keeps its random values and the
+output checks stay tight.  The fused operator's query is computed inside the kernel, so
+there the rope columns of key t are scaled by a factor instead (its scores grow in size,
+both signs; the max still tends to move late).  Slots past a sequence keep their NaN.
+
+The patterns are on values, not bit patterns: a quantized KV format (mlagen.kvformat) is
+dequantized, shaped and quantized again, so a new format plugs in through kvformat alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from .. import kvformat
+from ..problem import MlaInputs
+
+PATTERNS = ("randn", "rising", "dominant", "ties", "very_negative", "very_large")
+# rising: log2 units per 64-key block (past a rescale slack of 8, and well past it)
+RISE_STEPS = (3.0, 9.0, 12.0, 24.0)
+# far past any slack, and past 128 log2 units (2^128 overflows fp32): a merge of two
+# partial states that keeps the smaller max overflows where the dominant key is the other's
+DOMINANT_NATS = 100.0
+SHIFT_NATS = 600.0             # 2^(600 log2 e) overflows fp32: the max must be subtracted
+
+
+def _key_positions(inp: MlaInputs, b: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(page index, slot) in k_cache of keys 0..n-1 of sequence b."""
+    page = inp.k_cache.shape[1]
+    t = torch.arange(n, device=inp.k_cache.device)
+    return inp.block_table[b, t // page].long(), t % page
+
+
+def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
+    """`inp` with its scores shaped by `pattern`; `arg` (any non-negative int) picks the
+    pattern's free choices (where a rise starts, its step, the dominant key's place)."""
+    if pattern == "randn":
+        return inp
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown data pattern {pattern!r}; one of {PATTERNS}")
+    fmt = kvformat.get(inp.kv)
+    page_descale = _page_descale(inp) if fmt.quantized else None
+    # a quantized cache is shaped as values and stored again in its format (kernel and
+    # reference then read the same bytes; e4m3 saturates a steep ramp at its range)
+    k = (kvformat.dequantize(inp.k_cache, fmt.name, page_descale, inp.dv,
+                             torch.float32) if fmt.quantized else inp.k_cache.clone())
+    dv = inp.dv
+    lens = inp.cache_seqlens.tolist()
+    fused = inp.q is None
+    scale = inp.softmax_scale
+    for b, n in enumerate(lens):
+        if n == 0:
+            continue
+        pages, slots = _key_positions(inp, b, n)
+        t = torch.arange(n, dtype=torch.float64)
+        if pattern == "ties":
+            k[pages, slots] = k[pages[0], slots[0]].clone()
+            continue
+        if pattern == "rising":
+            step = RISE_STEPS[arg % len(RISE_STEPS)]
+            start = (arg // len(RISE_STEPS)) % 4 * n // 4      # 0, 1/4, 1/2, 3/4 of the way
+            f = (t - start).clamp(min=0) * (step * math.log(2) / 64)
+        elif pattern == "dominant":
+            f = torch.zeros(n, dtype=torch.float64)
+            f[(arg * 2654435761 + b * 40503) % n] = DOMINANT_NATS
+        elif pattern == "very_negative":
+            f = torch.full((n,), -SHIFT_NATS, dtype=torch.float64)
+        else:                                                    # very_large
+            f = torch.full((n,), SHIFT_NATS, dtype=torch.float64)
+        if fused:
+            # the query is the kernel's own: grow the rope columns' share instead
+            g = 1.0 + f.abs() / 4.0
+            k[pages, slots, :, dv:] = (k[pages, slots, :, dv:].double()
+                                       * g[:, None, None]).to(k.dtype)
+        else:
+            top = torch.finfo(k.dtype).max / 4          # fp16: a tiny scale must not overflow
+            k[pages, slots, :, dv] = (f / scale).clamp(-top, top).to(k.dtype)[:, None]
+    if fmt.quantized:
+        k = kvformat.quantize(k, fmt.name, page_descale, dv)
+    out = dataclasses.replace(inp, k_cache=k)
+    if not fused:
+        # q may be a strided view of a wider tensor: write through it, keeping its strides
+        q = inp.q.clone() if inp.q.is_contiguous() else _strided_copy(inp.q)
+        q[..., dv] = 1.0
+        if pattern == "ties":
+            q[..., dv] = inp.q[..., dv]
+        out = dataclasses.replace(out, q=q)
+    out.meta = dict(inp.meta, data=pattern, data_arg=arg)
+    return out
+
+
+def _page_descale(inp: MlaInputs):
+    """fp8_e4m3's descale as the cache's pages take it (one a sequence -> one a page)."""
+    d = inp.k_descale
+    if d is None or d.numel() == 1:
+        return d
+    out = torch.full((inp.k_cache.shape[0],), float(d[0]), dtype=torch.float32)
+    for b in range(inp.block_table.shape[0]):
+        out[inp.block_table[b].long().clamp(0, inp.k_cache.shape[0] - 1)] = d[b].float()
+    return out
+
+
+def _strided_copy(q: torch.Tensor) -> torch.Tensor:
+    """A copy of a strided view of q with the same strides (a view of a fresh base)."""
+    base = torch.empty_strided(q.size(), q.stride(), dtype=q.dtype, device=q.device)
+    # empty_strided with the view's strides makes a base big enough for them
+    base.copy_(q)
+    return base

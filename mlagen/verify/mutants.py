@@ -1,0 +1,393 @@
+"""The verifier's power, measured: realistic one-line faults planted in the kernel sources,
+each of which `verify` must catch on the shipped example schedules.
+
+    python -m mlagen.verify.mutants --target KIND [--profile smoke] [--out FILE.json]
+    python -m mlagen.verify.mutants --target KIND --compile-only   (compile, no device)
+    python -m mlagen.verify.mutants --list
+
+The mutants of a target are its backend's ``mutants()`` (mlagen/backends/<kind>/mutants.py,
+records of mutation.py).
+
+A mutant is a textual patch (mlagen.jit.patches) of one line of a template or header: the
+slips a kernel engineer makes (a sum not rescaled when the max moves, `<` for `<=`, the
+wrong warpgroup's state kept, an offset inside a page dropped).  They are distinct from
+the `kFault` / FAULT_* codes the kernels carry for the verifier's own tests (those are
+compiled-in switches; these are edits of a copy, which the real kernel never contains)
+and from each other.  Each must apply exactly once and compile cleanly; the harness
+builds the patched copy through the ordinary build (MLAGEN_SOURCE_PATCHES names the
+patch), then runs the real `verify` on each example schedule named.  A mutant is caught
+by a check (a profile on a schedule) when verify fails there; the report gives the catch
+rate per check and how each was caught.  Exit status: 0 every mutant caught by every
+check that ran it (or, --compile-only, every mutant compiles), 1 otherwise, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+from ..jit import patches as jit_patches
+from .mutation import Mutant, planted
+
+
+def all_mutants() -> tuple[Mutant, ...]:
+    from ..backends import all_backends
+
+    return tuple(m for b in all_backends() for m in b.mutants())
+
+
+def mutants_for(target: str) -> tuple[Mutant, ...]:
+    from ..backends import backend
+
+    return tuple(backend(target).mutants())
+
+
+def load_example(name: str):
+    from ..paths import SCHEDULES_DIR
+    from ..schedule import load
+
+    return load(SCHEDULES_DIR / f"{name}.toml")
+
+
+def render_patched(mutant: Mutant, schedule):
+    """The mutant's patched sources for a schedule (raises PatchError if it does not
+    apply exactly once)."""
+    from ..codegen import render
+
+    src = render(schedule)
+    out = jit_patches.apply(src, [mutant.patch()])
+    if out is src:
+        raise jit_patches.PatchError(f"mutant {mutant.name}: {mutant.file} is not among the "
+                                     f"sources of {schedule.name}")
+    return out
+
+
+def compile_check(mutant: Mutant, schedule) -> Optional[str]:
+    """None when the mutant applies and compiles for `schedule` (objects only), else why."""
+    from ..errors import MlagenError
+    from ..jit import compile_only
+
+    try:
+        compile_only(render_patched(mutant, schedule))
+    except MlagenError as e:
+        return str(e).splitlines()[0]
+    return None
+
+
+@dataclass
+class Outcome:
+    mutant: str
+    schedule: str
+    profile: str
+    caught: bool
+    how: str = ""               # failure kind and what failed first
+    examples_run: int = 0
+    seconds: float = 0.0
+    error: str = ""             # the harness could not run it (a build failure)
+
+
+@dataclass
+class Report:
+    target: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    compile_failures: dict[str, str] = field(default_factory=dict)
+
+    def per_check(self) -> dict[str, tuple[int, int]]:
+        """check (profile on schedule) -> (caught, run)."""
+        out: dict[str, list[int]] = {}
+        for o in self.outcomes:
+            if o.error:
+                continue
+            c = out.setdefault(f"verify --profile {o.profile} {o.schedule}", [0, 0])
+            c[0] += o.caught
+            c[1] += 1
+        return {k: (v[0], v[1]) for k, v in out.items()}
+
+    def per_mutant(self) -> dict[str, bool]:
+        out: dict[str, bool] = {}
+        for o in self.outcomes:
+            if not o.error:
+                out[o.mutant] = out.get(o.mutant, False) or o.caught
+        return out
+
+    def ok(self) -> bool:
+        return (not self.compile_failures and bool(self.outcomes)
+                and all(o.caught and not o.error for o in self.outcomes))
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "per_check": {k: {"caught": c, "run": n}
+                                                      for k, (c, n) in self.per_check().items()},
+                "per_mutant": self.per_mutant(), "compile_failures": self.compile_failures,
+                "outcomes": [asdict(o) for o in self.outcomes]}
+
+    def summary(self) -> str:
+        lines = [f"mutants, target {self.target}:"]
+        for k, (c, n) in self.per_check().items():
+            lines.append(f"  {k}: {c}/{n} caught")
+        for name, why in self.compile_failures.items():
+            lines.append(f"  {name}: does not compile: {why}")
+        escaped = [o for o in self.outcomes if not o.caught]
+        for o in escaped:
+            lines.append(f"  ESCAPED {o.mutant} on {o.schedule} ({o.profile})"
+                         + (f": {o.error}" if o.error else ""))
+        caught = sum(self.per_mutant().values())
+        lines.append(f"  {caught}/{len(self.per_mutant())} mutants caught by some check")
+        return "\n".join(lines)
+
+
+def _how(result) -> str:
+    f = result.failure
+    if f is None:
+        return ""
+    first = f.message.splitlines()[0] if f.message else ""
+    return f"{f.kind}: {first[:160]}"
+
+
+def run_one(mutant: Mutant, schedule_name: str, profile: str, examples: Optional[int] = None,
+            time_budget_s: Optional[float] = None, shrink_budget_s: float = 5.0) -> Outcome:
+    """Plant the mutant, run the real verify on the example schedule, say if it failed."""
+    from ..errors import MlagenError
+    from .runner import verify
+
+    s = load_example(schedule_name)
+    t0 = time.perf_counter()
+    with planted(mutant):
+        try:
+            r = verify(s, examples=examples, profile=profile, progress=False,
+                       time_budget_s=time_budget_s, shrink_budget_s=shrink_budget_s,
+                       save_failures=False)
+        except MlagenError as e:       # a build failure: the mutant's, not a catch
+            return Outcome(mutant.name, schedule_name, profile, False,
+                           error=str(e).splitlines()[0], seconds=time.perf_counter() - t0)
+    if r.failure is not None and "BuildError" in r.failure.message:
+        # a family member that does not build: the mutant's fault, not a catch
+        return Outcome(mutant.name, schedule_name, profile, False, _how(r), r.examples_run,
+                       time.perf_counter() - t0, error="a build of the family failed")
+    return Outcome(mutant.name, schedule_name, profile, not r.ok, _how(r), r.examples_run,
+                   time.perf_counter() - t0)
+
+
+def prebuild(pairs: Sequence[tuple[Mutant, object]], jobs: int) -> dict[str, str]:
+    """Build every (mutant, schedule) pair's patched library in parallel (the verify runs
+    then find them cached); returns mutant name -> build error for those that fail."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..errors import MlagenError
+    from ..jit import build
+
+    def one(pair):
+        m, s = pair
+        try:
+            build(render_patched(m, s), progress=False)
+        except MlagenError as e:
+            return m.name, str(e).splitlines()[0]
+        return m.name, None
+
+    errors = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for name, err in pool.map(one, pairs):
+            if err:
+                errors[name] = err
+    return errors
+
+
+def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] = (),
+        schedules: Sequence[str] = (), examples: Optional[int] = None,
+        time_budget_s: Optional[float] = None, jobs: int = 0, log=None,
+        prebuild_all: Optional[bool] = None, first_schedule: bool = False,
+        parallel: int = 1, isolate: bool = True) -> Report:
+    """Every mutant of `target` (or those named in `only`) against verify on its example
+    schedules (or `schedules`; with first_schedule, each mutant's first only), under each
+    profile.  prebuild_all: build every run's schedule in parallel first (default: on GPU
+    targets, whose builds are slow and whose hosts have cores to spare; on the CPU verify
+    builds what it reaches, lazily).  isolate: each verify run in a process of its own,
+    `parallel` at once (a mutant that makes an in-process kernel crash -- an emulator
+    reading past its cache -- kills that run's process only, and counts as caught by a
+    crash, as it is when a user runs verify on it)."""
+    from ..backends import backend
+
+    chosen = [m for m in mutants_for(target) if not only or m.name in only]
+    report = Report(target)
+    plan = []
+    for m in chosen:
+        names = list(schedules) or list(m.schedules)
+        plan += [(m, n) for n in (names[:1] if first_schedule else names)]
+    jobs = jobs or max(1, (os.cpu_count() or 2) // 2)
+    if prebuild_all is None:
+        prebuild_all = backend(target).device != "cpu"
+    if prebuild_all:
+        # the schedule itself; its family's other members build when verify reaches them
+        report.compile_failures = prebuild([(m, load_example(n)) for m, n in plan], jobs)
+    todo = [(m, n, prof) for m, n in plan if m.name not in report.compile_failures
+            for prof in profiles]
+
+    def say(o: Outcome) -> None:
+        report.outcomes.append(o)
+        if log:
+            print(f"{'caught ' if o.caught else 'ESCAPED'} {o.mutant} on {o.schedule} "
+                  f"({o.profile}, {o.seconds:.1f} s){': ' + o.how if o.how else ''}"
+                  f"{' ' + o.error if o.error else ''}", file=log, flush=True)
+
+    if not isolate:
+        for m, n, prof in todo:
+            say(run_one(m, n, prof, examples, time_budget_s))
+    else:
+        for o in _in_processes(todo, max(1, parallel), examples, time_budget_s):
+            say(o)
+    return report
+
+
+def _in_processes(todo, parallel: int, examples, time_budget_s) -> Iterator[Outcome]:
+    """run_one of each (mutant, schedule, profile) in a child process, `parallel` at once."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="mlagen-mutants-") as d:
+        waiting = list(enumerate(todo))
+        running: list = []
+        while waiting or running:
+            while waiting and len(running) < parallel:
+                i, (m, n, prof) = waiting.pop(0)
+                out = Path(d) / f"{i}.json"
+                cmd = [sys.executable, "-m", "mlagen.verify.mutants", "--target", m.target,
+                       "--only", m.name, "--schedule", n, "--profile", prof, "--no-prebuild",
+                       "--in-process", "--out", str(out)]
+                if examples:
+                    cmd += ["--examples", str(examples)]
+                if time_budget_s:
+                    cmd += ["--time-budget", str(time_budget_s)]
+                errf = open(Path(d) / f"{i}.err", "w+")      # a file: a pipe could fill
+                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf)
+                running.append((proc, out, m, n, prof, errf, time.perf_counter()))
+            time.sleep(0.5)
+            for item in list(running):
+                proc, out, m, n, prof, errf, started = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                errf.seek(0)
+                err = errf.read()
+                errf.close()
+                if proc.returncode < 0:          # killed by a signal: the kernel crashed
+                    yield Outcome(m.name, n, prof, True,
+                                  f"crash: the verify process died of signal "
+                                  f"{-proc.returncode}",
+                                  seconds=time.perf_counter() - started)
+                    continue
+                try:
+                    got = json.loads(out.read_text())["outcomes"]
+                    yield from (Outcome(**o) for o in got)
+                except (OSError, ValueError, KeyError):
+                    yield Outcome(m.name, n, prof, False,
+                                  error=f"the run's process failed (exit {proc.returncode}): "
+                                        f"{(err.strip().splitlines() or ['?'])[-1][:200]}")
+
+
+def compile_all(target: str, only: Sequence[str] = (), jobs: int = 0, log=None
+                ) -> dict[str, Optional[str]]:
+    """Compile (objects, no link, no device) every mutant on its first example schedule."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chosen = [m for m in mutants_for(target) if not only or m.name in only]
+    jobs = jobs or max(1, (os.cpu_count() or 2) // 2)
+
+    def one(m):
+        return m.name, compile_check(m, load_example(m.schedules[0]))
+
+    out = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for name, err in pool.map(one, chosen):
+            out[name] = err
+            if log:
+                print(f"{'compiles' if err is None else 'FAILS   '} {name}"
+                      f"{': ' + err if err else ''}", file=log, flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    from ..backends import kinds
+
+    ap = argparse.ArgumentParser(prog="python -m mlagen.verify.mutants",
+                                 description="plant one-line faults in the kernel sources and "
+                                             "count how many verify catches")
+    ap.add_argument("--target", choices=kinds(), default=None)
+    ap.add_argument("--profile", action="append", default=None,
+                    help="verify profile(s) to run each mutant under (default: smoke)")
+    ap.add_argument("--only", action="append", default=[], metavar="MUTANT")
+    ap.add_argument("--schedule", action="append", default=[], metavar="EXAMPLE",
+                    help="example schedule name(s) instead of each mutant's own")
+    ap.add_argument("--examples", type=int, default=None)
+    ap.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                    help="per verify run (default: the profile's)")
+    ap.add_argument("--jobs", type=int, default=0, help="parallel builds (default: cores / 2)")
+    ap.add_argument("--out", default=None, help="write the report as JSON here")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--first-schedule", action="store_true",
+                    help="each mutant on the first of its example schedules only")
+    ap.add_argument("--parallel", type=int, default=1, metavar="N",
+                    help="verify runs at once, each in its own process (default 1)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run verify in this process (default: a process a run)")
+    ap.add_argument("--no-prebuild", action="store_true",
+                    help="do not build the mutants ahead in parallel (verify builds them)")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="only check that every mutant applies and compiles (no device)")
+    args = ap.parse_args(argv)
+    from ..errors import MlagenError
+    from .profiles import PROFILES
+
+    if args.list:
+        for m in all_mutants():
+            if args.target in (None, m.target):
+                print(f"{m.target:6} {m.name:28} {m.file:22} {m.what}")
+        return 0
+    if args.target is None:
+        print(f"mlagen: give --target ({' or '.join(kinds())}) or --list", file=sys.stderr)
+        return 2
+    known = {m.name for m in mutants_for(args.target)}
+    bad = [n for n in args.only if n not in known]
+    if bad:
+        print(f"mlagen: no {args.target} mutant named {', '.join(bad)}", file=sys.stderr)
+        return 2
+    profiles = args.profile or ["smoke"]
+    if any(p not in PROFILES for p in profiles):
+        print(f"mlagen: --profile must be one of {', '.join(PROFILES)}", file=sys.stderr)
+        return 2
+    try:
+        if args.compile_only:
+            res = compile_all(args.target, args.only, args.jobs, log=sys.stdout)
+            if args.out:
+                Path(args.out).write_text(json.dumps(res, indent=1))
+            return 0 if all(v is None for v in res.values()) else 1
+        from ..backends import backend
+
+        if backend(args.target).device != "cpu":
+            why = backend(args.target).device_check()
+            if why:
+                print(f"mlagen: {why}", file=sys.stderr)
+                return 2
+        t0 = time.perf_counter()
+        rep = run(args.target, profiles, args.only, args.schedule, args.examples,
+                  args.time_budget, args.jobs, log=sys.stdout,
+                  prebuild_all=False if args.no_prebuild else None,
+                  first_schedule=args.first_schedule, parallel=args.parallel,
+                  isolate=not args.in_process)
+    except (MlagenError, ValueError) as e:
+        print(f"mlagen: {e}", file=sys.stderr)
+        return 2
+    print(rep.summary())
+    print(f"  {time.perf_counter() - t0:.0f} s in all")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(rep.to_json(), indent=1))
+    return 0 if rep.ok() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

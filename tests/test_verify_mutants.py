@@ -1,0 +1,191 @@
+"""The mutation harness (mlagen.verify.mutants): one-line source mutations of the kernels,
+planted through a patched copy of the sources (mlagen.jit.patches), each of which the real
+`verify` must catch on the example schedules.  On the CPU: every mutant applies exactly
+once and is distinct; a stale patch is an error; the patch reaches the ordinary build; the
+SC11 escape-class mutants are caught by `mlagen verify --profile smoke` on sc11_attn and
+the unmutated example passes it.  Marked slow: every SC11 mutant compiles and is caught
+(the figures in BENCHMARKS.md); nvcc: every Hopper mutant compiles; cuda: the Hopper
+escape-class mutants are caught on the H200."""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import shutil
+
+import pytest
+import torch
+
+from mlagen.backends import all_backends
+from mlagen.codegen import render
+from mlagen.jit import cache_key
+from mlagen.jit import patches
+from mlagen.paths import SCHEDULES_DIR, TEMPLATES_DIR
+from mlagen.schedule import load
+from mlagen.verify import mutants as harness
+from mlagen.verify.mutation import Mutant, planted
+
+ALL = harness.all_mutants()
+
+
+def example(name):
+    return load(SCHEDULES_DIR / f"{name}.toml")
+
+
+def by_name(name) -> Mutant:
+    return next(m for m in ALL if m.name == name)
+
+
+@pytest.mark.parametrize("m", ALL, ids=lambda m: f"{m.target}-{m.name}")
+def test_every_mutant_applies_exactly_once_to_each_schedule_it_names(m):
+    assert m.schedules
+    for name in m.schedules:
+        s = example(name)
+        assert s.target.kind == m.target
+        src = harness.render_patched(m, s)          # raises unless exactly once
+        assert src.include_dirs != render(s).include_dirs or src.files != render(s).files
+
+
+def test_mutants_are_distinct_from_each_other_and_from_the_fault_switches():
+    assert len({m.name for m in ALL}) == len(ALL)
+    edits = collections.Counter((m.file, m.old) for m in ALL)
+    assert all(n == 1 for n in edits.values()), edits
+    for m in ALL:
+        assert m.old != m.new
+        # the edited stretch (between the common prefix and suffix) is no fault switch
+        a, b = m.old, m.new
+        i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+        j = 0
+        while j < min(len(a), len(b)) - i and a[-1 - j] == b[-1 - j]:
+            j += 1
+        assert "FAULT" not in (a[i:len(a) - j] + b[i:len(b) - j]).upper(), m.name
+        assert "\n" not in m.old and "\n" not in m.new, "one line each"
+    # every backend with kernels has its list, each escape class of the issue is there
+    kinds = {m.target for m in ALL}
+    assert kinds == {b.kind for b in all_backends()}
+    escapes = {m.escape for m in ALL if m.escape}
+    assert len(escapes) >= 6, escapes
+
+
+def test_a_patch_whose_text_is_missing_is_an_error():
+    s = example("sc11_attn")
+    stale = patches.Patch("mla.h", "this line is not in the kernel", "x")
+    with pytest.raises(patches.PatchError, match="occurs 0 times"):
+        patches.apply(render(s), [stale])
+    twice = patches.Patch("mla.h", "for (", "for (", count=1)
+    with pytest.raises(patches.PatchError, match="expected 1"):
+        patches.apply(render(s), [twice])
+
+
+def test_a_patch_for_another_targets_file_leaves_the_sources_alone():
+    s = example("sc11_attn")
+    src = render(s)
+    assert patches.apply(src, [by_name("wgmma_page_offset").patch()]) is src
+
+
+def test_the_patched_copy_has_its_own_cache_key_and_the_templates_stay_as_they_are():
+    s = example("sc11_attn")
+    m = by_name("sum_not_rescaled")
+    header = TEMPLATES_DIR / "sc11" / "runtime" / "mla.h"
+    before = header.read_text()
+    plain = render(s)
+    patched = patches.apply(plain, [m.patch()])
+    assert cache_key(patched) != cache_key(plain)
+    text = (patched.include_dirs[0] + "/mla.h")
+    assert m.new in open(text).read() and m.old not in open(text).read()
+    assert header.read_text() == before and m.old in before
+
+
+def test_the_environment_variable_reaches_every_build():
+    s = example("sc11_attn")
+    m = by_name("tile_last_exclusive")
+    plain_key = cache_key(patches.apply(render(s)))
+    with planted(m) as path:
+        assert json.loads(path.read_text())[0]["old"] == m.old
+        assert cache_key(patches.apply(render(s))) == cache_key(
+            patches.apply(render(s), [m.patch()]))
+    assert cache_key(patches.apply(render(s))) == plain_key     # unset again after
+
+
+def test_cli_lists_and_refuses_bad_usage(capsys):
+    assert harness.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "sum_not_rescaled" in out and "wgmma_bad_page_last" in out
+    assert harness.main([]) == 2
+    assert harness.main(["--target", "sc11", "--only", "no_such_mutant"]) == 2
+    err = capsys.readouterr().err
+    assert "no sc11 mutant named no_such_mutant" in err
+
+
+# ---------------------------------------------------------------- real mutants, SC11 ---
+@pytest.mark.parametrize("name", ["merged_empty_lse", "q_row_stride"])
+def test_verify_smoke_catches_the_sc11_escape_class_mutants(name):
+    """(a) heads that leave the last core short and (b) s_q > length > block_kv in a split
+    sequence: mutants of each class, planted in the kernel source, caught by the real
+    verify (smoke profile: the schedule's family, its path cases) on sc11_attn."""
+    m = by_name(name)
+    o = harness.run_one(m, "sc11_attn", "smoke")
+    assert not o.error, o.error
+    assert o.caught, f"{name} escaped verify --profile smoke on sc11_attn"
+
+
+def test_the_unmutated_example_passes_smoke():
+    from mlagen.verify import verify
+
+    r = verify(example("sc11_attn"), profile="smoke", examples=5, progress=False)
+    assert r.ok, r.summary()
+    assert r.variants_built >= 6 and r.examples_run >= 40
+
+
+@pytest.mark.slow
+def test_every_sc11_mutant_is_caught_on_both_examples():
+    rep = harness.run("sc11", ["smoke"])
+    assert rep.ok(), rep.summary()
+    assert len(rep.per_mutant()) == len(harness.mutants_for("sc11"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m", harness.mutants_for("sc11"), ids=lambda m: m.name)
+def test_every_sc11_mutant_compiles(m):
+    assert harness.compile_check(m, example(m.schedules[0])) is None
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("m", harness.mutants_for("hopper"), ids=lambda m: m.name)
+def test_every_hopper_mutant_compiles(m):
+    for name in m.schedules:
+        assert harness.compile_check(m, example(name)) is None
+
+
+# ---------------------------------------------------------------- Hopper, on the GPU ---
+def gpu(f):
+    return pytest.mark.cuda(pytest.mark.skipif(not torch.cuda.is_available(),
+                                               reason="needs an NVIDIA GPU")(f))
+
+
+ESCAPES = [("wgmma_sum_not_rescaled", "hopper_wgmma"),          # the max moves
+           ("rows_sum_not_rescaled", "hopper_wgmma_r16"),
+           ("rows_merge_first_max", "hopper_wgmma_r16_w8"),     # the second WG's max
+           ("wgmma_page_offset", "hopper_wgmma"),               # pages > 64
+           ("rows_page_offset", "hopper_wgmma_r16"),
+           ("wgmma_bad_page_last", "hopper_wgmma")]             # the last page's check
+
+
+@gpu
+@pytest.mark.parametrize("name,schedule", ESCAPES)
+def test_verify_smoke_catches_the_hopper_escape_class_mutants(name, schedule):
+    o = harness.run_one(by_name(name), schedule, "smoke")
+    assert not o.error, o.error
+    assert o.caught, f"{name} escaped verify --profile smoke on {schedule}"
+
+
+@gpu
+@pytest.mark.parametrize("schedule", ["hopper_wgmma", "hopper_wgmma_r16_w8", "hopper_h200"])
+def test_unmutated_hopper_examples_pass_smoke(schedule):
+    from mlagen.verify import verify
+
+    r = verify(example(schedule), profile="smoke", progress=False)
+    assert r.ok, r.summary()
