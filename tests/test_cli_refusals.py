@@ -274,7 +274,7 @@ def test_bench_shapes_are_checked_before_the_device(clean, capsys):
     ("CXX", " ", "set but empty"),
     ("CUDA_HOME", "~nosuchuser", "does not expand"),
     ("CUDA_PATH", "{file}", "is not a folder"),
-    ("MLAGEN_VERIFY_PROFILE", "fast", "must be one of ci, explore"),
+    ("MLAGEN_VERIFY_PROFILE", "fast", "must be one of smoke, ci, explore"),
     ("MLAGEN_COMMIT", "a\nb", "must be one short line"),
     ("MLAGEN_HOPPER_FASTCALL", "yes", "must be 0 (off) or 1 (on)"),
     ("MLAGEN_HOPPER_STRICT", "on", "must be 0 (off) or 1 (on)"),

@@ -59,7 +59,7 @@ def test_kernel_like_fused_chain_passes(inp):
 
 @settings(max_examples=15, derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(inp=problems(SMALL_FUSED, BOUNDS))
+@given(inp=problems(SMALL_FUSED, BOUNDS, patterns=("randn",)))   # randn-scale keys
 def test_allowance_leaves_a_one_percent_scale_error_visible(inp):
     """The allowance is a worst case over near-tie roundings; it must stay well below what
     a real bug moves: a 1% softmax-scale error still shows in most lse rows."""
@@ -127,7 +127,12 @@ def p_rounding_runner(scale_factor=1.0):
             p = torch.exp(s - m)
             den = p.sum(-1, keepdim=True)
             o[i] = torch.einsum("sht,tc->shc", p.bfloat16().float(), kv[:, :512]) / den
-            o[i] = torch.where(den == 0, 0.0, o[i])      # rows that see nothing (0 / 0)
+            # a row of zero weights is empty (out 0, lse +inf), unless a V it sees is not
+            # finite (0 x inf: NaN, as the reference)
+            seen = torch.arange(n)[None, :] <= last[:, None]
+            bad_v = (seen[:, :, None] & ~torch.isfinite(kv[None, :, :512])).any(1)
+            empty_out = torch.where(bad_v, math.nan, 0.0)[:, None, :]     # per column
+            o[i] = torch.where(den == 0, empty_out, o[i])
             lse[i] = torch.where(den[..., 0] == 0, torch.full_like(den[..., 0], math.inf),
                                  (m[..., 0] + den[..., 0].log())).transpose(0, 1)
         return MlaOutputs(o.bfloat16(), lse)

@@ -284,6 +284,8 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             for i, c in enumerate(path_cases(s, bounds)):
                 for scheme in (sch if i == 0 else [sch[i % len(sch)]]):
                     explicit.append((None if s is schedule else s, c, scheme))
+    # a stand-in runner keeps no backend's bad-page contract: no bad pages for it
+    drawn_kw = dict(DRAWN, bad_pages=runner is None and reference is None)
     if draw_schedules:
         # the drawn schedule carries its own run-time scheme (the backend's RUN_KNOBS)
         runs_scheme = not isolate and accepts(base_kernel, "scheme")
@@ -293,9 +295,9 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                                         if runs_scheme else None)))
     elif family:
         drawn = st.sampled_from(members).flatmap(
-            lambda s: st.tuples(st.just(s), cases(s, bounds, **DRAWN), scheme_st))
+            lambda s: st.tuples(st.just(s), cases(s, bounds, **drawn_kw), scheme_st))
     else:
-        drawn = st.tuples(st.none(), cases(schedule, bounds, **DRAWN), scheme_st)
+        drawn = st.tuples(st.none(), cases(schedule, bounds, **drawn_kw), scheme_st)
 
     state = dict(run=0, failure=None, first_fail_t=None, poisoned=True, shrinking=False)
 

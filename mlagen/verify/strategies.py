@@ -244,7 +244,7 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
           heads: Optional[int] = None, page_sizes: Sequence[int] = (1, 16, 64),
           dtypes: Sequence[str] = DTYPES, head_counts: Sequence[int] = (1, 2, 3, 8, 16),
           patterns: Sequence[str] = adversarial.PATTERNS, nonfinite: bool = False,
-          draw_causal: bool = False) -> Case:
+          draw_causal: bool = False, bad_pages: bool = True) -> Case:
     """A Case for a schedule (what its build compiles in fixed; what its kernel takes at
     run time -- Backend.runtime_shapes: heads against tile rows, page size against the
     key block -- drawn) or for a bare Problem (heads, page size and dtype drawn).  The
@@ -252,7 +252,7 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     failure shrinks towards).  nonfinite: up to two NaN / +-inf elements in q and in cache
     slots every query row sees (none is the first choice, where shrinking goes);
     draw_causal: causal drawn too (with s_q > length, rows at negative positions then see
-    keys)."""
+    keys); bad_pages: plant bad table entries where the backend's kernels promise NaN."""
     prob = _problem_of(spec)
     block, bad_nan = None, False
     if isinstance(spec, Schedule):
@@ -266,7 +266,7 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
         if shapes.get("page_size"):
             prob = dataclasses.replace(prob, page_size=draw(st.sampled_from(
                 shapes["page_size"])))
-        bad_nan = be.bad_pages_give_nan
+        bad_nan = be.bad_pages_give_nan and bad_pages    # the kernel's contract, not a stand-in's
     else:
         h = heads or draw(st.sampled_from([c for c in head_counts if c <= prob.heads]
                                           or [prob.heads]))
