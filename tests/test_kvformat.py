@@ -16,19 +16,21 @@ from mlagen.reference import attention, run
 from mlagen.schedule.records import Problem
 
 
-def _pattern() -> torch.Tensor:
-    """A version-independent input: a smooth pattern whose token magnitudes span 2^-20..2^10,
-    with the quantizer's edge tiles (all zero, amax exactly 448 * 2^-7, a scale that rounds
-    up, amax under the 1e-4 clamp, values of exactly 448)."""
-    n, page, d = 3, 64, 576
+def _pattern(d: int = 576, tile: int = 128) -> torch.Tensor:
+    """A version-independent input of d values a token (the latent first, 64 rope values): a
+    smooth pattern whose token magnitudes span 2^-20..2^10, with the quantizer's edge tiles
+    of `tile` values (all zero, amax exactly 448 * 2^-7, a scale that rounds up, amax under
+    the 1e-4 clamp, values of exactly 448)."""
+    n, page = 3, 64
     i = torch.arange(n * page * d, dtype=torch.float64).reshape(n, page, 1, d)
     tok = torch.arange(n * page, dtype=torch.float64).reshape(n, page, 1, 1)
     x = (torch.sin(i * 0.7071) * torch.exp2((tok % 31) - 20)).to(torch.bfloat16)
-    x[0, 1, 0, :128] = 0
-    x[0, 2, 0, 128:256] = x[0, 2, 0, 128:256] / x[0, 2, 0, 128:256].abs().max() * 3.5
-    x[0, 2, 0, 128] = 3.5
-    x[0, 3, 0, 256:384] = 3.5 * 1.01
-    x[0, 4, 0, :512] = 1e-6
+    x[0, 1, 0, :tile] = 0
+    t1 = x[0, 2, 0, tile:2 * tile]
+    x[0, 2, 0, tile:2 * tile] = t1 / t1.abs().max() * 3.5
+    x[0, 2, 0, tile] = 3.5
+    x[0, 3, 0, 2 * tile:3 * tile] = 3.5 * 1.01
+    x[0, 4, 0, :d - 64] = 1e-6
     x[1, 5, 0, :] = 448.0
     return x
 
@@ -44,21 +46,6 @@ def test_ds_mla_bytes_equal_flashmla_quantizer():
     assert hashlib.sha256(got.numpy().tobytes()).hexdigest() == FLASHMLA_DS_MLA_SHA256
 
 
-def _pattern_paged() -> torch.Tensor:
-    """_pattern's construction for the page-major layout: 448 + 64 values, tiles of 64."""
-    n, page, d = 3, 64, 512
-    i = torch.arange(n * page * d, dtype=torch.float64).reshape(n, page, 1, d)
-    tok = torch.arange(n * page, dtype=torch.float64).reshape(n, page, 1, 1)
-    x = (torch.sin(i * 0.7071) * torch.exp2((tok % 31) - 20)).to(torch.bfloat16)
-    x[0, 1, 0, :64] = 0
-    x[0, 2, 0, 64:128] = x[0, 2, 0, 64:128] / x[0, 2, 0, 64:128].abs().max() * 3.5
-    x[0, 2, 0, 64] = 3.5
-    x[0, 3, 0, 128:192] = 3.5 * 1.01
-    x[0, 4, 0, :448] = 1e-6
-    x[1, 5, 0, :] = 448.0
-    return x
-
-
 def _page_bytes(cache: torch.Tensor) -> torch.Tensor:
     """Each page's bytes [blocks, page * width], the pad byte of every scale row zeroed
     (FlashMLA's quantizer leaves it uninitialised)."""
@@ -69,12 +56,12 @@ def _page_bytes(cache: torch.Tensor) -> torch.Tensor:
     return out
 
 
-# the same for its page-major layout: quantize_k_cache(_pattern_paged(), MODEL1_FP8Sparse)
+# the same for its page-major layout: quantize_k_cache(_pattern(512, 64), MODEL1_FP8Sparse)
 FLASHMLA_PAGED_SHA256 = "56127da324d76116410c1594771357c4e4ee32aced377eb3490a521922acdd62"
 
 
 def test_paged_bytes_equal_flashmla_quantizer():
-    got = kvformat.quantize(_pattern_paged(), "fp8_ue8m0_paged", rank=448)
+    got = kvformat.quantize(_pattern(512, 64), "fp8_ue8m0_paged", rank=448)
     assert tuple(got.shape) == (3, 64, 1, 584)
     assert got.stride(0) == 37440                          # the page padded to 65 x 576 bytes
     assert hashlib.sha256(_page_bytes(got).numpy().tobytes()).hexdigest() == \
@@ -82,7 +69,7 @@ def test_paged_bytes_equal_flashmla_quantizer():
 
 
 def test_paged_writer_and_reference():
-    x = _pattern_paged()
+    x = _pattern(512, 64)
     whole = kvformat.quantize(x, "fp8_ue8m0_paged", rank=448)
     # the writer, token by token in a shuffled order, makes the same pages
     cache = torch.zeros_like(whole.view(torch.uint8)).view(kvformat.FP8)
