@@ -49,13 +49,17 @@
 namespace mlagen {
 namespace hopper {
 
-template <int N, int WG = 1, int KV = kKvNative, int CV = 1, int RS = 2>
+template <int N, int WG = 1, int KV = kKvNative, int CV = 1, int RS = 2, int SP = 0>
 struct WgmmaRowsConfig {
   static_assert(N == 16 || N == 32, "16 or 32 query rows per tile");
   static_assert(WG == 1 || WG == 2, "one or two consumer warpgroups");
   static constexpr int kRows = N;
   static constexpr int kBlock = 64;
   static constexpr int kWgs = WG;
+  // token-sparse rows (SP = 1): one producer warp gathers a block's 64 keys by their cache
+  // slots with cp.async (zero-filled where a slot names no key), one consumer warpgroup
+  static constexpr bool kSparse = SP != 0;
+  static_assert(!kSparse || (WG == 1 && CV == 1), "sparse: one consumer and one converter WG");
   // FP8 caches: a converter warpgroup (WG1) between the producer and the consumer
   static constexpr bool kFp8 = KV != kKvNative;
   static_assert(!kFp8 || WG == 1, "FP8 caches: one consumer warpgroup");
@@ -97,8 +101,8 @@ struct WgmmaRowsConfig {
   static constexpr int kBarWg = 1, kBarBoth = 3;
   // setmaxnreg (two consumer warpgroups): __launch_bounds__ fixes the entry count at
   // 65536 / 384 = 168; the producer warpgroup keeps 24
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-  static_assert(kProducerRegs * 128 + 2 * kConsumerRegs * 128 <= 64512, "register file");
+  static constexpr int kProducerRegs = SP ? 40 : 24, kConsumerRegs = 240;
+  static_assert(SP || kProducerRegs * 128 + 2 * kConsumerRegs * 128 <= 64512, "register file");
   // FP8: the consumer gets all 256 (one warpgroup's 32-row O^T alone is 128), a converter
   // 160 (16 bytes in, 32 out, 4 chunks in flight), or 112 each of two (512 threads enter
   // with 128)
@@ -123,9 +127,22 @@ struct WgmmaFp8Params {
 template <int KV>
 using RowsParams = typename std::conditional<KV == kKvNative, WgmmaParams, WgmmaFp8Params>::type;
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2>
+// A sparse row's cache slot at position pos of its index row, or -1 where it names no key
+// (pos at or past the piece's end, a negative entry, an entry at or past the cache's slots;
+// bad: that last case, an error).
+__device__ __forceinline__ int sparse_slot(const MlaParams& p, const int* row, int pos, int end,
+                                           bool& bad) {
+  if (pos >= end) return -1;
+  const int e = row[pos];
+  const bool out = static_cast<int64_t>(e) >= static_cast<int64_t>(p.num_blocks) * p.page_size;
+  bad |= out;
+  return out ? -1 : e;
+}
+
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2,
+          int SP = 0>
 struct WgmmaRowsKernel {
-  using C = WgmmaRowsConfig<N, WG, KV, CV, RS>;
+  using C = WgmmaRowsConfig<N, WG, KV, CV, RS, SP>;
   using L = Fp8Layout<KV>;
   using Params = RowsParams<KV>;
   static constexpr int kAcc = N / 2;   // accumulator registers of one m64nN tile per thread
@@ -203,6 +220,76 @@ struct WgmmaRowsKernel {
 
   // ---------------------------------------------------------------- producer (one thread)
   // Blocks in order, whichever warpgroup takes them.
+  // ------------------------------------------------- sparse producer (one warp, 32 lanes)
+  // Per 64-key block: lane l reads the slots of keys l and l + 32 of the row's index list;
+  // then key by key (the slot broadcast from its lane) the warp copies the key's bytes with
+  // 16-byte cp.async, zero-filled where the slot names no key.  bf16: 72 chunks of 1152 bytes
+  // straight into the 9 swizzled slices (chunk c of key r at chunk (c % 8) ^ (r % 8) of
+  // slice c / 8, what the TMA boxes write); FP8: the raw block's layout (Fp8Layout: the 512
+  // latent bytes of each key, then its tail), the converter unchanged.  Every lane arrives
+  // on the full barriers once its copies land (cp.async.mbarrier.arrive.noinc: 32 arrivals).
+  static __device__ void sparse_producer(const Params& wp, const Smem& sm, int lane) {
+    const MlaParams& p = wp.p;
+    const unsigned char* kc = static_cast<const unsigned char*>(p.k);
+    constexpr int kElem = C::kFp8 ? 1 : static_cast<int>(sizeof(T));   // bytes a stride unit
+    const int64_t sb = p.k_stride_block * kElem, st = p.k_stride_token * kElem;
+    const uint32_t kbase = sm90::smem_addr(sm.k), rbase = sm90::smem_addr(sm.raw);
+    Ring rg;
+    RawRing rr;
+    int req = 0;
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+#pragma unroll 1
+      for (int i = 0; i < n; ++i) {
+        const int t0 = pc.start + i * C::kBlock;
+        bool bad = false;   // the consumer flags it
+        const int e0 = sparse_slot(p, row, t0 + lane, pc.end, bad);
+        const int e1 = sparse_slot(p, row, t0 + 32 + lane, pc.end, bad);
+        const int slot0 = rg.slot;
+        uint32_t raw = 0;
+        if constexpr (C::kFp8) {
+          sm90::mbar_wait(&sm.raw_empty[rr.slot], (rr.lap & 1) ^ 1);
+          raw = rbase + rr.slot * C::kRawBytes;
+        } else {
+#pragma unroll 1
+          for (int j = 0; j < C::kSlices; ++j) wait_slot(sm, rg.slot, rg.lap, j);
+        }
+#pragma unroll 1
+        for (int r = 0; r < C::kBlock; ++r) {
+          const int e = __shfl_sync(0xffffffffu, r < 32 ? e0 : e1, r & 31);
+          const bool ok = e >= 0;
+          const unsigned char* src =
+              ok ? kc + (e / p.page_size) * sb + (e % p.page_size) * st : kc;
+          if constexpr (C::kFp8) {
+            sm90::cp_async16_to(raw + r * 512 + lane * 16, src + lane * 16, ok);
+            if (lane < L::kTailRow / 16)
+              sm90::cp_async16_to(raw + L::kLatentBytes + r * L::kTailRow + lane * 16,
+                                  src + 512 + lane * 16, ok);
+          } else {
+#pragma unroll
+            for (int c = lane; c < 8 * C::kSlices; c += 32)
+              sm90::cp_async16_to(slice_addr(kbase, slot0, c >> 3) + r * 128 +
+                                      (((c & 7) ^ (r & 7)) << 4),
+                                  src + c * 16, ok);
+          }
+        }
+        if constexpr (C::kFp8) {
+          sm90::cp_async_mbar_arrive(&sm.raw_full[rr.slot]);
+          rr.next();
+        } else {
+#pragma unroll 1
+          for (int j = 0; j < C::kSlices; ++j) {
+            const int sl = slot0 + j;
+            sm90::cp_async_mbar_arrive(&sm.full[sl >= C::kSlots ? sl - C::kSlots : sl]);
+          }
+          rg.skip_block();
+        }
+      }
+    }
+  }
+
   static __device__ void producer(const Params& wp, const Smem& sm) {
     const MlaParams& p = wp.p;
     if constexpr (C::kFp8) {
@@ -425,6 +512,8 @@ struct WgmmaRowsKernel {
 #pragma unroll 1
     for (int j = 0; j < C::kSlices; ++j, rg.next())
       sm90::mbar_wait(&sm.full[rg.slot], rg.lap & 1);
+    // sparse bf16: the slices were written by cp.async (the generic proxy), read by wgmma
+    if constexpr (C::kSparse && !C::kFp8) sm90::fence_proxy_async();
     if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock)
       zero_tail(kbase, slot0, end - t0, t, bar);
     issue_scores(sm, kbase, slot0, s);
@@ -521,8 +610,17 @@ struct WgmmaRowsKernel {
       // flight when the loads are the limit)
       for (int i = wg; i < n; i += WG) {
         const int t0 = pc.start + i * C::kBlock;
-        const int page = page_entry(p, pc.req, t0);
-        bad |= page < 0 || page >= p.num_blocks;
+        // this thread's two keys (k0, k0 + 8): sparse, whether their slots name a key (an
+        // entry past the cache's slots makes the piece NaN, as a bad page does)
+        bool vk0 = true, vk1 = true;
+        if constexpr (C::kSparse) {
+          const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+          vk0 = sparse_slot(p, row, t0 + k0, pc.end, bad) >= 0;
+          vk1 = sparse_slot(p, row, t0 + k0 + 8, pc.end, bad) >= 0;
+        } else {
+          const int page = page_entry(p, pc.req, t0);
+          bad |= page < 0 || page >= p.num_blocks;
+        }
         // the ring position of block i (one warpgroup: the last block's end)
         Ring rb = rg;
         if constexpr (WG == 2) rb.skip_blocks(i);
@@ -546,7 +644,8 @@ struct WgmmaRowsKernel {
         for (int i2 = 0; i2 < kAcc; ++i2) {
           const int key = t0 + k0 + 8 * ((i2 >> 1) & 1), c = col_slot(i2);
           const int lc = WG == 1 ? lim[c] : lims[8 * (c >> 1) + c2 + (c & 1)];
-          const float x = key < lc ? s[i2] * scale : -INFINITY;
+          const bool vk = ((i2 >> 1) & 1) ? vk1 : vk0;
+          const float x = key < lc && vk ? s[i2] * scale : -INFINITY;
           xs[i2] = x;
           mx[c] = fmaxf(mx[c], x);
         }
@@ -751,11 +850,12 @@ struct WgmmaRowsKernel {
     if (threadIdx.x == 0) {
       for (int s = 0; s < C::kSlots; ++s) {
         // the producer's expect_tx, or FP8: one arrival per converter warp
-        sm90::mbar_init(&sm.full[s], C::kFp8 ? 4 * C::kConverters : 1);
+        // sparse bf16: the producer warp's 32 cp.async arrivals
+        sm90::mbar_init(&sm.full[s], C::kFp8 ? 4 * C::kConverters : C::kSparse ? 32 : 1);
         sm90::mbar_init(&sm.empty[s], 4);   // one arrival per warp of the consuming WG
       }
       for (int s = 0; s < C::kRawSlots; ++s) {
-        sm90::mbar_init(&sm.raw_full[s], 1);
+        sm90::mbar_init(&sm.raw_full[s], C::kSparse ? 32 : 1);
         sm90::mbar_init(&sm.raw_empty[s], 4 * C::kConverters);   // one a converter warp
       }
       sm90::fence_mbar_init();
@@ -772,11 +872,18 @@ struct WgmmaRowsKernel {
         converter(wp.p, sm);
       } else {
         sm90::setmaxnreg_dec<C::kProducerRegs>();
-        if (threadIdx.x == 128 * (1 + C::kConverters)) producer(wp, sm);
+        if constexpr (C::kSparse) {
+          if (threadIdx.x < 128 * (1 + C::kConverters) + 32)
+            sparse_producer(wp, sm, threadIdx.x % 32);
+        } else if (threadIdx.x == 128 * (1 + C::kConverters)) {
+          producer(wp, sm);
+        }
       }
     } else if constexpr (WG == 1) {
       if (threadIdx.x < 128)
         consumer(wp.p, sm, 0);
+      else if (C::kSparse)
+        sparse_producer(wp, sm, threadIdx.x % 32);
       else if (threadIdx.x == 128)
         producer(wp, sm);
     } else {
@@ -792,31 +899,32 @@ struct WgmmaRowsKernel {
   }
 };
 
-template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS>
-__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV, CV, RS>::kThreads, 1)
+template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS, int SP>
+__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kThreads, 1)
 mla_split_wgmma_rows_kernel(const __grid_constant__ RowsParams<KV> wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaRowsKernel<T, N, WG, FAULT, KV, CV, RS>::run(wp, smem);
+  WgmmaRowsKernel<T, N, WG, FAULT, KV, CV, RS, SP>::run(wp, smem);
 }
 
-template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS>
+template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS, int SP>
 cudaError_t prepare_split_wgmma_rows() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       WgmmaRowsConfig<N, WG, KV, CV, RS>::kSmem);
+                                       WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kSmem);
   done = e == cudaSuccess;
   return e;
 }
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2,
+          int SP = 0>
 cudaError_t split_wgmma_rows_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS>();
+  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS, SP>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS>,
-      WgmmaRowsConfig<N, WG, KV, CV, RS>::kThreads, WgmmaRowsConfig<N, WG, KV, CV, RS>::kSmem);
+      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP>,
+      WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kThreads, WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kSmem);
 }
 
 // The FP8 cache's two tensor maps over its bytes as 16-bit elements (mla_fp8.cuh): the
@@ -865,22 +973,26 @@ cudaError_t fp8_params(const MlaParams& p, WgmmaFp8Params* wp) {
   return cudaSuccess;
 }
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2,
+          int SP = 0>
 cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream) {
-  RowsParams<KV> wp;
+  RowsParams<KV> wp{};
   cudaError_t e;
-  if constexpr (KV == kKvNative)
+  if constexpr (SP != 0) {
+    wp.p = p;   // sparse: the producer's cp.async take any page size, no tensor map
+    e = cudaSuccess;
+  } else if constexpr (KV == kKvNative)
     e = wgmma_params<T>(p, &wp);
   else
     e = fp8_params<KV>(p, &wp);
   if (e != cudaSuccess) return e;
-  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS>();
+  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS, SP>();
   if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid = split_grid(p.num_parts, (rows_total + N - 1) / N);
-  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS>, grid,
-                          WgmmaRowsConfig<N, WG, KV, CV, RS>::kThreads,
-                          WgmmaRowsConfig<N, WG, KV, CV, RS>::kSmem, stream, 1, wp);
+  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP>, grid,
+                          WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kThreads,
+                          WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kSmem, stream, 1, wp);
 }
 
 }  // namespace hopper
