@@ -51,7 +51,7 @@ def run(inp, sched=None):
         sched, _ = a.get_mla_metadata()
     return a.flash_mla_with_kvcache(inp.q, pool.k_cache, None, None, 512, sched,
                                     softmax_scale=inp.softmax_scale,
-                                    is_fp8_kvcache=pool.k_cache.dtype == torch.uint8,
+                                    is_fp8_kvcache=pool.k_cache.dtype != torch.bfloat16,
                                     indices=pool.indices, attn_sink=inp.attn_sink,
                                     topk_length=pool.topk_length)
 
@@ -66,7 +66,7 @@ def check(inp, sched=None):
                                     attn_sink=inp.attn_sink, dtype=torch.float64)
     pool = inp.pools[0]
     vals = (kvformat.dequantize(pool.k_cache, pool.kv_format, None)
-            if pool.k_cache.dtype == torch.uint8 else pool.k_cache.double())[..., :512]
+            if pool.k_cache.dtype != torch.bfloat16 else pool.k_cache.double())[..., :512]
     vmax = float(torch.nan_to_num(vals, 0.0, 0.0, 0.0).abs().max())
     assert_close(out.float(), ref_o.to(out.dtype).float(), "out", max(8e-4, vmax / 256),
                  2.01 / 128, 5e-6)

@@ -68,7 +68,8 @@ struct WgmmaRowsConfig {
   static constexpr int kConverters = CV;
   // one consumer warpgroup + the producer warp; or two + a producer warpgroup (setmaxnreg
   // works on whole warpgroups); FP8: consumer, CV converter and producer warpgroups
-  static constexpr int kThreads = kFp8 ? 128 * (2 + CV) : WG == 1 ? 160 : 384;
+  // sparse: a producer warpgroup (4 warps gather 16 keys of each block apiece)
+  static constexpr int kThreads = kFp8 ? 128 * (2 + CV) : WG == 2 ? 384 : SP ? 256 : 160;
   static constexpr int kSlices = kD / 64;
   static constexpr int kSliceBytes = 64 * 64 * 2;        // one TMA box: 64 keys x 64 columns
   static constexpr int kTileBytes = kSlices * kSliceBytes;
@@ -220,16 +221,19 @@ struct WgmmaRowsKernel {
 
   // ---------------------------------------------------------------- producer (one thread)
   // Blocks in order, whichever warpgroup takes them.
-  // ------------------------------------------------- sparse producer (one warp, 32 lanes)
-  // Per 64-key block: lane l reads the slots of keys l and l + 32 of the row's index list;
-  // then key by key (the slot broadcast from its lane) the warp copies the key's bytes with
-  // 16-byte cp.async, zero-filled where the slot names no key.  bf16: 72 chunks of 1152 bytes
-  // straight into the 9 swizzled slices (chunk c of key r at chunk (c % 8) ^ (r % 8) of
-  // slice c / 8, what the TMA boxes write); FP8: the raw block's layout (Fp8Layout: the 512
-  // latent bytes of each key, then its tail), the converter unchanged.  Every lane arrives
-  // on the full barriers once its copies land (cp.async.mbarrier.arrive.noinc: 32 arrivals).
-  static __device__ void sparse_producer(const Params& wp, const Smem& sm, int lane) {
+  // ------------------------------------------ sparse producer (a warpgroup, 4 x 32 lanes)
+  // Per 64-key block, warp w takes keys [16 w, 16 w + 16): lane l < 16 reads the slot of
+  // key 16 w + l from the row's index list and turns it into the key's byte offset in the
+  // cache (-1: no key); then key by key (the offset broadcast from its lane) the warp copies
+  // the key's bytes with 16-byte cp.async, zero-filled where there is no key.  bf16: 72
+  // chunks of 1152 bytes straight into the 9 swizzled slices (chunk c of key r at chunk
+  // (c % 8) ^ (r % 8) of slice c / 8, what the TMA boxes write); FP8: the raw block's layout
+  // (Fp8Layout: the 512 latent bytes of each key, then its tail), the converter unchanged.
+  // Every producer thread arrives on the block's full barriers once its copies land
+  // (cp.async.mbarrier.arrive.noinc: 128 arrivals).
+  static __device__ void sparse_producer(const Params& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
+    const int warp = pt / 32, lane = pt % 32;
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
     constexpr int kElem = C::kFp8 ? 1 : static_cast<int>(sizeof(T));   // bytes a stride unit
     const int64_t sb = p.k_stride_block * kElem, st = p.k_stride_token * kElem;
@@ -245,8 +249,8 @@ struct WgmmaRowsKernel {
       for (int i = 0; i < n; ++i) {
         const int t0 = pc.start + i * C::kBlock;
         bool bad = false;   // the consumer flags it
-        const int e0 = sparse_slot(p, row, t0 + lane, pc.end, bad);
-        const int e1 = sparse_slot(p, row, t0 + 32 + lane, pc.end, bad);
+        const int e = sparse_slot(p, row, t0 + 16 * warp + (lane & 15), pc.end, bad);
+        const int64_t off = e < 0 ? -1 : (e / p.page_size) * sb + (e % p.page_size) * st;
         const int slot0 = rg.slot;
         uint32_t raw = 0;
         if constexpr (C::kFp8) {
@@ -256,12 +260,12 @@ struct WgmmaRowsKernel {
 #pragma unroll 1
           for (int j = 0; j < C::kSlices; ++j) wait_slot(sm, rg.slot, rg.lap, j);
         }
-#pragma unroll 1
-        for (int r = 0; r < C::kBlock; ++r) {
-          const int e = __shfl_sync(0xffffffffu, r < 32 ? e0 : e1, r & 31);
-          const bool ok = e >= 0;
-          const unsigned char* src =
-              ok ? kc + (e / p.page_size) * sb + (e % p.page_size) * st : kc;
+#pragma unroll 4
+        for (int k = 0; k < 16; ++k) {
+          const int r = 16 * warp + k;
+          const int64_t o = __shfl_sync(0xffffffffu, off, k);
+          const bool ok = o >= 0;
+          const unsigned char* src = kc + (ok ? o : 0);
           if constexpr (C::kFp8) {
             sm90::cp_async16_to(raw + r * 512 + lane * 16, src + lane * 16, ok);
             if (lane < L::kTailRow / 16)
@@ -850,12 +854,12 @@ struct WgmmaRowsKernel {
     if (threadIdx.x == 0) {
       for (int s = 0; s < C::kSlots; ++s) {
         // the producer's expect_tx, or FP8: one arrival per converter warp
-        // sparse bf16: the producer warp's 32 cp.async arrivals
-        sm90::mbar_init(&sm.full[s], C::kFp8 ? 4 * C::kConverters : C::kSparse ? 32 : 1);
+        // sparse bf16: the producer warpgroup's 128 cp.async arrivals
+        sm90::mbar_init(&sm.full[s], C::kFp8 ? 4 * C::kConverters : C::kSparse ? 128 : 1);
         sm90::mbar_init(&sm.empty[s], 4);   // one arrival per warp of the consuming WG
       }
       for (int s = 0; s < C::kRawSlots; ++s) {
-        sm90::mbar_init(&sm.raw_full[s], C::kSparse ? 32 : 1);
+        sm90::mbar_init(&sm.raw_full[s], C::kSparse ? 128 : 1);
         sm90::mbar_init(&sm.raw_empty[s], 4 * C::kConverters);   // one a converter warp
       }
       sm90::fence_mbar_init();
@@ -872,10 +876,9 @@ struct WgmmaRowsKernel {
         converter(wp.p, sm);
       } else {
         sm90::setmaxnreg_dec<C::kProducerRegs>();
-        if constexpr (C::kSparse) {
-          if (threadIdx.x < 128 * (1 + C::kConverters) + 32)
-            sparse_producer(wp, sm, threadIdx.x % 32);
-        } else if (threadIdx.x == 128 * (1 + C::kConverters)) {
+        if constexpr (C::kSparse)
+          sparse_producer(wp, sm, threadIdx.x % 128);
+        else if (threadIdx.x == 128 * (1 + C::kConverters)) {
           producer(wp, sm);
         }
       }
@@ -883,7 +886,7 @@ struct WgmmaRowsKernel {
       if (threadIdx.x < 128)
         consumer(wp.p, sm, 0);
       else if (C::kSparse)
-        sparse_producer(wp, sm, threadIdx.x % 32);
+        sparse_producer(wp, sm, threadIdx.x - 128);
       else if (threadIdx.x == 128)
         producer(wp, sm);
     } else {
