@@ -82,6 +82,8 @@ def check(inp, sched=None):
     ([1000, 1000, 17], 3, 20, 100, 16),  # topk not a multiple of 64
     ([4097], 8, 16, 777, 256),
     ([64, 0], 2, 64, 130, 32),           # a sequence with no key: all-invalid rows
+    ([2500, 3000, 1, 900], 8, 128, 2048, 100),
+    ([3000, 7], 4, 100, 65, 16),
 ])
 def test_cases(kv, seqlens, s_q, h_q, topk, page):
     check(inputs(kv, seqlens, s_q, h_q, topk, page, seed=1, invalid=0.2, repeats=0.1))
@@ -105,6 +107,9 @@ def test_topk_length_and_sinks(kv):
        invalid=st.sampled_from([0.0, 0.3, 1.0]), repeats=st.sampled_from([0.0, 0.2]),
        topk_length=st.booleans(), sinks=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_drawn(kv, h_q, s_q, topk, page, seqlens, invalid, repeats, topk_length, sinks, seed):
+    print(dict(kv=kv, h_q=h_q, s_q=s_q, topk=topk, page=page, seqlens=seqlens,
+               invalid=invalid, repeats=repeats, topk_length=topk_length, sinks=sinks,
+               seed=seed), flush=True)
     check(inputs(kv, seqlens, s_q, h_q, topk, page, seed, invalid, repeats, topk_length,
                  sinks, sinks))
 

@@ -102,7 +102,8 @@ struct WgmmaRowsConfig {
   static constexpr int kBarWg = 1, kBarBoth = 3;
   // setmaxnreg (two consumer warpgroups): __launch_bounds__ fixes the entry count at
   // 65536 / 384 = 168; the producer warpgroup keeps 24
-  static constexpr int kProducerRegs = SP ? 40 : 24, kConsumerRegs = 240;
+  // (sparse: the gather's address arithmetic; 88 is what the FP8 consumer and converter leave)
+  static constexpr int kProducerRegs = SP ? 88 : 24, kConsumerRegs = 240;
   static_assert(SP || kProducerRegs * 128 + 2 * kConsumerRegs * 128 <= 64512, "register file");
   // FP8: the consumer gets all 256 (one warpgroup's 32-row O^T alone is 128), a converter
   // 160 (16 bytes in, 32 out, 4 chunks in flight), or 112 each of two (512 threads enter
@@ -727,6 +728,16 @@ struct WgmmaRowsKernel {
       // kernel never merges, so each half would write the output alone; NaN and flag 4
       const bool bad_plan = pc.merge > 0;
 
+      // sparse: a slot past the cache was one thread's key; a NaN in every column sum of
+      // its warp makes the whole row NaN through the reduction below (as a bad page does)
+      if constexpr (C::kSparse) {
+        if (__any_sync(0xffffffffu, bad)) {
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) lsum[c] = NAN;
+          if (lane == 0 && p.error != nullptr) atomicOr(p.error, kErrorBadPage);
+        }
+        bad = false;
+      }
       // column sums: the 8 lanes of a column, then the 4 warps
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
