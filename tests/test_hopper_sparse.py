@@ -115,3 +115,37 @@ def test_sink_scaling_matches_the_reference_rule():
     assert got[0, 0, 1].eq(1).all()                 # sink -inf
     assert torch.allclose(got[0, 0, 2].float(), torch.full((512,), 0.5), atol=4e-3)
     assert got[0, 1].eq(0).all() and not got.isnan().any()
+
+
+def _ref_runner(seen, wrong=False):
+    from mlagen import reference
+
+    def run(inputs, out=None):
+        seen.append(type(inputs).__name__)
+        if wrong:                            # a kernel that ignores the sinks
+            import dataclasses
+            inputs = dataclasses.replace(inputs, attn_sink=None)
+        o = reference.run(inputs, dtype=torch.float32, rounded=("p",))
+        if out is None:
+            return o
+        out.out.copy_(o.out)
+        out.lse.copy_(o.lse)
+        return out
+    return run
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_verify_draws_sparse_cases(wrong):
+    """mlagen verify on the sparse example reaches the sparse path (SparseInputs, its
+    reference) and catches a runner that drops the sinks."""
+    from mlagen.schedule import load
+    from mlagen.paths import SCHEDULES_DIR
+    from mlagen.verify.runner import verify
+
+    seen: list = []
+    r = verify(load(str(SCHEDULES_DIR / "hopper_sparse_ds_mla.toml")), examples=3,
+               profile="smoke", runner=_ref_runner(seen, wrong), isolate=False,
+               progress=False, device="cpu", save_failures=False, seed=1,
+               shrink_budget_s=1.0)
+    assert set(seen) == {"SparseInputs"}
+    assert r.ok != wrong, r.failure and r.failure.message
