@@ -107,12 +107,11 @@ MUTANTS = (
            "sm90::ld_shared_f32(tail + r * L::kTailRow + 4 * (tile & 2)));",
            "fp8_ds_mla: latent tiles 1 and 3 read the scale of tiles 0 and 2 (the wrong "
            "128-column tile)", FP8D, FP8_SCALE),
-    Mutant("fp8_scale_twice_hi", "hopper", "mla_fp8.cuh",
-           "        hi = mul_bf16x2(hi, scale2);\n        if constexpr (TWICE) {",
-           "        hi = mul_bf16x2(mul_bf16x2(hi, scale2), scale2);\n"
-           "        if constexpr (TWICE) {",
-           "fp8_ds_mla: the tile scale applied twice to the upper two of every four values",
-           FP8D, FP8_SCALE),
+    Mutant("fp8_descale_twice_in_output", "hopper", "mla_wgmma_rows.cuh",
+           "const float o_scale = FAULT == kFaultDescaleNotInOutput ? 1.f : dk;",
+           "const float o_scale = FAULT == kFaultDescaleNotInOutput ? 1.f : dk * dk;",
+           "fp8_e4m3: the k descale applied twice to O (once in the scores, as it should)",
+           FP8E, FP8_SCALE),
     Mutant("fp8_descale_not_in_scores", "hopper", "mla_wgmma_rows.cuh",
            "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * (dk * dq);",
            "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * dq;",
