@@ -230,3 +230,19 @@ def test_e4m3_path_cases_hold_a_descale_per_sequence():
     assert cs
     d = cs[0].inputs().k_descale
     assert d.numel() == cs[0].batch and len(set(d.tolist())) > 1
+
+
+# ---------------------------------------------------------------- through the worker -
+def test_the_drawn_split_reaches_the_worker_and_a_whole_piece_fault_is_caught():
+    """split_kv is drawn per example and applied in the worker (a runner of the same build
+    for schedule.replace(split_kv=...)): a fault that shows only on whole-sequence pieces
+    is caught, and its case names the split."""
+    from mlagen.verify import verify
+
+    s = example("hopper_wgmma_r16")
+    r = verify(s, examples=40, profile="ci", progress=False, isolate=True, device="cpu",
+               runner_factory="verify_helpers:wrong_on_whole_pieces_factory",
+               bounds=Bounds(max_batch=2, max_len=200, long_len=300, max_extra_table=1),
+               shrink_budget_s=5, save_failures=False)
+    assert not r.ok and r.failure.kind == "mismatch", r.summary()
+    assert r.failure.case_fields["split_kv"] == 1 and "split_kv 1" in r.failure.case

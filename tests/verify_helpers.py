@@ -105,3 +105,10 @@ def hopper_with_illegal_access_factory(schedule):
         return inner(inp)
 
     return run
+
+
+def wrong_on_whole_pieces_factory(schedule):
+    """A correct "kernel" except under split_kv = 1 (a fault only whole-sequence pieces
+    show), where its out is 1 % off: the worker must make a runner per run-time knob."""
+    whole = getattr(schedule.mapping, "split_kv", None) == 1
+    return RefRunner(**({"scale_factor": 1.01} if whole else {}))
