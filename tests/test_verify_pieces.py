@@ -246,3 +246,20 @@ def test_the_drawn_split_reaches_the_worker_and_a_whole_piece_fault_is_caught():
                shrink_budget_s=5, save_failures=False)
     assert not r.ok and r.failure.kind == "mismatch", r.summary()
     assert r.failure.case_fields["split_kv"] == 1 and "split_kv 1" in r.failure.case
+
+
+# ---------------------------------------------------------------- parts mid-request --
+@pytest.mark.parametrize("name", ["hopper_h200", "hopper_wgmma"])
+def test_a_part_starts_inside_a_request_in_the_auto_plan(name):
+    """sched_piece_start's class: the auto plan's cost branch, where a part's first piece
+    starts inside a request, for the H200's part counts (one or two CTAs an SM)."""
+    s = example(name)
+    c = next(c for c in path_cases(s) if c.batch >= 33 and c.split_kv is None)
+    for ctas in (1, 2):
+        parts = scheduler.num_parts(H200_SMS * ctas, c.s_q * c.heads, s.mapping.rows_per_tile)
+        lens = list(c.seqlens)
+        nblk = [scheduler.blocks(n) for n in lens]
+        assert scheduler.equal_piece(nblk, parts) is None or \
+            scheduler.equal_piece(nblk, parts) > -(-(sum(nblk) + 5 * len(lens)) // parts) + 5
+        meta, _ = scheduler.plan(lens, parts, s.mapping.split_cost)
+        assert any(md[1] > 0 for md in meta), (ctas, parts)

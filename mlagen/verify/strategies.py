@@ -491,6 +491,12 @@ def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
         out.append(case(prob, lens, sq, h, "rising", 9, 11, split=1))
         out.append(case(prob, lens, sq, h, "dominant_odd", 3, 12, split=1))
         out.append(case(prob, lens, 1, h, "randn", 0, 13, split=1))
+    if "auto" in splits:
+        # many requests, two long: the "auto" split's cost plan (neither equal pieces nor
+        # whole requests a part) for the part counts of 64-row tiles of 128 heads, whose
+        # parts start inside a request (scheduler.plan's general branch)
+        lens = (min(cap, 1100),) * 2 + (block + 1,) * 31
+        out.append(case(prob, lens, sq, h, "rising", 2, 15))
     fixed = [n for n in splits if n not in (1, "auto")]
     if be.bad_pages_give_nan and fixed:
         # a bad entry at the last page of each sequence's first piece (neither its first,
