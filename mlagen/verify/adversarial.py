@@ -39,8 +39,9 @@ import torch
 from .. import kvformat
 from ..problem import MlaInputs
 
-PATTERNS = ("randn", "rising", "dominant", "ties", "very_negative", "very_large",
-            "dominant_odd")
+PATTERNS = ("randn", "rising", "dominant", "ties", "very_negative", "very_large")
+# drawn only where the schedule's pieces are drawn too (Backend.runtime_shapes "split_kv")
+PIECE_PATTERNS = ("dominant_odd",)
 ODD_BLOCK = 64                 # dominant_odd: the block size whose odd blocks hold the key
 # rising: log2 units per 64-key block (past a rescale slack of 8, and well past it)
 RISE_STEPS = (3.0, 9.0, 12.0, 24.0)
@@ -62,8 +63,9 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
     pattern's free choices (where a rise starts, its step, the dominant key's place)."""
     if pattern == "randn":
         return inp
-    if pattern not in PATTERNS:
-        raise ValueError(f"unknown data pattern {pattern!r}; one of {PATTERNS}")
+    if pattern not in PATTERNS + PIECE_PATTERNS:
+        raise ValueError(f"unknown data pattern {pattern!r}; one of "
+                         f"{PATTERNS + PIECE_PATTERNS}")
     fmt = kvformat.get(inp.kv)
     page_descale = _page_descale(inp) if fmt.quantized else None
     # a quantized cache is shaped as values and stored again in its format (kernel and

@@ -291,6 +291,8 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     poisons = draw(poisons_strategy(prob, batch, s_q, h, lens,
                                     prob.causal if causal is None else causal)) \
         if nonfinite else ()
+    if shapes.get("split_kv") and tuple(patterns) == adversarial.PATTERNS:
+        patterns = patterns + adversarial.PIECE_PATTERNS     # with the split drawn below
     data = draw(st.sampled_from(tuple(patterns))) if patterns else "randn"
     data_arg = draw(st.integers(0, 63)) if data != "randn" else 0
     bad = draw(bad_pages_strategy(lens, s_q)) if bad_nan else ()
