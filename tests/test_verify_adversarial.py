@@ -204,7 +204,7 @@ def test_sc11_draws_s_q_above_a_length_above_block_kv_in_one_case():
 
 
 # ---------------------------------------------------------------- the patterns -------
-@pytest.mark.parametrize("pattern", adversarial.PATTERNS)
+@pytest.mark.parametrize("pattern", adversarial.PATTERNS + adversarial.PIECE_PATTERNS)
 def test_patterns_keep_tensors_finite_and_the_reference_finite(pattern):
     s = example("sc11_attn")
     c = Case(s.problem, 2, 2, 16, (300, 65), 1, True, 1, pattern, 9)

@@ -171,7 +171,10 @@ ESCAPES = [("wgmma_sum_not_rescaled", "hopper_wgmma"),          # the max moves
            ("rows_merge_first_max", "hopper_wgmma_r16_w8"),     # the second WG's max
            ("wgmma_page_offset", "hopper_wgmma"),               # pages > 64
            ("rows_page_offset", "hopper_wgmma_r16"),
-           ("wgmma_bad_page_last", "hopper_wgmma")]             # the last page's check
+           ("wgmma_bad_page_last", "hopper_wgmma"),             # the last page's check
+           ("rows_merge_l_weight", "hopper_wgmma_r16_w8"),      # whole-sequence pieces
+           ("fp8_scale_tile_pairs", "hopper_fp8_ds_mla"),       # the FP8 scales
+           ("fp8_descale_first_seq", "hopper_fp8_e4m3")]
 
 
 @gpu

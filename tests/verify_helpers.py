@@ -105,3 +105,25 @@ def hopper_with_illegal_access_factory(schedule):
         return inner(inp)
 
     return run
+
+
+def wrong_on_whole_pieces_factory(schedule):
+    """mlagen's reference as a "kernel" (out in the storage dtype, lse fp32), except under
+    split_kv = 1 (a fault only whole-sequence pieces show), where its out is 1 % off: the
+    worker must make a runner per run-time knob."""
+    from mlagen.reference import run as reference
+    from mlagen.verify.runner import expected_outputs
+
+    factor = 1.01 if getattr(schedule.mapping, "split_kv", None) == 1 else 1.0
+
+    def run(inp, out=None):
+        # planted bad pages: NaN for those sequences, as the Hopper kernels' contract says
+        r = expected_outputs(lambda i, dtype: reference(i, dtype), inp)
+        o, lse = (r.out * factor).to(inp.q.dtype), r.lse.float()
+        if out is None:
+            return MlaOutputs(out=o, lse=lse)
+        out.out.copy_(o)
+        out.lse.copy_(lse)
+        return out
+
+    return run

@@ -111,6 +111,13 @@ class Backend:
         shape is compiled in."""
         return {}
 
+    def verify_pieces(self, s: "Schedule", seqlens: list[int], split_kv: Any
+                      ) -> list[tuple[int, int, int]] | None:
+        """(sequence, first token, end token) of each piece s's kernels cut the sequences
+        into under the run-time split `split_kv` (runtime_shapes' "split_kv"), computed as
+        the backend's scheduler does; None where the target has no such split."""
+        return None
+
     def verify_family(self, s: "Schedule") -> list[dict[str, Any]]:
         """Knob sets (Schedule.replace keywords) of the builds that, with s itself, reach
         every compile-time branch of s's kernel family: the smoke profile builds each

@@ -11,6 +11,9 @@ and the reference see them, so both get the same rounded values):
                    step (log2 units per 64 keys, up to well past any kernel's rescale slack):
                    the max moves at late blocks
     dominant       one key, at a drawn position of each sequence, scores far above the rest
+    dominant_odd   the same, its key in an odd 64-key block of the sequence (1, 3, 5, ...):
+                   where a kernel whose two warpgroups take alternate blocks of a piece puts
+                   it in the second's half (a whole-sequence piece: split_kv = 1)
     ties           every key of a sequence is the same key: all its scores tie
     very_negative  every score shifted far below zero (exp of the raw score underflows)
     very_large     every score shifted far above zero (exp of the raw score overflows)
@@ -37,6 +40,9 @@ from .. import kvformat
 from ..problem import MlaInputs
 
 PATTERNS = ("randn", "rising", "dominant", "ties", "very_negative", "very_large")
+# drawn only where the schedule's pieces are drawn too (Backend.runtime_shapes "split_kv")
+PIECE_PATTERNS = ("dominant_odd",)
+ODD_BLOCK = 64                 # dominant_odd: the block size whose odd blocks hold the key
 # rising: log2 units per 64-key block (past a rescale slack of 8, and well past it)
 RISE_STEPS = (3.0, 9.0, 12.0, 24.0)
 # far past any slack, and past 128 log2 units (2^128 overflows fp32): a merge of two
@@ -57,8 +63,9 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
     pattern's free choices (where a rise starts, its step, the dominant key's place)."""
     if pattern == "randn":
         return inp
-    if pattern not in PATTERNS:
-        raise ValueError(f"unknown data pattern {pattern!r}; one of {PATTERNS}")
+    if pattern not in PATTERNS + PIECE_PATTERNS:
+        raise ValueError(f"unknown data pattern {pattern!r}; one of "
+                         f"{PATTERNS + PIECE_PATTERNS}")
     fmt = kvformat.get(inp.kv)
     page_descale = _page_descale(inp) if fmt.quantized else None
     # a quantized cache is shaped as values and stored again in its format (kernel and
@@ -84,6 +91,9 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
         elif pattern == "dominant":
             f = torch.zeros(n, dtype=torch.float64)
             f[(arg * 2654435761 + b * 40503) % n] = DOMINANT_NATS
+        elif pattern == "dominant_odd":
+            f = torch.zeros(n, dtype=torch.float64)
+            f[odd_block_key(n, arg, b)] = DOMINANT_NATS
         elif pattern == "very_negative":
             f = torch.full((n,), -SHIFT_NATS, dtype=torch.float64)
         else:                                                    # very_large
@@ -96,9 +106,15 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
         else:
             top = torch.finfo(k.dtype).max / 4          # fp16: a tiny scale must not overflow
             k[pages, slots, :, dv] = (f / scale).clamp(-top, top).to(k.dtype)[:, None]
+    descale = inp.k_descale
+    if fmt.needs_descale and descale is not None:
+        # a descale that covers the shaped values (else e4m3 saturates a ramp at 448 x the
+        # old one and the max stops moving): raised to amax / 448 where they outgrew it
+        descale = _covering_descale(inp, k, descale)
+        page_descale = _page_descale(dataclasses.replace(inp, k_descale=descale))
     if fmt.quantized:
         k = kvformat.quantize(k, fmt.name, page_descale, dv)
-    out = dataclasses.replace(inp, k_cache=k)
+    out = dataclasses.replace(inp, k_cache=k, k_descale=descale)
     if not fused:
         # q may be a strided view of a wider tensor: write through it, keeping its strides
         q = inp.q.clone() if inp.q.is_contiguous() else _strided_copy(inp.q)
@@ -108,6 +124,34 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
         out = dataclasses.replace(out, q=q)
     out.meta = dict(inp.meta, data=pattern, data_arg=arg)
     return out
+
+
+def odd_block_key(n: int, arg: int, b: int) -> int:
+    """dominant_odd's key of a sequence of n keys: in odd block 2 j + 1 (j drawn from arg
+    and the sequence), at a drawn offset; the last key when the sequence has no odd block
+    (n <= 64: a one-block piece, no second warpgroup's half)."""
+    odd = -(-n // ODD_BLOCK) // 2            # blocks 1, 3, ... below ceil(n / 64)
+    if not odd:
+        return n - 1
+    blk = 2 * ((arg // ODD_BLOCK + b) % odd) + 1
+    return min(n - 1, blk * ODD_BLOCK + (arg * 37 + b * 11) % ODD_BLOCK)
+
+
+def _covering_descale(inp: MlaInputs, k: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """d (fp32 [1] or [b]) raised where the values k of the sequences' keys (of all of
+    them, for one descale) exceed 448 * d."""
+    amax = []
+    for b, n in enumerate(inp.cache_seqlens.tolist()):
+        if n:
+            pages, slots = _key_positions(inp, b, n)
+            v = k[pages, slots].float()
+            v = v[torch.isfinite(v)]
+            amax.append(float(v.abs().max()) if v.numel() else 0.0)
+        else:
+            amax.append(0.0)
+    need = torch.tensor(amax if d.numel() > 1 else [max(amax, default=0.0)],
+                        dtype=torch.float32) / kvformat.E4M3_MAX
+    return torch.maximum(d.float(), need.to(d.device)).to(d.dtype)
 
 
 def _page_descale(inp: MlaInputs):

@@ -56,7 +56,8 @@ def _poison_allocator(inputs: MlaInputs, out_shape, lse_shape, device: str):
 def _worker(conn, schedule, factory: str, device: str) -> None:
     """The child: make the runner once, then run examples until told to stop."""
     try:
-        fn = _resolve(factory)(schedule)
+        make = _resolve(factory)
+        fns = {(): make(schedule)}
     except BaseException:   # report why the runner could not be made, then exit
         conn.send(("error", "making the runner failed:\n" + traceback.format_exc()))
         return
@@ -68,8 +69,12 @@ def _worker(conn, schedule, factory: str, device: str) -> None:
             return
         if not msg:
             return
-        inputs, out_shape, lse_shape = _loads(msg)
+        inputs, out_shape, lse_shape, knobs = _loads(msg)
         try:
+            # run-time knobs of the one build (a split count): a runner of its own each
+            if knobs not in fns:
+                fns[knobs] = make(schedule.replace(**dict(knobs)))
+            fn = fns[knobs]
             dev_inputs = inputs.to(device)
             if accepts_out(fn) or not device.startswith("cuda"):
                 outs, poisoned = call_poisoned(fn, dev_inputs, out_shape, lse_shape)
@@ -154,13 +159,16 @@ class IsolatedRunner:
         self.close()
 
     # ---- one example ------------------------------------------------------------------
-    def run(self, inputs: MlaInputs, out_shape, lse_shape) -> MlaOutputs:
+    def run(self, inputs: MlaInputs, out_shape, lse_shape, knobs: tuple = ()) -> MlaOutputs:
+        """One example; knobs: (name, value) pairs of run-time schedule knobs (the same
+        build, another runner: schedule.replace(**knobs))."""
         if self._proc is None or not self._proc.is_alive():
             self._kill()
             self.start()
         conn = self._conn
         try:
-            conn.send_bytes(_dumps((inputs.to("cpu"), tuple(out_shape), tuple(lse_shape))))
+            conn.send_bytes(_dumps((inputs.to("cpu"), tuple(out_shape), tuple(lse_shape),
+                                    tuple(knobs))))
             if not conn.poll(self.timeout_s):
                 self._kill()
                 self.restarts += 1

@@ -90,6 +90,8 @@ class Outcome:
     examples_run: int = 0
     seconds: float = 0.0
     error: str = ""             # the harness could not run it (a build failure)
+    budget_spent: bool = False  # verify stopped drawing at its time budget (not caught:
+                                # the drawn examples it did not reach might have)
 
 
 @dataclass
@@ -134,8 +136,10 @@ class Report:
             lines.append(f"  {name}: does not compile: {why}")
         escaped = [o for o in self.outcomes if not o.caught]
         for o in escaped:
-            lines.append(f"  ESCAPED {o.mutant} on {o.schedule} ({o.profile})"
-                         + (f": {o.error}" if o.error else ""))
+            lines.append(f"  {'NOT RUN' if o.error else 'ESCAPED'} {o.mutant} on {o.schedule} "
+                         f"({o.profile})"
+                         + (f": {o.error}" if o.error else "")
+                         + (" (stopped at the time budget)" if o.budget_spent else ""))
         caught = sum(self.per_mutant().values())
         lines.append(f"  {caught}/{len(self.per_mutant())} mutants caught by some check")
         return "\n".join(lines)
@@ -170,28 +174,38 @@ def run_one(mutant: Mutant, schedule_name: str, profile: str, examples: Optional
         return Outcome(mutant.name, schedule_name, profile, False, _how(r), r.examples_run,
                        time.perf_counter() - t0, error="a build of the family failed")
     return Outcome(mutant.name, schedule_name, profile, not r.ok, _how(r), r.examples_run,
-                   time.perf_counter() - t0)
+                   time.perf_counter() - t0, budget_spent=r.budget_spent)
 
 
-def prebuild(pairs: Sequence[tuple[Mutant, object]], jobs: int) -> dict[str, str]:
+def prebuild(pairs: Sequence[tuple[Mutant, object]], jobs: int, families: bool = False
+             ) -> dict[str, str]:
     """Build every (mutant, schedule) pair's patched library in parallel (the verify runs
-    then find them cached); returns mutant name -> build error for those that fail."""
+    then find them cached); with families, every member of the schedule's family too (what
+    smoke runs).  Returns mutant name -> build error for those whose schedule fails (a
+    member's failure is left to its verify run, which reports it)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ..errors import MlagenError
     from ..jit import build
+    from .strategies import family
 
-    def one(pair):
-        m, s = pair
+    todo = []
+    for m, s in pairs:
+        todo.append((m, s, True))
+        if families:
+            todo += [(m, f, False) for f in family(s)[1:]]
+
+    def one(item):
+        m, s, own = item
         try:
             build(render_patched(m, s), progress=False)
         except MlagenError as e:
-            return m.name, str(e).splitlines()[0]
+            return m.name, str(e).splitlines()[0] if own else None
         return m.name, None
 
     errors = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for name, err in pool.map(one, pairs):
+        for name, err in pool.map(one, todo):
             if err:
                 errors[name] = err
     return errors
@@ -201,7 +215,8 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
         schedules: Sequence[str] = (), examples: Optional[int] = None,
         time_budget_s: Optional[float] = None, jobs: int = 0, log=None,
         prebuild_all: Optional[bool] = None, first_schedule: bool = False,
-        parallel: int = 1, isolate: bool = True) -> Report:
+        parallel: int = 1, isolate: bool = True, wall_limit_s: Optional[float] = None
+        ) -> Report:
     """Every mutant of `target` (or those named in `only`) against verify on its example
     schedules (or `schedules`; with first_schedule, each mutant's first only), under each
     profile.  prebuild_all: build every run's schedule in parallel first (default: on GPU
@@ -209,7 +224,10 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
     builds what it reaches, lazily).  isolate: each verify run in a process of its own,
     `parallel` at once (a mutant that makes an in-process kernel crash -- an emulator
     reading past its cache -- kills that run's process only, and counts as caught by a
-    crash, as it is when a user runs verify on it)."""
+    crash, as it is when a user runs verify on it).  wall_limit_s: past it (from the start,
+    builds included) no run starts and the running ones are stopped; each is reported
+    not reached (an error, neither caught nor escaped), so the report is written in time."""
+    t_start = time.perf_counter()
     from ..backends import backend
 
     chosen = [m for m in mutants_for(target) if not only or m.name in only]
@@ -223,7 +241,10 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
         prebuild_all = backend(target).device != "cpu"
     if prebuild_all:
         # the schedule itself; its family's other members build when verify reaches them
-        report.compile_failures = prebuild([(m, load_example(n)) for m, n in plan], jobs)
+        from .profiles import PROFILES
+
+        report.compile_failures = prebuild([(m, load_example(n)) for m, n in plan], jobs,
+                                           families=any(PROFILES[p].family for p in profiles))
     todo = [(m, n, prof) for m, n in plan if m.name not in report.compile_failures
             for prof in profiles]
 
@@ -231,27 +252,43 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
         report.outcomes.append(o)
         if log:
             print(f"{'caught ' if o.caught else 'ESCAPED'} {o.mutant} on {o.schedule} "
-                  f"({o.profile}, {o.seconds:.1f} s){': ' + o.how if o.how else ''}"
+                  f"({o.profile}, {o.seconds:.1f} s, {o.examples_run} examples"
+                  f"{', budget spent' if o.budget_spent else ''})"
+                  f"{': ' + o.how if o.how else ''}"
                   f"{' ' + o.error if o.error else ''}", file=log, flush=True)
 
     if not isolate:
         for m, n, prof in todo:
             say(run_one(m, n, prof, examples, time_budget_s))
     else:
-        for o in _in_processes(todo, max(1, parallel), examples, time_budget_s):
+        deadline = None if wall_limit_s is None else t_start + wall_limit_s
+        for o in _in_processes(todo, max(1, parallel), examples, time_budget_s, deadline):
             say(o)
     return report
 
 
-def _in_processes(todo, parallel: int, examples, time_budget_s) -> Iterator[Outcome]:
-    """run_one of each (mutant, schedule, profile) in a child process, `parallel` at once."""
+def _in_processes(todo, parallel: int, examples, time_budget_s,
+                  deadline: Optional[float] = None) -> Iterator[Outcome]:
+    """run_one of each (mutant, schedule, profile) in a child process, `parallel` at once;
+    past `deadline` (perf_counter) the rest are not reached."""
     import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="mlagen-mutants-") as d:
         waiting = list(enumerate(todo))
         running: list = []
+        late = "not reached: the harness's wall limit"
         while waiting or running:
+            if deadline is not None and time.perf_counter() > deadline:
+                for proc, out, m, n, prof, errf, started in running:
+                    proc.kill()
+                    proc.wait()
+                    errf.close()
+                    yield Outcome(m.name, n, prof, False, error=late,
+                                  seconds=time.perf_counter() - started)
+                for _, (m, n, prof) in waiting:
+                    yield Outcome(m.name, n, prof, False, error=late)
+                return
             while waiting and len(running) < parallel:
                 i, (m, n, prof) = waiting.pop(0)
                 out = Path(d) / f"{i}.json"
@@ -336,6 +373,8 @@ def main(argv=None) -> int:
                     help="run verify in this process (default: a process a run)")
     ap.add_argument("--no-prebuild", action="store_true",
                     help="do not build the mutants ahead in parallel (verify builds them)")
+    ap.add_argument("--wall-limit", type=float, default=None, metavar="SECONDS",
+                    help="stop the whole run after this long, the rest reported not reached")
     ap.add_argument("--compile-only", action="store_true",
                     help="only check that every mutant applies and compiles (no device)")
     args = ap.parse_args(argv)
@@ -377,7 +416,7 @@ def main(argv=None) -> int:
                   args.time_budget, args.jobs, log=sys.stdout,
                   prebuild_all=False if args.no_prebuild else None,
                   first_schedule=args.first_schedule, parallel=args.parallel,
-                  isolate=not args.in_process)
+                  isolate=not args.in_process, wall_limit_s=args.wall_limit)
     except (MlagenError, ValueError) as e:
         print(f"mlagen: {e}", file=sys.stderr)
         return 2

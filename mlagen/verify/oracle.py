@@ -116,16 +116,17 @@ def p_rounding_slack(inputs: MlaInputs, expected: MlaOutputs, store: torch.dtype
     q = inputs.q
     b, s_q, h, d = q.shape
     dv = expected.out.shape[-1]
-    slack = torch.zeros(b, s_q, h, dv, dtype=torch.float64)
-    lse = expected.lse.double().cpu()                                   # [b, h, s_q]
+    dev = expected.out.device            # where the reference ran (the host or the GPU)
+    slack = torch.zeros(b, s_q, h, dv, dtype=torch.float64, device=dev)
+    lse = expected.lse.double()                                         # [b, h, s_q]
     for i, n in enumerate(inputs.cache_seqlens.tolist()):
         if n == 0:
             continue
-        kv = _keys(inputs, i, n).cpu()
-        scores = torch.einsum("shd,td->sht", q[i].double().cpu(), kv) * inputs.softmax_scale
-        last = n - s_q + torch.arange(s_q)                              # bottom-right causal
-        seen = torch.arange(n)[None, :] <= last[:, None] if inputs.causal \
-            else torch.ones(s_q, n, dtype=torch.bool)
+        kv = _keys(inputs, i, n).to(dev)
+        scores = torch.einsum("shd,td->sht", q[i].double().to(dev), kv) * inputs.softmax_scale
+        last = n - s_q + torch.arange(s_q, device=dev)                  # bottom-right causal
+        seen = torch.arange(n, device=dev)[None, :] <= last[:, None] if inputs.causal \
+            else torch.ones(s_q, n, dtype=torch.bool, device=dev)
         row_lse = lse[i].transpose(0, 1)                                # [s_q, h]
         pw = torch.exp(scores - row_lse[..., None]).masked_fill(~seen[:, None, :], 0.0)
         pw = torch.nan_to_num(pw, nan=0.0)          # rows that see nothing (lse = +inf)
@@ -133,7 +134,7 @@ def p_rounding_slack(inputs: MlaInputs, expected: MlaOutputs, store: torch.dtype
         worst = torch.einsum("sht,tc->shc", pw, v.abs())
         spread = torch.einsum("sht,tc->shc", pw * pw, v * v).sqrt()
         slack[i] = u * (torch.minimum(worst, 8.0 * spread)
-                        + expected.out[i].double().abs().cpu())
+                        + expected.out[i].double().abs())
     return slack
 
 

@@ -176,7 +176,8 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
            save_failures: bool = True, failures_dir: Optional[Path] = None,
            example_timeout_s: float = 300.0, draw_schemes: Optional[bool] = None,
            draw_schedules: Optional[bool] = None, family: Optional[bool] = None,
-           explicit: Sequence[tuple[Case, Optional[str]]] = ()) -> VerifyResult:
+           explicit: Sequence[tuple[Case, Optional[str]]] = (),
+           reference_device: Optional[str] = None) -> VerifyResult:
     """Verify a checked schedule's kernel against the float64 reference on drawn problems.
 
     runner:     a callable MlaInputs -> MlaOutputs (default: mlagen.runner(schedule));
@@ -196,7 +197,12 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                 with it, every member's path cases (strategies.path_cases) run first
                 (default: the profile's; smoke does).
     explicit:   (case, scheme) pairs run before any drawn example (hypothesis explicit
-                examples), for inputs a test must exercise whatever is drawn.
+                examples), for inputs a test must exercise whatever is drawn.  The explicit
+                examples (these, the backend's paths, the path cases) all run whatever the
+                time budget; it stops the drawn ones.
+    reference_device: where the float64 reference runs (default: the GPU of a GPU target
+                when torch sees one -- its cost on the host was most of a run's time --,
+                else the CPU); its outputs come back to the host for the comparison.
     """
     prof: Profile = get_profile(profile)
     n = examples if examples is not None else prof.examples
@@ -208,6 +214,8 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     gpu = be.device != "cpu"
     isolate = gpu if isolate is None else isolate
     device = device or be.device
+    if reference_device is None:
+        reference_device = device if gpu and torch.cuda.is_available() else "cpu"
     if draw_schedules is None:
         draw_schedules = prof.draw_schedules and runner is None and reference is None
     elif draw_schedules and (runner is not None or reference is not None):
@@ -268,6 +276,13 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                              schedule.heads_per_device, tuple(f["seqlens"]), 0, False, 1), None)
                  for _, f in paths]
     members = family_of(schedule) if family else [schedule]
+    if isolate and len(members) > 1:
+        # the family's workers start (and build) at once, before the clock: one build
+        # after another inside the run spent its time budget on nvcc
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(members) - 1) as pool:
+            list(pool.map(kernel_for, members[1:]))
     setup_s = time.perf_counter() - t0
     be = backend(schedule.target.name)
     choices = dict(be.runtime_choices(schedule))
@@ -299,13 +314,22 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     else:
         drawn = st.tuples(st.none(), cases(schedule, bounds, **drawn_kw), scheme_st)
 
-    state = dict(run=0, failure=None, first_fail_t=None, poisoned=True, shrinking=False)
+    state = dict(run=0, failure=None, first_fail_t=None, poisoned=True, shrinking=False,
+                 calls=0)
+    n_explicit = len(explicit)
 
     def run_kernel(s: Schedule, inputs: MlaInputs, want: MlaOutputs,
-                   scheme: Optional[str]) -> MlaOutputs:
+                   scheme: Optional[str], knobs: tuple = ()) -> MlaOutputs:
         k = kernel_for(s)
         if isinstance(k, IsolatedRunner):
-            return k.run(inputs, want.out.shape, want.lse.shape)
+            return k.run(inputs, want.out.shape, want.lse.shape, knobs)
+        if knobs and runner is None:
+            # a run-time knob of the same build: a runner of its own, kept for the run
+            key = (variant_key(s), knobs)
+            if key not in kernels:
+                from .. import runner as make_runner
+                kernels[key] = make_runner(s.replace(**dict(knobs)))
+            k = kernels[key]
         kw = {} if scheme is None else {"scheme": scheme}
         outs, poisoned = call_poisoned(k, inputs, want.out.shape, want.lse.shape, **kw)
         state["poisoned"] = state["poisoned"] and poisoned
@@ -318,8 +342,10 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         sched, case, scheme = draw
         sched = sched or schedule
         now = time.perf_counter()
+        state["calls"] += 1
         if state["first_fail_t"] is None:
-            if budget is not None and now - start > budget:
+            # the explicit examples run first, each once: the budget is the drawn ones'
+            if budget is not None and state["calls"] > n_explicit and now - start > budget:
                 raise _BudgetSpent()
         elif shrink_budget_s is not None and now - state["first_fail_t"] > shrink_budget_s:
             raise _BudgetSpent()
@@ -329,13 +355,14 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             where += f", drawn variant {sched.variant_name()} ({_knobs_differing(schedule, sched)})"
         failed: Optional[Failure] = None
         try:
-            expected = expected_outputs(oracle(sched), inputs)
+            expected = expected_outputs(oracle(sched), inputs, reference_device)
         except Exception as e:   # noqa: BLE001 - a drawn valid case the reference rejects
             failed = Failure("reference", f"the reference raised {type(e).__name__}: {e}",
                              where)
         if failed is None:
             try:
-                actual = run_kernel(sched, inputs, expected, scheme)
+                knobs = () if case.split_kv is None else (("split_kv", case.split_kv),)
+                actual = run_kernel(sched, inputs, expected, scheme, knobs)
                 cmp = compare(actual, expected, case.problem.dtype, tolerances)
                 if not cmp.ok:
                     failed = Failure("mismatch", cmp.summary(), where, comparison=cmp)
@@ -362,9 +389,13 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                             phases=[Phase.explicit, Phase.reuse, Phase.generate,
                                     Phase.target, Phase.shrink])
     # a stable identity per schedule for the example database (explore) and for the
-    # derandomized example sequence (ci)
-    check._hypothesis_internal_add_digest = (dumps(schedule) + schedule.fault).encode()
-    test = given(draw=drawn)(check)
+    # derandomized example sequence (ci): hypothesis hashes the test function's source, so
+    # it is this one-line function, not check (whose edits would reshuffle every ci run)
+    def example_of(draw: tuple) -> None:
+        check(draw)
+
+    example_of._hypothesis_internal_add_digest = (dumps(schedule) + schedule.fault).encode()
+    test = given(draw=drawn)(example_of)
     for sched, case, scheme in reversed(explicit):
         test = example(draw=(sched, case, scheme))(test)
     test = settings(test)
@@ -426,10 +457,26 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     return result
 
 
-def expected_outputs(ref: Callable, inputs: MlaInputs) -> MlaOutputs:
+def expected_outputs(ref: Callable, inputs: MlaInputs, device: str = "cpu") -> MlaOutputs:
     """The reference's outputs: where bad block-table entries were planted
     (strategies.plant_bad_pages), on the clean table, with the sequences they hit NaN in
-    out and lse (the contract of backends whose bad_pages_give_nan)."""
+    out and lse (the contract of backends whose bad_pages_give_nan).  device: where the
+    reference runs (its outputs, the allowances in extra["slack"] too, come back on the
+    host)."""
+    if device != "cpu":
+        meta = dict(inputs.meta)
+        if "clean_table" in meta:
+            meta["clean_table"] = meta["clean_table"].to(device)
+        on = dataclasses.replace(inputs.to(device), meta=meta)
+        try:
+            want = expected_outputs(ref, on)
+        except MlagenError:
+            raise                       # the case's own fault: the host would say the same
+        except Exception:   # noqa: BLE001 - the device's trouble, not the case's: the host's
+            return expected_outputs(ref, inputs)
+        slack = {k: v.cpu() for k, v in want.extra.get("slack", {}).items()}
+        return MlaOutputs(want.out.cpu(), want.lse.cpu(),
+                          extra={"slack": slack} if slack else {})
     bad = inputs.meta.get("bad_sequences")
     if not bad:
         return ref(inputs, dtype=torch.float64)
@@ -456,7 +503,7 @@ def _case_fields(case: Case) -> dict:
                 seed=case.seed, q_noncontiguous=case.q_noncontiguous,
                 extra_table=case.extra_table, page_size=case.problem.page_size,
                 data=case.data, data_arg=case.data_arg,
-                bad_pages=[list(b) for b in case.bad_pages],
+                bad_pages=[list(b) for b in case.bad_pages], split_kv=case.split_kv,
                 dtype=case.problem.dtype, causal=case.causal,
                 poisons=[p.describe() for p in case.poisons])
 
@@ -480,7 +527,9 @@ def replay(path: "str | Path | repro.Repro", *, runner: Optional[Callable] = Non
         if isolate:
             with IsolatedRunner(schedule, factory=runner_factory,
                                 device=device or backend(schedule.target.name).device) as w:
-                actual = w.run(rp.inputs, expected.out.shape, expected.lse.shape)
+                split = rp.case.get("split_kv")
+                actual = w.run(rp.inputs, expected.out.shape, expected.lse.shape,
+                               () if split is None else (("split_kv", split),))
                 poisoned = w.poisoned
         else:
             if runner is None:

@@ -111,8 +111,9 @@ class Case:
     data: str = "randn"              # adversarial.PATTERNS: how the scores are shaped
     data_arg: int = 0                # the pattern's free choices (where, how steep)
     # planted bad block-table entries: (sequence, which of its pages: "first" | "middle" |
-    # "last", negative entry or one past the cache); drawn where the backend's contract
-    # says such a sequence comes out NaN (Backend.bad_pages_give_nan)
+    # "last" or a page index -- the last page of a split piece, say --, negative entry or
+    # one past the cache); drawn where the backend's contract says such a sequence comes
+    # out NaN (Backend.bad_pages_give_nan)
     bad_pages: tuple[tuple[int, str, bool], ...] = ()
     causal: Optional[bool] = None      # None: the problem's
     poisons: tuple = ()                # Poison elements (NaN / inf inputs)
@@ -120,6 +121,9 @@ class Case:
     descale_per_seq: bool = False      # fp8_e4m3: one k_descale per sequence, not one
     # attention = "sparse": (invalid share, repeated share, topk_length drawn, +-inf sinks)
     sparse: tuple = ()
+    # a run-time split of the sequences into pieces (Backend.runtime_shapes "split_kv":
+    # "auto" or a fixed count), applied to the one build; None: the schedule's own
+    split_kv: Optional[Union[int, str]] = None
 
     def clean_inputs(self) -> MlaInputs:
         """The problem without its bad table entries: what the reference sees."""
@@ -166,7 +170,8 @@ class Case:
                 + "".join(f", {p.describe()}" for p in self.poisons)
                 + (f", KV {self.problem.kv}" if self.problem.kv != self.problem.dtype else "")
                 + (", quantizer edges" if self.kv_edges else "")
-                + (", descale per sequence" if self.descale_per_seq else ""))
+                + (", descale per sequence" if self.descale_per_seq else "")
+                + ("" if self.split_kv is None else f", split_kv {self.split_kv}"))
 
 
 def plant_bad_pages(inp: MlaInputs, bad: Sequence[tuple[int, str, bool]]) -> MlaInputs:
@@ -177,7 +182,8 @@ def plant_bad_pages(inp: MlaInputs, bad: Sequence[tuple[int, str, bool]]) -> Mla
     nb = inp.k_cache.shape[0]
     for b, where, past_end in bad:
         need = -(-int(inp.cache_seqlens[b]) // page)
-        j = {"first": 0, "middle": need // 2, "last": need - 1}[where]
+        j = where if isinstance(where, int) else \
+            {"first": 0, "middle": need // 2, "last": need - 1}[where]
         table[b, j] = nb + b if past_end else -1 - b
     return dataclasses.replace(inp, block_table=table,
                                meta=dict(inp.meta, bad_pages=[list(x) for x in bad],
@@ -264,7 +270,7 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     draw_causal: causal drawn too (with s_q > length, rows at negative positions then see
     keys); bad_pages: plant bad table entries where the backend's kernels promise NaN."""
     prob = _problem_of(spec)
-    block, bad_nan = None, False
+    block, bad_nan, shapes = None, False, {}
     if isinstance(spec, Schedule):
         be = backend(spec.target.kind)
         h = heads or spec.heads_per_device
@@ -295,6 +301,8 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     poisons = draw(poisons_strategy(prob, batch, s_q, h, lens,
                                     prob.causal if causal is None else causal)) \
         if nonfinite else ()
+    if shapes.get("split_kv") and tuple(patterns) == adversarial.PATTERNS:
+        patterns = patterns + adversarial.PIECE_PATTERNS     # with the split drawn below
     data = draw(st.sampled_from(tuple(patterns))) if patterns else "randn"
     data_arg = draw(st.integers(0, 63)) if data != "randn" else 0
     if prob.attention == "sparse":
@@ -311,8 +319,15 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     # drawn only for 8-bit caches, so a 16-bit problem's draws are what they were
     edges = draw(st.booleans()) if fmt.quantized else False
     per_seq = draw(st.booleans()) if fmt.needs_descale else False
+    # the run-time split, drawn with the data that needs it: a warpgroup's half of a piece
+    # (dominant_odd) and a max that moves inside a piece need pieces of several blocks,
+    # which the scheduler's "auto" split of a short batch over many SMs rarely makes
+    split = None
+    if isinstance(spec, Schedule) and shapes.get("split_kv"):
+        split = 1 if data == "dominant_odd" else draw(st.sampled_from(shapes["split_kv"]))
     return Case(prob, batch, s_q, h, tuple(lens), seed, noncontig, extra, data, data_arg, bad,
-                causal=causal, poisons=poisons, kv_edges=edges, descale_per_seq=per_seq)
+                causal=causal, poisons=poisons, kv_edges=edges, descale_per_seq=per_seq,
+                split_kv=split)
 
 
 def poisons_strategy(prob: Problem, batch: int, s_q: int, heads: int, lens: Sequence[int],
@@ -427,6 +442,19 @@ def family(schedule: Schedule) -> list[Schedule]:
     return out
 
 
+def piece_last_bad_pages(s: Schedule, lens: Sequence[int], split) -> tuple:
+    """Bad table entries at the last page of each sequence's first piece, of a split into
+    several pieces (Backend.verify_pieces); none for a sequence in one piece."""
+    pieces = backend(s.target.kind).verify_pieces(s, list(lens), split) or []
+    page = s.problem.page_size
+    bad = []
+    for b in range(len(lens)):
+        mine = sorted((a, e) for r, a, e in pieces if r == b and e > a)
+        if len(mine) >= 2:
+            bad.append((b, (mine[0][1] - 1) // page, b % 2 == 0))
+    return tuple(bad)
+
+
 def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
     """A few fixed cases that take a schedule's run-time branches at once: rows that see no
     key beside split sequences (s_q > length > block), lengths one past a block, a page and
@@ -453,9 +481,14 @@ def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
             want |= {tile - 1, tile, tile + 1}
         return tuple(sorted(x for x in want if 0 <= x <= cap))
 
-    def case(p: Problem, lens, s_q, heads, data, arg, seed, bad=()):
+    fmt = kvformat.get(prob.kv)
+
+    def case(p: Problem, lens, s_q, heads, data, arg, seed, bad=(), split=None):
+        # 8-bit caches: the quantizer's edges (tiles of distinct scales) in every other case,
+        # a descale per sequence in the others
         return Case(p, len(lens), s_q, heads, tuple(lens), seed, not fused and seed % 2 == 1,
-                    seed % 3, data, arg, bad)
+                    seed % 3, data, arg, bad, kv_edges=fmt.quantized and seed % 2 == 0,
+                    descale_per_seq=fmt.needs_descale and seed % 2 == 1, split_kv=split)
 
     long = min(cap, max(8 * block, 3 * prob.page_size + 5))
     out = [case(prob, lens_for(prob.page_size), sq, h, "rising", 2, 1),
@@ -465,8 +498,34 @@ def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
     for heads in shapes.get("heads", ())[1:]:
         out.append(case(prob, (block + 1, long), sq, heads, "rising", heads, 5 + heads))
     for page in shapes.get("page_size", ())[1:]:
+        # s_q at most 2: a block's keys inside a larger page do not depend on the query rows
         p = dataclasses.replace(prob, page_size=page)
-        out.append(case(p, lens_for(page), sq, h, "dominant", page, 6 + page))
+        out.append(case(p, lens_for(page), min(sq, 2), h, "dominant", page, 6 + page))
+    splits = shapes.get("split_kv", ())
+    if 1 in splits:
+        # whole-sequence pieces (the scheduler's "auto" cuts a short batch into one-block
+        # pieces over many SMs): the max moves inside a piece past the slack (rising, from
+        # the start and from halfway), the larger max in the second warpgroup's blocks
+        # (dominant_odd), and two warpgroups' random maxima merged (randn)
+        lens = (long, 3 * block + 7, 2 * block + 1)
+        out.append(case(prob, lens, sq, h, "rising", 1, 10, split=1))
+        out.append(case(prob, lens, sq, h, "rising", 9, 11, split=1))
+        out.append(case(prob, lens, sq, h, "dominant_odd", 3, 12, split=1))
+        out.append(case(prob, lens, 1, h, "randn", 0, 13, split=1))
+    if "auto" in splits:
+        # many requests, two long: the "auto" split's cost plan (neither equal pieces nor
+        # whole requests a part) for the part counts of 64-row tiles of 128 heads, whose
+        # parts start inside a request (scheduler.plan's general branch)
+        lens = (min(cap, 1100),) * 2 + (block + 1,) * 31
+        out.append(case(prob, lens, sq, h, "rising", 2, 15))
+    fixed = [n for n in splits if n not in (1, "auto")]
+    if be.bad_pages_give_nan and fixed:
+        # a bad entry at the last page of each sequence's first piece (neither its first,
+        # middle nor last page), the pieces as the backend's scheduler cuts them
+        u = max(block, prob.page_size, 64)
+        lens = tuple(min(cap, x) for x in (9 * u + 5, 7 * u + 3, 6 * u + 1))
+        out.append(case(prob, lens, sq, h, "randn", 0, 14,
+                        piece_last_bad_pages(s, lens, max(fixed)), split=max(fixed)))
     if be.bad_pages_give_nan:
         lens = (long, long, long, 1 + block)
         bad = ((0, "last", True), (1, "first", False), (2, "middle", True))

@@ -120,8 +120,24 @@ class HopperBackend(Backend):
                              hpd - 1) if 1 <= h <= hpd and h != hpd]
         pages = (64, 128, 192, 256) if m.mainloop == "wgmma" else (1, 16, 64, 96, 128, 256)
         page = s.problem.page_size
+        # split_kv is a run-time knob of the one build: "auto" cuts a short batch over many
+        # SMs into one-block pieces; fixed splits make pieces of several blocks, where a
+        # piece's own rescale, its warpgroups' merge and its last page's check run
+        splits = [x for x in (1, 3, 2) if x != m.split_kv]
         return {"heads": (hpd, *sorted(set(heads))),
-                "page_size": (page, *[p for p in pages if p != page])}
+                "page_size": (page, *[p for p in pages if p != page]),
+                "split_kv": (m.split_kv, *splits)}
+
+    def verify_pieces(self, s, seqlens, split_kv):
+        # a fixed split's pieces, by the Python copy of the metadata kernel's arithmetic
+        # ("auto" depends on the device's SM count and occupancy: not modelled here)
+        if split_kv in (None, "auto"):
+            return None
+        from . import scheduler
+
+        meta, ns = scheduler.plan_fixed(list(seqlens), int(split_kv))
+        return [(pc.request, pc.start, pc.end)
+                for pc in scheduler.pieces(list(seqlens), meta, ns)]
 
     def mutants(self):
         from .mutants import MUTANTS
@@ -135,6 +151,10 @@ class HopperBackend(Backend):
         m = s.mapping
         other = {"dtype": "fp16" if s.problem.dtype == "bf16" else "bf16"}
         if m.mainloop == "wgmma":
+            if s.problem.kv not in ("bf16", "fp16"):
+                # 8-bit caches: one consumer warpgroup; the converter's one- and
+                # two-warpgroup forms (ds_mla's RoPE is bf16: no fp16 twin, the rules say)
+                return [other, {"fp8_converters": 3 - m.fp8_converters}]
             return [other] + ([{"warps": 12 - m.warps}] if m.rows_per_tile in (16, 32) else [])
         return [other, {"block_kv": 16, "buffers": 1}, {"block_kv": 64, "buffers": 3},
                 {"warps": 12 - m.warps}]

@@ -1,6 +1,9 @@
 """The Hopper mutants (mlagen.verify.mutants): one-line slips in the 64-row wgmma kernel
 (mla_wgmma.cuh), the few-rows kernel (mla_wgmma_rows.cuh), the combine (mla_combine.cuh),
-the split scheduler (mla_scheduler.cuh) and the mma.sync kernel (mla_split.cuh).  Each
+the split scheduler (mla_scheduler.cuh), the mma.sync kernel (mla_split.cuh) and the
+FP8 dequantize path (mla_fp8.cuh and the few-rows kernel's converter).  Distinct from the
+kernels' kFault codes (kFaultScaleWrongTile reads tile q + 1, kFaultScaleTwice scales every
+value twice, kFaultDescaleNotInOutput drops the descale from O).  Each
 names the example schedules whose build runs the line it edits."""
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ ROWS2 = ("hopper_wgmma_r16_w8", "hopper_wgmma_r32_w8")          # two, merged pe
 MMA = ("hopper_h200", "hopper_tp8_r16")
 SPLITS = ("hopper_h200", "hopper_wgmma")                        # partials through the combine
 SPARSE = ("hopper_sparse_bf16", "hopper_sparse_ds_mla")         # attention = "sparse"
+FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, k_descale
+FP8D = ("hopper_fp8_ds_mla",)                                    # e4m3 tiles with fp32 scales
 
 MAX_MOVES = "running-sum rescale when the max moves"
 WG_MERGE = "few-rows kernel's warpgroup merge when the second holds the larger max"
 PAGE_OFFSET = "page offsets inside pages larger than 64"
 BAD_LAST = "the bad-page check on the last page of a piece"
+FP8_SCALE = "the FP8 dequantize path's scales"
 
 MUTANTS = (
     # ---- the 64-row wgmma kernel
@@ -107,4 +113,24 @@ MUTANTS = (
            "const float alpha = m_new == -INFINITY ? 1.f : exp2f(m - m_new);",
            "const float alpha = exp2f(m - m_new);",
            "the rescale of a row that has seen no key yet is exp2(-inf + inf) = NaN", MMA),
+    # ---- the FP8 dequantize path (the few-rows kernel's converter warpgroup, mla_fp8.cuh)
+    Mutant("fp8_scale_tile_pairs", "hopper", "mla_wgmma_rows.cuh",
+           "sm90::ld_shared_f32(tail + r * L::kTailRow + 4 * tile));",
+           "sm90::ld_shared_f32(tail + r * L::kTailRow + 4 * (tile & 2)));",
+           "fp8_ds_mla: latent tiles 1 and 3 read the scale of tiles 0 and 2 (the wrong "
+           "128-column tile)", FP8D, FP8_SCALE),
+    Mutant("fp8_descale_twice_in_output", "hopper", "mla_wgmma_rows.cuh",
+           "const float o_scale = FAULT == kFaultDescaleNotInOutput ? 1.f : dk;",
+           "const float o_scale = FAULT == kFaultDescaleNotInOutput ? 1.f : dk * dk;",
+           "fp8_e4m3: the k descale applied twice to O (once in the scores, as it should)",
+           FP8E, FP8_SCALE),
+    Mutant("fp8_descale_not_in_scores", "hopper", "mla_wgmma_rows.cuh",
+           "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * (dk * dq);",
+           "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * dq;",
+           "fp8_e4m3: the k descale left out of the scores' scale (kept in O)", FP8E,
+           FP8_SCALE),
+    Mutant("fp8_descale_first_seq", "hopper", "mla_wgmma_rows.cuh",
+           "dk = p.k_descale[pc.req * p.k_descale_stride];", "dk = p.k_descale[0];",
+           "fp8_e4m3: every sequence takes the first's descale (a per-sequence descale "
+           "ignored)", FP8E, FP8_SCALE),
 )
