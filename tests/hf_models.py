@@ -105,3 +105,23 @@ def tiny_v2_model(seed: int = 0, dtype=torch.bfloat16):
         attn_implementation="eager", pad_token_id=0, bos_token_id=1, eos_token_id=2,
         tie_word_embeddings=False)
     return _decisive(DeepseekV2ForCausalLM(cfg).eval(), seed, "q_proj").to(dtype)
+
+
+def tiny_v32_model(seed: int = 0, dtype=torch.bfloat16, topk: int = 8, layers: int = 2):
+    """DeepseekV32 (MLA plus the Lightning Indexer) with the real MLA dims and a small
+    index_topk, so that prompts of 12 tokens and more make the indexer choose; shaped like
+    tiny_model for decisive greedy steps."""
+    from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = DeepseekV32Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=512, moe_intermediate_size=128,
+        num_hidden_layers=layers, first_k_dense_replace=1, num_attention_heads=HEADS,
+        num_key_value_heads=HEADS, n_routed_experts=4, num_experts_per_tok=2,
+        n_shared_experts=1, n_group=1, topk_group=1, kv_lora_rank=512, q_lora_rank=1536,
+        qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+        index_topk=topk, index_head_dim=128, index_n_heads=4,
+        max_position_embeddings=163840, rope_parameters=dict(DSV3_ROPE),
+        attn_implementation="eager", pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        tie_word_embeddings=False)
+    return _decisive(DeepseekV32ForCausalLM(cfg).eval(), seed, "q_b_proj").to(dtype)

@@ -51,6 +51,7 @@ from ..parallel import all_reduce_sum, head_range, world
 from ..problem import FusedWeights
 from ..rope import RopeConfig, deinterleave_perm, rotate
 from .latent import LatentDecoder, default_target
+from .sparse import SparseLatentDecoder, visible_slots
 
 try:
     from transformers.cache_utils import Cache, CacheLayerMixin
@@ -61,7 +62,9 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 __all__ = ["enable", "disable", "PagedLatentCache", "MlagenAttention", "absorbed_weights",
            "model_rope"]
 
-SUPPORTED = ("deepseek_v3", "deepseek_v2")
+SUPPORTED = ("deepseek_v3", "deepseek_v2", "deepseek_v32")
+# model types whose rope is rotated in the half layout, de-interleaving DeepSeek's pairs
+HALF_ROPE = ("deepseek_v3", "deepseek_v32")
 DESCALE_HEADROOM = 2.0    # fp8_e4m3: the layer's descale is this x amax / 448 of its first write
 
 
@@ -87,7 +90,7 @@ def model_rope(config) -> RopeConfig:
     """The model's RoPE as the paged cache holds it: DeepseekV3 with rope_interleave rotates
     de-interleaved dims (half layout); DeepseekV2 rotates interleaved pairs in place."""
     rope = RopeConfig.from_hf(config)
-    if config.model_type == "deepseek_v3":
+    if config.model_type in HALF_ROPE:
         import dataclasses
 
         return dataclasses.replace(rope, layout="half")
@@ -95,7 +98,7 @@ def model_rope(config) -> RopeConfig:
 
 
 def _permute_rope(config) -> bool:
-    return config.model_type == "deepseek_v3" and bool(getattr(config, "rope_interleave", True))
+    return config.model_type in HALF_ROPE and bool(getattr(config, "rope_interleave", True))
 
 
 def absorbed_weights(attn: nn.Module, config, heads: tuple[int, int],
@@ -134,6 +137,9 @@ class PagedLatentLayer(CacheLayerMixin):
         self.k_descale: Optional[torch.Tensor] = None   # fp8_e4m3: fp32 [1], set by the first write
         self.seqlens = torch.zeros(owner.n_seqs, dtype=torch.int32)
         self.processed = 0       # token columns seen (pads included): transformers' length
+        # a sparse model's indexer keys [b, columns, index_head_dim], pads included, kept in
+        # torch as transformers keeps them (its indexer scores every column)
+        self.indexer_keys: Optional[torch.Tensor] = None
 
     def lazy_initialization(self, key_states, value_states) -> None:
         pass
@@ -141,6 +147,13 @@ class PagedLatentLayer(CacheLayerMixin):
     def update(self, key_states, value_states, *args, **kwargs):
         raise InputError("this cache is written by mlagen's attention; a layer not switched by "
                          "mlagen.integrations.transformers.enable() called update()")
+
+    def update_indexer(self, indexer_key_states: torch.Tensor) -> torch.Tensor:
+        """transformers' indexer writes its keys here and scores all of them."""
+        k = indexer_key_states
+        self.indexer_keys = k if self.indexer_keys is None else torch.cat(
+            (self.indexer_keys, k), dim=1)
+        return self.indexer_keys
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.processed + query_length, 0
@@ -155,6 +168,7 @@ class PagedLatentLayer(CacheLayerMixin):
         self.seqlens.zero_()
         self.processed = 0
         self.k_descale = None
+        self.indexer_keys = None
         if self.k_cache is not None:
             self._fill_nan()
 
@@ -283,10 +297,16 @@ class MlagenAttention(nn.Module):
         self.rope = weights.rope
         self.softmax_scale = self.rope.softmax_scale(config.qk_nope_head_dim
                                                      + config.qk_rope_head_dim)
-        self.decoder = LatentDecoder(weights, self.softmax_scale, target=target,
-                                     page_size=page_size, max_s_q=max_s_q,
-                                     heads_total=config.num_attention_heads, tp=tp, dtype=dtype,
-                                     knobs=knobs)
+        # a sparse model (DeepSeek-V3.2's DSA): its indexer (in torch) picks the keys
+        self.indexer = getattr(attn, "indexer", None)
+        if self.indexer is not None:
+            self.decoder = SparseLatentDecoder(weights, self.softmax_scale, target=target,
+                                               max_s_q=max_s_q, dtype=dtype)
+        else:
+            self.decoder = LatentDecoder(weights, self.softmax_scale, target=target,
+                                         page_size=page_size, max_s_q=max_s_q,
+                                         heads_total=config.num_attention_heads, tp=tp,
+                                         dtype=dtype, knobs=knobs)
         v = config.v_head_dim
         lo, hi = self.heads
         self.register_buffer("o_w", attn.o_proj.weight.detach()[:, lo * v:hi * v].contiguous(),
@@ -321,13 +341,39 @@ class MlagenAttention(nn.Module):
         dev = hidden_states.device
         seqlens = layer.seqlens.to(dev)
         table = past_key_values.block_table.to(dev)
-        out = self.decoder(q_lora.contiguous(), layer.k_cache, table, seqlens,
-                           k_descale=layer.k_descale)                           # [b, s, h, v]
+        if self.indexer is None:
+            out = self.decoder(q_lora.contiguous(), layer.k_cache, table, seqlens,
+                               k_descale=layer.k_descale)                       # [b, s, h, v]
+        else:
+            indices = self._selected(hidden_states, q_lora, position_embeddings,
+                                     attention_mask, kwargs.get("position_ids"),
+                                     past_key_values, layer, table, seqlens)
+            out = self.decoder(q_lora.contiguous(), layer.k_cache, table, seqlens, indices,
+                               kv_format=past_key_values.kv_format, k_descale=layer.k_descale)
         partial = out.reshape(b, s, -1).float() @ self.o_w.float().t()
         all_reduce_sum(partial, self.group)
         if a.o_proj.bias is not None:
             partial = partial + a.o_proj.bias.float()
         return partial.to(hidden_states.dtype), None
+
+    def _selected(self, hidden_states, q_lora, position_embeddings, attention_mask,
+                  position_ids, cache, layer, table, seqlens) -> torch.Tensor:
+        """The cache slots [b, s, topk] each query attends to: the model's indexer picks
+        top-k of the columns its mask lets the query see (all of them when fewer), as in
+        transformers' eager attention, which attends to the picked columns its mask keeps."""
+        if attention_mask is None:
+            raise InputError("a sparse model's attention needs the model's 4-D attention mask "
+                             "(its indexer scores against it)")
+        mask = attention_mask[:, 0]                                             # [b, s, T]
+        cols = self.indexer(hidden_states, q_lora, position_embeddings, mask, position_ids,
+                            cache=cache)                                        # [b, s, k]
+        n_columns = mask.shape[-1]
+        if n_columns != layer.processed:
+            raise InputError(f"the attention mask has {n_columns} key columns; the cache has "
+                             f"seen {layer.processed}")
+        seen = torch.gather(mask, -1, cols.long())
+        visible = seen if seen.dtype == torch.bool else seen > torch.finfo(seen.dtype).min / 2
+        return visible_slots(cols, visible, table, cache.page_size, seqlens, n_columns)
 
     @staticmethod
     def _new_tokens(layer: PagedLatentLayer, position_ids, b: int, s: int, device
