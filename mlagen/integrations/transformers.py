@@ -52,6 +52,7 @@ from ..problem import FusedWeights
 from ..rope import RopeConfig, deinterleave_perm, rotate
 from .latent import LatentDecoder, default_target
 from .sparse import SparseLatentDecoder, visible_slots
+from .transformers_pools import PooledAttention
 
 try:
     from transformers.cache_utils import Cache, CacheLayerMixin
@@ -62,7 +63,9 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 __all__ = ["enable", "disable", "PagedLatentCache", "MlagenAttention", "absorbed_weights",
            "model_rope"]
 
-SUPPORTED = ("deepseek_v3", "deepseek_v2", "deepseek_v32")
+LATENT = ("deepseek_v3", "deepseek_v2", "deepseek_v32")     # MLA on a paged latent cache
+POOLED = ("deepseek_v4",)     # a window and compressed pools (transformers_pools), its cache
+SUPPORTED = LATENT + POOLED
 # model types whose rope is rotated in the half layout, de-interleaving DeepSeek's pairs
 HALF_ROPE = ("deepseek_v3", "deepseek_v32")
 DESCALE_HEADROOM = 2.0    # fp8_e4m3: the layer's descale is this x amax / 448 of its first write
@@ -242,6 +245,9 @@ class PagedLatentCache(Cache):
     def __init__(self, model: nn.Module, batch_size: int, max_length: int, page_size: int = 64,
                  kv_format: Optional[str] = None):
         cfg = _config(model)
+        if cfg.model_type not in LATENT:
+            raise InputError(f"a {cfg.model_type} model keeps transformers' own cache (its "
+                             "window and compressed pools): generate() without past_key_values")
         if batch_size < 1 or max_length < 1:
             raise InputError("batch_size and max_length must be >= 1")
         if not 1 <= page_size <= 256:
@@ -409,6 +415,8 @@ def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 6
     GPU kind CUDA ones) or "torch"; default: the kind of the model's device.  Under torch.distributed (world size tp) each rank takes its heads.
     page_size must match the PagedLatentCache given to generate()."""
     cfg = _config(model)
+    if cfg.model_type in POOLED:
+        return _enable_pooled(model, cfg, target)
     if getattr(cfg, "num_key_value_heads", cfg.num_attention_heads) != cfg.num_attention_heads:
         raise InputError("MLA models have num_key_value_heads == num_attention_heads")
     device = next(model.parameters()).device
@@ -423,10 +431,27 @@ def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 6
     return model
 
 
+def _enable_pooled(model: nn.Module, cfg, target: Optional[str]) -> nn.Module:
+    """A window + compressed-pool model (DeepseekV4): its attention runs mlagen's two-pool
+    token-sparse operator in torch (on the model's device); no kernel kind takes it yet."""
+    if target not in (None, "torch"):
+        raise InputError(f"a {cfg.model_type} model's attention (a window and compressed "
+                         f"pools, d_qk {cfg.head_dim}) runs on target 'torch'; no kernel of "
+                         f"target {target!r} takes it yet")
+    if getattr(cfg, "num_key_value_heads", 1) != 1:
+        raise InputError("a pooled model has one shared KV head (num_key_value_heads 1)")
+    for parent in model.modules():
+        for name, child in list(parent.named_children()):
+            if name == "self_attn" and hasattr(child, "sinks") and hasattr(child, "kv_proj") \
+                    and not isinstance(child, PooledAttention):
+                setattr(parent, name, PooledAttention(child, cfg))
+    return model
+
+
 def disable(model: nn.Module) -> nn.Module:
     """Put transformers' own attention back."""
     for parent in model.modules():
         for name, child in list(parent.named_children()):
-            if isinstance(child, MlagenAttention):
+            if isinstance(child, (MlagenAttention, PooledAttention)):
                 setattr(parent, name, child.inner)
     return model
