@@ -24,6 +24,7 @@ pytest.importorskip("transformers", minversion="5.24")
 from hf_models import prompts, tiny_v32_model  # noqa: E402
 import mlagen.integrations.transformers as hf  # noqa: E402
 from mlagen import kvformat  # noqa: E402
+from mlagen.errors import InputError  # noqa: E402
 from mlagen.integrations.sparse import compact, visible_slots  # noqa: E402
 from mlagen.integrations.transformers import PagedLatentCache, enable  # noqa: E402
 
@@ -88,7 +89,7 @@ def test_sparse_generation_matches_eager(eager, switched, kv):
         if la == 0:
             assert torch.equal(a, b)
     attn = switched.model.layers[0].self_attn
-    assert attn.decoder.last["path"] == "torch"
+    assert attn.decoder.target == "torch" and attn.decoder.last["path"] == "torch"
     layer = cache.layers[0]
     lens = (mask.sum(1) + NEW - 1)
     assert layer.seqlens.tolist() == lens.tolist()
@@ -137,6 +138,12 @@ def test_selection_faults_are_caught(eager, switched, one_layer, monkeypatch):
     monkeypatch.setattr(hf, "visible_slots", lambda c, v, *a: orig(c, torch.ones_like(v), *a))
     got, _ = _generate(switched, ids, mask, PagedLatentCache(switched, 3, 64, page_size=PAGE))
     assert _logit_errors(want, got)[0] > 0.1
+
+
+def test_a_sparse_step_without_the_mask_is_refused(switched):
+    attn = switched.model.layers[0].self_attn
+    with pytest.raises(InputError, match="4-D attention mask"):
+        attn._selected(None, None, None, None, None, None, None, None, None)
 
 
 def test_visible_slots_and_compact():

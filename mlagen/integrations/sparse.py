@@ -84,8 +84,9 @@ class SparseLatentDecoder:
         self.weights, self.softmax_scale, self.dtype = weights, float(softmax_scale), dtype
         h, nope, self.rank = weights.w_uk.shape
         self.heads, self.rope_dim = h, weights.w_uq.shape[-1] - nope
-        self.target, self.max_s_q = target, max_s_q
+        self.max_s_q = max_s_q
         self.call = kernel_call(target)
+        self.target = target if self.call is not None else "torch"     # what runs
         self.last: Optional[dict] = None        # the last step: path, indices, lse
 
     def __call__(self, q_lora: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,

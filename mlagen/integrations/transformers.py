@@ -1,4 +1,5 @@
-"""Run a transformers DeepseekV3 (or DeepseekV2) model's attention through mlagen.
+"""Run a transformers DeepseekV3 (or DeepseekV2, DeepseekV32, DeepseekV4) model's attention
+through mlagen.
 
     from mlagen.integrations.transformers import enable, PagedLatentCache
     enable(model)                                   # the target kind of the model's device
@@ -36,6 +37,21 @@ dequantized cache.
 Sequences: left padding (generate's default for decoder-only models) with position_ids from
 the attention mask; a row's real tokens are its last position_ids[-1] + 1 - cached ones.
 Beam search (cache reordering) is not supported.
+
+DeepseekV32 (DeepSeek-V3.2's DSA): the same absorbed weights and paged latent cache (bf16 or
+fp8_ds_mla, the format V3.2 serves); the layer's Lightning Indexer stays the model's module,
+in torch: it scores every key column (its keys in the cache's indexer_keys, pads included, as
+transformers keeps them) against the model's mask and returns top-k columns, all of them
+when the query sees fewer than index_topk.  transformers' eager attention attends to the
+picked columns its mask keeps (causal within the step, no pads), so mlagen does the same:
+mlagen.integrations.sparse.visible_slots turns each picked column the mask shows into its
+cache slot (page * page_size + offset, -1 otherwise) and SparseLatentDecoder attends there
+(mlagen.reference.sparse_attention on CPU and for prefill; decode steps of a target with
+FlashMLA's sparse call, flash_mla_with_kvcache(..., indices=), through it).
+
+DeepseekV4 (a window and compressed pools, one shared 512-wide KV head, sinks):
+mlagen.integrations.transformers_pools.PooledAttention; enable() switches it, generate()
+keeps transformers' own cache (no PagedLatentCache).
 """
 
 from __future__ import annotations
@@ -409,7 +425,8 @@ class MlagenAttention(nn.Module):
 
 def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 64,
            max_s_q: int = 1, group=None, knobs: Optional[dict] = None) -> nn.Module:
-    """Switch every attention layer of a DeepseekV3 / DeepseekV2 model to mlagen, in place.
+    """Switch every attention layer of a DeepseekV3 / DeepseekV2 / DeepseekV32 model to mlagen,
+    in place (a DeepseekV4 model: PooledAttention, target "torch" only).
 
     target: a target kind (mlagen.backends.kinds(): the emulated card takes CPU tensors, the
     GPU kind CUDA ones) or "torch"; default: the kind of the model's device.  Under torch.distributed (world size tp) each rank takes its heads.
