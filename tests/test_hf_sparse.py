@@ -23,7 +23,8 @@ pytest.importorskip("transformers", minversion="5.24")
 
 from hf_models import prompts, tiny_v32_model  # noqa: E402
 import mlagen.integrations.transformers as hf  # noqa: E402
-from mlagen import kvformat  # noqa: E402
+from mlagen import kvformat, reference  # noqa: E402
+from mlagen.problem import SparsePool  # noqa: E402
 from mlagen.errors import InputError  # noqa: E402
 from mlagen.integrations.sparse import compact, visible_slots  # noqa: E402
 from mlagen.integrations.transformers import PagedLatentCache, enable  # noqa: E402
@@ -138,6 +139,43 @@ def test_selection_faults_are_caught(eager, switched, one_layer, monkeypatch):
     monkeypatch.setattr(hf, "visible_slots", lambda c, v, *a: orig(c, torch.ones_like(v), *a))
     got, _ = _generate(switched, ids, mask, PagedLatentCache(switched, 3, 64, page_size=PAGE))
     assert _logit_errors(want, got)[0] > 0.1
+
+
+@pytest.mark.parametrize("kv", [None, "fp8_ds_mla"], ids=["bf16", "fp8_ds_mla"])
+def test_the_kernel_call_gets_flashmla_arguments(one_layer, kv):
+    """The decode steps' call of a target with FlashMLA's sparse API, stood in for by a
+    function that checks FlashMLA 9241ae3's contract (q bf16 [b, 1, h, 576], head_dim_v 512,
+    int32 indices with topk a multiple of 64, is_fp8_kvcache as the pages are, a fresh
+    get_mla_metadata()) and answers with the sparse reference: the tokens stay eager's."""
+    m, ids, mask, want = one_layer
+    calls = []
+
+    def meta():
+        return {"fresh": True}, None
+
+    def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, sched,
+                               num_splits=None, softmax_scale=None, causal=False,
+                               is_fp8_kvcache=False, indices=None, **rest):
+        assert q.dtype == torch.bfloat16 and q.shape[1:] == (1, 8, 576)
+        assert head_dim_v == 512 and sched == {"fresh": True} and not causal
+        assert indices.dtype == torch.int32 and indices.shape[-1] % 64 == 0
+        assert is_fp8_kvcache == (kv is not None) and not rest
+        calls.append(int((indices >= 0).sum(-1).max()))
+        pool = SparsePool(k_cache, indices, kv_format=kv)
+        out, lse = reference.sparse_attention(q.float(), [pool], dv=head_dim_v,
+                                              softmax_scale=softmax_scale)
+        return out.to(q.dtype), lse
+
+    dec = m.model.layers[0].self_attn.decoder
+    try:
+        dec.call = (flash_mla_with_kvcache, meta)
+        got, _ = _generate(m, ids, mask, PagedLatentCache(m, 3, 64, PAGE, kv_format=kv))
+    finally:
+        dec.call = None
+    assert dec.last["path"] == "kernel" and len(calls) == NEW - 1 and max(calls) == TOPK
+    assert torch.equal(got.sequences, want.sequences)
+    if kv is None:
+        assert max(_logit_errors(want, got)) <= LOGIT_RTOL
 
 
 def test_a_sparse_step_without_the_mask_is_refused(switched):
