@@ -105,3 +105,57 @@ def tiny_v2_model(seed: int = 0, dtype=torch.bfloat16):
         attn_implementation="eager", pad_token_id=0, bos_token_id=1, eos_token_id=2,
         tie_word_embeddings=False)
     return _decisive(DeepseekV2ForCausalLM(cfg).eval(), seed, "q_proj").to(dtype)
+
+
+def tiny_v32_model(seed: int = 0, dtype=torch.bfloat16, topk: int = 8, layers: int = 2):
+    """DeepseekV32 (MLA plus the Lightning Indexer) with the real MLA dims and a small
+    index_topk, so that prompts of 12 tokens and more make the indexer choose; shaped like
+    tiny_model for decisive greedy steps."""
+    from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = DeepseekV32Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=512, moe_intermediate_size=128,
+        num_hidden_layers=layers, first_k_dense_replace=1, num_attention_heads=HEADS,
+        num_key_value_heads=HEADS, n_routed_experts=4, num_experts_per_tok=2,
+        n_shared_experts=1, n_group=1, topk_group=1, kv_lora_rank=512, q_lora_rank=1536,
+        qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+        index_topk=topk, index_head_dim=128, index_n_heads=4,
+        max_position_embeddings=163840, rope_parameters=dict(DSV3_ROPE),
+        attn_implementation="eager", pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        tie_word_embeddings=False)
+    return _decisive(DeepseekV32ForCausalLM(cfg).eval(), seed, "q_b_proj").to(dtype)
+
+
+def tiny_v4_model(seed: int = 0, dtype=torch.bfloat16, window: int = 8, topk: int = 2):
+    """DeepseekV4 with its real attention dims (one shared KV head of 512 = 448 + 64 RoPE),
+    one layer of each kind (sliding only, CSA every 4 tokens with an indexer keeping topk,
+    HCA every 8), a window of 8 tokens, random sinks; decisive as tiny_model (the LM head a
+    scaled permutation of the embeddings; kv_norm and the compressors' 4x so that attention
+    is sharp and the compressed entries carry: q and kv are RMS-normed, so their projections'
+    scale does not carry)."""
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = DeepseekV4Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, moe_intermediate_size=128, num_hidden_layers=3,
+        layer_types=["sliding_attention", "compressed_sparse_attention",
+                     "heavily_compressed_attention"],
+        num_attention_heads=HEADS, head_dim=512, q_lora_rank=256, n_routed_experts=4,
+        num_experts_per_tok=2, sliding_window=window,
+        compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+        o_groups=2, o_lora_rank=64, index_n_heads=4, index_head_dim=64, index_topk=topk,
+        hc_mult=2, hc_sinkhorn_iters=5, attn_implementation="eager", pad_token_id=0,
+        bos_token_id=1, eos_token_id=2)
+    model = DeepseekV4ForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        emb = torch.randn(VOCAB, HIDDEN, generator=g)
+        model.model.embed_tokens.weight.copy_(emb)
+        model.lm_head.weight.copy_(emb[torch.randperm(VOCAB, generator=g)] * 0.1)
+        for layer in model.model.layers:
+            layer.self_attn.kv_norm.weight.mul_(4)
+            if layer.self_attn.compressor is not None:
+                layer.self_attn.compressor.kv_norm.weight.mul_(4)
+            layer.self_attn.sinks.copy_(torch.randn(HEADS, generator=g))
+    return model.to(dtype)

@@ -1,4 +1,5 @@
-"""Run a transformers DeepseekV3 (or DeepseekV2) model's attention through mlagen.
+"""Run a transformers DeepseekV3 (or DeepseekV2, DeepseekV32, DeepseekV4) model's attention
+through mlagen.
 
     from mlagen.integrations.transformers import enable, PagedLatentCache
     enable(model)                                   # the target kind of the model's device
@@ -36,6 +37,21 @@ dequantized cache.
 Sequences: left padding (generate's default for decoder-only models) with position_ids from
 the attention mask; a row's real tokens are its last position_ids[-1] + 1 - cached ones.
 Beam search (cache reordering) is not supported.
+
+DeepseekV32 (DeepSeek-V3.2's DSA): the same absorbed weights and paged latent cache (bf16 or
+fp8_ds_mla, the format V3.2 serves); the layer's Lightning Indexer stays the model's module,
+in torch: it scores every key column (its keys in the cache's indexer_keys, pads included, as
+transformers keeps them) against the model's mask and returns top-k columns, all of them
+when the query sees fewer than index_topk.  transformers' eager attention attends to the
+picked columns its mask keeps (causal within the step, no pads), so mlagen does the same:
+mlagen.integrations.sparse.visible_slots turns each picked column the mask shows into its
+cache slot (page * page_size + offset, -1 otherwise) and SparseLatentDecoder attends there
+(mlagen.reference.sparse_attention on CPU and for prefill; decode steps of a target with
+FlashMLA's sparse call, flash_mla_with_kvcache(..., indices=), through it).
+
+DeepseekV4 (a window and compressed pools, one shared 512-wide KV head, sinks):
+mlagen.integrations.transformers_pools.PooledAttention; enable() switches it, generate()
+keeps transformers' own cache (no PagedLatentCache).
 """
 
 from __future__ import annotations
@@ -51,6 +67,8 @@ from ..parallel import all_reduce_sum, head_range, world
 from ..problem import FusedWeights
 from ..rope import RopeConfig, deinterleave_perm, rotate
 from .latent import LatentDecoder, default_target
+from .sparse import SparseLatentDecoder, visible_slots
+from .transformers_pools import PooledAttention
 
 try:
     from transformers.cache_utils import Cache, CacheLayerMixin
@@ -61,7 +79,11 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 __all__ = ["enable", "disable", "PagedLatentCache", "MlagenAttention", "absorbed_weights",
            "model_rope"]
 
-SUPPORTED = ("deepseek_v3", "deepseek_v2")
+LATENT = ("deepseek_v3", "deepseek_v2", "deepseek_v32")     # MLA on a paged latent cache
+POOLED = ("deepseek_v4",)     # a window and compressed pools (transformers_pools), its cache
+SUPPORTED = LATENT + POOLED
+# model types whose rope is rotated in the half layout, de-interleaving DeepSeek's pairs
+HALF_ROPE = ("deepseek_v3", "deepseek_v32")
 DESCALE_HEADROOM = 2.0    # fp8_e4m3: the layer's descale is this x amax / 448 of its first write
 
 
@@ -87,7 +109,7 @@ def model_rope(config) -> RopeConfig:
     """The model's RoPE as the paged cache holds it: DeepseekV3 with rope_interleave rotates
     de-interleaved dims (half layout); DeepseekV2 rotates interleaved pairs in place."""
     rope = RopeConfig.from_hf(config)
-    if config.model_type == "deepseek_v3":
+    if config.model_type in HALF_ROPE:
         import dataclasses
 
         return dataclasses.replace(rope, layout="half")
@@ -95,7 +117,7 @@ def model_rope(config) -> RopeConfig:
 
 
 def _permute_rope(config) -> bool:
-    return config.model_type == "deepseek_v3" and bool(getattr(config, "rope_interleave", True))
+    return config.model_type in HALF_ROPE and bool(getattr(config, "rope_interleave", True))
 
 
 def absorbed_weights(attn: nn.Module, config, heads: tuple[int, int],
@@ -134,6 +156,9 @@ class PagedLatentLayer(CacheLayerMixin):
         self.k_descale: Optional[torch.Tensor] = None   # fp8_e4m3: fp32 [1], set by the first write
         self.seqlens = torch.zeros(owner.n_seqs, dtype=torch.int32)
         self.processed = 0       # token columns seen (pads included): transformers' length
+        # a sparse model's indexer keys [b, columns, index_head_dim], pads included, kept in
+        # torch as transformers keeps them (its indexer scores every column)
+        self.indexer_keys: Optional[torch.Tensor] = None
 
     def lazy_initialization(self, key_states, value_states) -> None:
         pass
@@ -141,6 +166,13 @@ class PagedLatentLayer(CacheLayerMixin):
     def update(self, key_states, value_states, *args, **kwargs):
         raise InputError("this cache is written by mlagen's attention; a layer not switched by "
                          "mlagen.integrations.transformers.enable() called update()")
+
+    def update_indexer(self, indexer_key_states: torch.Tensor) -> torch.Tensor:
+        """transformers' indexer writes its keys here and scores all of them."""
+        k = indexer_key_states
+        self.indexer_keys = k if self.indexer_keys is None else torch.cat(
+            (self.indexer_keys, k), dim=1)
+        return self.indexer_keys
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.processed + query_length, 0
@@ -155,6 +187,7 @@ class PagedLatentLayer(CacheLayerMixin):
         self.seqlens.zero_()
         self.processed = 0
         self.k_descale = None
+        self.indexer_keys = None
         if self.k_cache is not None:
             self._fill_nan()
 
@@ -228,6 +261,9 @@ class PagedLatentCache(Cache):
     def __init__(self, model: nn.Module, batch_size: int, max_length: int, page_size: int = 64,
                  kv_format: Optional[str] = None):
         cfg = _config(model)
+        if cfg.model_type not in LATENT:
+            raise InputError(f"a {cfg.model_type} model keeps transformers' own cache (its "
+                             "window and compressed pools): generate() without past_key_values")
         if batch_size < 1 or max_length < 1:
             raise InputError("batch_size and max_length must be >= 1")
         if not 1 <= page_size <= 256:
@@ -283,10 +319,16 @@ class MlagenAttention(nn.Module):
         self.rope = weights.rope
         self.softmax_scale = self.rope.softmax_scale(config.qk_nope_head_dim
                                                      + config.qk_rope_head_dim)
-        self.decoder = LatentDecoder(weights, self.softmax_scale, target=target,
-                                     page_size=page_size, max_s_q=max_s_q,
-                                     heads_total=config.num_attention_heads, tp=tp, dtype=dtype,
-                                     knobs=knobs)
+        # a sparse model (DeepSeek-V3.2's DSA): its indexer (in torch) picks the keys
+        self.indexer = getattr(attn, "indexer", None)
+        if self.indexer is not None:
+            self.decoder = SparseLatentDecoder(weights, self.softmax_scale, target=target,
+                                               max_s_q=max_s_q, dtype=dtype)
+        else:
+            self.decoder = LatentDecoder(weights, self.softmax_scale, target=target,
+                                         page_size=page_size, max_s_q=max_s_q,
+                                         heads_total=config.num_attention_heads, tp=tp,
+                                         dtype=dtype, knobs=knobs)
         v = config.v_head_dim
         lo, hi = self.heads
         self.register_buffer("o_w", attn.o_proj.weight.detach()[:, lo * v:hi * v].contiguous(),
@@ -321,13 +363,39 @@ class MlagenAttention(nn.Module):
         dev = hidden_states.device
         seqlens = layer.seqlens.to(dev)
         table = past_key_values.block_table.to(dev)
-        out = self.decoder(q_lora.contiguous(), layer.k_cache, table, seqlens,
-                           k_descale=layer.k_descale)                           # [b, s, h, v]
+        if self.indexer is None:
+            out = self.decoder(q_lora.contiguous(), layer.k_cache, table, seqlens,
+                               k_descale=layer.k_descale)                       # [b, s, h, v]
+        else:
+            indices = self._selected(hidden_states, q_lora, position_embeddings,
+                                     attention_mask, kwargs.get("position_ids"),
+                                     past_key_values, layer, table, seqlens)
+            out = self.decoder(q_lora.contiguous(), layer.k_cache, table, seqlens, indices,
+                               kv_format=past_key_values.kv_format, k_descale=layer.k_descale)
         partial = out.reshape(b, s, -1).float() @ self.o_w.float().t()
         all_reduce_sum(partial, self.group)
         if a.o_proj.bias is not None:
             partial = partial + a.o_proj.bias.float()
         return partial.to(hidden_states.dtype), None
+
+    def _selected(self, hidden_states, q_lora, position_embeddings, attention_mask,
+                  position_ids, cache, layer, table, seqlens) -> torch.Tensor:
+        """The cache slots [b, s, topk] each query attends to: the model's indexer picks
+        top-k of the columns its mask lets the query see (all of them when fewer), as in
+        transformers' eager attention, which attends to the picked columns its mask keeps."""
+        if attention_mask is None:
+            raise InputError("a sparse model's attention needs the model's 4-D attention mask "
+                             "(its indexer scores against it)")
+        mask = attention_mask[:, 0]                                             # [b, s, T]
+        cols = self.indexer(hidden_states, q_lora, position_embeddings, mask, position_ids,
+                            cache=cache)                                        # [b, s, k]
+        n_columns = mask.shape[-1]
+        if n_columns != layer.processed:
+            raise InputError(f"the attention mask has {n_columns} key columns; the cache has "
+                             f"seen {layer.processed}")
+        seen = torch.gather(mask, -1, cols.long())
+        visible = seen if seen.dtype == torch.bool else seen > torch.finfo(seen.dtype).min / 2
+        return visible_slots(cols, visible, table, cache.page_size, seqlens, n_columns)
 
     @staticmethod
     def _new_tokens(layer: PagedLatentLayer, position_ids, b: int, s: int, device
@@ -357,12 +425,15 @@ class MlagenAttention(nn.Module):
 
 def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 64,
            max_s_q: int = 1, group=None, knobs: Optional[dict] = None) -> nn.Module:
-    """Switch every attention layer of a DeepseekV3 / DeepseekV2 model to mlagen, in place.
+    """Switch every attention layer of a DeepseekV3 / DeepseekV2 / DeepseekV32 model to mlagen,
+    in place (a DeepseekV4 model: PooledAttention, target "torch" only).
 
     target: a target kind (mlagen.backends.kinds(): the emulated card takes CPU tensors, the
     GPU kind CUDA ones) or "torch"; default: the kind of the model's device.  Under torch.distributed (world size tp) each rank takes its heads.
     page_size must match the PagedLatentCache given to generate()."""
     cfg = _config(model)
+    if cfg.model_type in POOLED:
+        return _enable_pooled(model, cfg, target)
     if getattr(cfg, "num_key_value_heads", cfg.num_attention_heads) != cfg.num_attention_heads:
         raise InputError("MLA models have num_key_value_heads == num_attention_heads")
     device = next(model.parameters()).device
@@ -377,10 +448,27 @@ def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 6
     return model
 
 
+def _enable_pooled(model: nn.Module, cfg, target: Optional[str]) -> nn.Module:
+    """A window + compressed-pool model (DeepseekV4): its attention runs mlagen's two-pool
+    token-sparse operator in torch (on the model's device); no kernel kind takes it yet."""
+    if target not in (None, "torch"):
+        raise InputError(f"a {cfg.model_type} model's attention (a window and compressed "
+                         f"pools, d_qk {cfg.head_dim}) runs on target 'torch'; no kernel of "
+                         f"target {target!r} takes it yet")
+    if getattr(cfg, "num_key_value_heads", 1) != 1:
+        raise InputError("a pooled model has one shared KV head (num_key_value_heads 1)")
+    for parent in model.modules():
+        for name, child in list(parent.named_children()):
+            if name == "self_attn" and hasattr(child, "sinks") and hasattr(child, "kv_proj") \
+                    and not isinstance(child, PooledAttention):
+                setattr(parent, name, PooledAttention(child, cfg))
+    return model
+
+
 def disable(model: nn.Module) -> nn.Module:
     """Put transformers' own attention back."""
     for parent in model.modules():
         for name, child in list(parent.named_children()):
-            if isinstance(child, MlagenAttention):
+            if isinstance(child, (MlagenAttention, PooledAttention)):
                 setattr(parent, name, child.inner)
     return model
