@@ -18,6 +18,9 @@ class Sc11Backend(Backend):
     foreign_why = {"split_kv": " (its multi-core scheme splits sequences; see scheme)"}
     # SDMA / GDMA move the format's bytes, the BDC dequantizes (templates/sc11/runtime/mla.h)
     kv_formats = ("bf16", "fp16", "fp8_e4m3", "fp8_ds_mla")
+    # token-sparse attention-only kernels (mla.h's sparse path: per-token SDMA gathers)
+    attentions = ("dense", "sparse")
+    sparse_kv_formats = ("bf16", "fp16", "fp8_ds_mla")
 
     def rules(self):
         return rules.RULES

@@ -47,4 +47,23 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                                        f"{p.dtype!r}")
 
 
-RULES = [sc11_mapping]
+def sc11_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
+    """What the sparse path (mla.h) reads: attention-only, 16-bit or fp8_ds_mla pools,
+    both pools in one format (one token size in the L2 tile)."""
+    p = s.problem
+    if p.attention != "sparse":
+        return
+    if p.fused:
+        yield "problem", "fused", ("attention = \"sparse\" on sc11 is attention-only: the "
+                                   "fused operator has no sparse path (fused = false)")
+    readable = ("bf16", "fp16", "fp8_ds_mla")
+    if p.kv not in readable:
+        yield "problem", "kv_format", (f"kv_format = {p.kv!r}: sc11's sparse path reads "
+                                       f"{', '.join(readable)} pools")
+    if p.extra_topk and p.extra_kv != p.kv:
+        yield "problem", "extra_kv_format", (
+            f"extra_kv_format = {p.extra_kv!r} differs from kv_format = {p.kv!r}: sc11 "
+            "gathers both pools into one tile of one token size")
+
+
+RULES = [sc11_mapping, sc11_sparse]
