@@ -31,6 +31,7 @@ from ..problem import MlaInputs, make_inputs
 from ..schedule.records import DTYPES, Problem, Schedule
 from . import adversarial
 from .profiles import Bounds  # noqa: F401  (defined beside the profiles; re-exported here)
+from .sparse import sparse_cases, sparse_path_cases
 
 
 # ---------------------------------------------------------------- problems ---------
@@ -254,6 +255,8 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     draw_causal: causal drawn too (with s_q > length, rows at negative positions then see
     keys); bad_pages: plant bad table entries where the backend's kernels promise NaN."""
     prob = _problem_of(spec)
+    if prob.attention == "sparse":       # index lists, not sequences: mlagen.verify.sparse
+        return draw(sparse_cases(spec, bounds, heads=heads, patterns=patterns))
     block, bad_nan = None, False
     if isinstance(spec, Schedule):
         be = backend(spec.target.kind)
@@ -415,6 +418,8 @@ def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
     run-time head count and page size, and bad pages at a piece's first, middle and last
     page (where the backend's contract makes that sequence NaN).  Many sequences a case: a
     launch checks many problems."""
+    if s.problem.attention == "sparse":
+        return sparse_path_cases(s, bounds)
     be = backend(s.target.kind)
     prob = s.problem
     h = s.heads_per_device

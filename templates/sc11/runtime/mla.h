@@ -216,10 +216,10 @@ class Mla {
     const int64_t split = !pool && Cfg::FAULT == FAULT_EXTRA_PAGE_FOR_MAIN ? XPAGE : pg;
     int64_t page = slot / split, off = slot % split;
     if (Cfg::FAULT == FAULT_SPARSE_OFFSET_OFF_BY_ONE) off = (off + 1) % split;
-    const int64_t blocks = pool ? a_.extra_num_blocks : a_.num_blocks;
+    const int64_t cap = (pool ? a_.extra_num_blocks : a_.num_blocks) * pg;
     // validate() checked every slot; only a planted fault's address can leave the cache,
     // and it wraps (reads another token) instead of leaving the emulator's memory
-    const int64_t at = (page * pg + off) % (blocks * pg);
+    const int64_t at = ((page * pg + off) % cap + cap) % cap;
     return (const uint8_t*)(pool ? a_.extra_k_cache : a_.k_cache) + at * KVB;
   }
   int64_t valid_in(int64_t v, int64_t t0, int64_t t1) const {
