@@ -226,3 +226,16 @@ def test_sparse_lmem_layout_matches_the_emulator():
         lay = sc11_layout(s, plan_of(s).target)
         assert got["lmem_high"] <= lay["lmem"], name
         assert np.isclose(got["l2_static"], lay["l2"]), name
+
+
+def test_bench_rows_put_the_floor_beside_the_time():
+    from mlagen.backends.sc11.sparse_bench import POINTS, sparse_rows, sparse_table
+
+    rows = sparse_rows([pt for pt in POINTS if pt[1] == 2])
+    assert {r.schedule for r in rows} == set(EXAMPLES)
+    for r in rows:
+        assert r.floor_s > 0 and r.time_s >= r.floor_s      # nothing beats the floor
+        assert r.descriptors == r.batch * r.s_q * r.keys * (8 if r.scheme == "heads" else 1)
+        assert r.time_s == min(r.times.values())
+    text = sparse_table(rows)
+    assert "| sc11_sparse_ds_mla | 2 | 2 | 2048 |" in text and "floor (us)" in text
