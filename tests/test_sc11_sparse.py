@@ -239,3 +239,14 @@ def test_bench_rows_put_the_floor_beside_the_time():
         assert r.time_s == min(r.times.values())
     text = sparse_table(rows)
     assert "| sc11_sparse_ds_mla | 2 | 2 | 2048 |" in text and "floor (us)" in text
+
+
+def test_mlagen_run_cli_reaches_the_sparse_path(tmp_path, monkeypatch, capsys):
+    from mlagen.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    path = str(SCHEDULES_DIR / "sc11_sparse_two_pools.toml")
+    assert main(["run", path, "--batch", "2", "--seqlen", "300", "--s-q", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "sparse, topk 128 + 512" in text and "outputs match" in text
+    assert "gather descriptors" in text
