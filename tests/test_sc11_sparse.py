@@ -250,3 +250,22 @@ def test_mlagen_run_cli_reaches_the_sparse_path(tmp_path, monkeypatch, capsys):
     text = capsys.readouterr().out
     assert "sparse, topk 128 + 512" in text and "outputs match" in text
     assert "gather descriptors" in text
+
+
+def test_verify_draws_sparse_problems_and_sees_a_fault(tmp_path):
+    from mlagen.verify import verify
+    from mlagen.verify.runner import replay
+    from mlagen.verify.profiles import Bounds
+
+    small = Bounds(max_batch=3, max_len=80, long_len=300, max_extra_table=0)
+    s = schedule("sc11_sparse_two_pools")
+    r = verify(s, examples=6, profile="ci", progress=False, bounds=small,
+               save_failures=False)
+    assert r.ok, r.summary()
+    bad = verify(schedule("sc11_sparse_two_pools", "sink_sign"), examples=6, profile="ci",
+                 progress=False, bounds=small, failures_dir=tmp_path)
+    assert not bad.ok and bad.failure.kind == "mismatch", bad.summary()
+    assert bad.failure.case.startswith("sparse:")
+    # the repro file holds the sparse inputs: replaying it fails the same way
+    again = replay(bad.failure.repro_file)
+    assert not again.ok and again.failure.kind == "mismatch"

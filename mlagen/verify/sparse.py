@@ -171,18 +171,19 @@ def sparse_path_cases(s, bounds: Bounds = Bounds()) -> list[SparseCase]:
     h = s.heads_per_device
     sq = p.max_s_q
     cap = bounds.long_len
-    tk = p.topk
-    lens = tuple(sorted({0, 1, min(cap, max(1, tk - 1)), min(cap, tk + 3),
-                         min(cap, 2 * tk + 1)}))
-    xl = tuple(min(cap, x) for x in (p.extra_topk + 2, 3, 0, p.extra_topk, 1)) \
-        if p.extra_topk else ()
-    xl = xl[:len(lens)] + (1,) * (len(lens) - len(xl)) if p.extra_topk else ()
+    tk, xk = p.topk, p.extra_topk
+    # sequences shorter than, as long as and longer than a list (a list costs topk entries
+    # whatever the sequence, so these are not held to the bounds' lengths)
+    lens = (0, 1, min(cap, max(1, tk // 2)), tk + 3, 2 * tk + 1)
+    xl = (xk + 2, 3, 0, xk, 1) if xk else ()
     b = len(lens)
+    full = (tk + 1, 2 * tk, tk)              # every entry valid: topk_length decides
     return [
         SparseCase(p, b, sq, h, lens, xl, 1, invalid=0.2, repeats=0.3, topk_length=True,
                    zero_length=(1,), empty_rows=((2, sq - 1),), infinite_sinks=p.sinks,
                    data="rising", data_arg=2),
-        SparseCase(p, b, sq, h, lens, xl, 2, data="dominant", data_arg=5),
-        SparseCase(p, 2, 1, h, lens[-2:], xl[-2:], 3, invalid=0.6, data="very_large"),
-        SparseCase(p, 1, sq, h, lens[-1:], xl[:1], 4, invalid=1.0),
+        SparseCase(p, 3, sq, h, full, xl[:3], 2, topk_length=True, zero_length=(2,)),
+        SparseCase(p, b, sq, h, lens, xl, 3, data="dominant", data_arg=5),
+        SparseCase(p, 2, 1, h, lens[-2:], xl[-2:], 4, invalid=0.6, data="very_large"),
+        SparseCase(p, 1, sq, h, lens[-1:], xl[:1], 5, invalid=1.0),
     ]
