@@ -269,3 +269,16 @@ def test_verify_draws_sparse_problems_and_sees_a_fault(tmp_path):
     # the repro file holds the sparse inputs: replaying it fails the same way
     again = replay(bad.failure.repro_file)
     assert not again.ok and again.failure.kind == "mismatch"
+
+
+def test_the_fused_operator_takes_the_512_key_shape():
+    """The fused operator (dense) with a 448-value latent and 64 RoPE values (RoPE on the
+    last 64 of 512), against the oracle."""
+    from mlagen.verify.oracle import oracle_for
+
+    s = Schedule.build(target="sc11", heads=16, tp=1, kv_lora_rank=448, rope_dim=64,
+                       fused=True, q_lora_rank=256, page_size=64, max_s_q=2, cores=4,
+                       block_kv=32, seq_tile=128)
+    inp = make_inputs(s.problem, 2, [100, 7], s_q=2, heads=16, seed=1)
+    cmp = compare(mlagen.run(s, inp), oracle_for(s)(inp), "bf16")
+    assert cmp.ok, cmp.summary()
