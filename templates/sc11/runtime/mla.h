@@ -451,7 +451,7 @@ class Mla {
   }
 
   // SDMA, sparse: the step's valid entries, one descriptor (one token's bytes) each, from
-  // their pools' pages DDR -> packed in the L2 slot.  The event's m counts descriptors.
+  // their pools' pages DDR -> packed in the L2 slot.
   void sdma_gather_sparse(Core& c, Bufs& B, const Piece& pc, const Step& st, int64_t step) {
     Slot& s = B.l2kv[step];
     const int64_t dep = c.begin_fill(s, step);
@@ -465,7 +465,7 @@ class Mla {
         cp(dst ? dst + n * KVB : nullptr, token(pool, slot), KVB);
         ++n;
       }
-    const int64_t ev = c.emit(SDMA, OP_DMA, DDR, L2, cp.bytes, n, 0, 0, 0, cp.runs, {dep, ev_idx});
+    const int64_t ev = c.gather(SDMA, DDR, L2, cp, {dep, ev_idx});
     idx_free(c)[step % NBUF] = ev;
     c.end_fill(s, step, ev);
   }
