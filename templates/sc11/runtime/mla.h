@@ -213,7 +213,8 @@ class Mla {
   // The bytes of a pool's slot: its page (a pool's own page size) and the offset in it.
   const uint8_t* token(int pool, int64_t slot) const {
     const int64_t pg = pool ? XPAGE : PAGE;
-    const int64_t split = !pool && Cfg::FAULT == FAULT_EXTRA_PAGE_FOR_MAIN ? XPAGE : pg;
+    const int64_t own = pg;   // a slot splits into page and offset by its own pool's page
+    const int64_t split = !pool && Cfg::FAULT == FAULT_EXTRA_PAGE_FOR_MAIN ? XPAGE : own;
     int64_t page = slot / split, off = slot % split;
     if (Cfg::FAULT == FAULT_SPARSE_OFFSET_OFF_BY_ONE) off = (off + 1) % split;
     const int64_t cap = (pool ? a_.extra_num_blocks : a_.num_blocks) * pg;
@@ -236,11 +237,15 @@ class Mla {
     if (lse == std::numeric_limits<float>::infinity()) return 0.f;
     return 1.f / (1.f + std::exp(sg - lse));
   }
+  // The lse a row reports: its keys' alone (the sink scales the output, not the lse);
+  // `joint` would count the sink as one more key.
   float sink_lse(Core& c, int h, float lse) const {
-    if (Cfg::FAULT != FAULT_SINK_IN_LSE || lse == std::numeric_limits<float>::infinity()) return lse;
+    if (lse == std::numeric_limits<float>::infinity()) return lse;
     const float sk = ((const float*)c.lmem.at(sink_off_[c.id]))[h];
     const float m = std::max(lse, sk);
-    return m == kNegInf ? lse : m + std::log(std::exp(lse - m) + std::exp(sk - m));
+    const float joint = m == kNegInf ? lse : m + std::log(std::exp(lse - m) + std::exp(sk - m));
+    const float keys = lse;
+    return Cfg::FAULT == FAULT_SINK_IN_LSE ? joint : keys;
   }
   // GDMA: the sinks DDR -> LMEM (kNone without sinks).
   int64_t load_sinks(Core& c) {
