@@ -321,6 +321,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flashmla", default=None, metavar="LIB",
                    help="also time FlashMLA (built as benchmarks/anchors/README.md says) on each "
                    "row's tensors (the 'now' columns; targets with a FlashMLA reference)")
+    p.add_argument("--vllm-fp8", default=None, metavar="LIB",
+                   help="also time vLLM's dense FP8 FlashMLA kernel (its torch extension, "
+                        "benchmarks/anchors/README.md) on the fp8_e4m3 rows' caches")
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("tune", help="measure a target's legal schedules on a list of shapes and "

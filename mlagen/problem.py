@@ -314,6 +314,14 @@ class SparseInputs:
     attn_sink: Optional[torch.Tensor] = None     # fp32 [h_q]
     dv: int = 512
     meta: dict = field(default_factory=dict)
+    q_lora = None                                # (attention only: what MlaInputs names so)
+
+    def to(self, device) -> "SparseInputs":
+        mv = lambda t: None if t is None else t.to(device)   # noqa: E731
+        pools = [replace(p, k_cache=mv(p.k_cache), indices=mv(p.indices),
+                         topk_length=mv(p.topk_length), k_descale=mv(p.k_descale))
+                 for p in self.pools]
+        return replace(self, q=mv(self.q), pools=pools, attn_sink=mv(self.attn_sink))
 
     def to(self, device) -> "SparseInputs":
         mv = lambda t: None if t is None else t.to(device)   # noqa: E731

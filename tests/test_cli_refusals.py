@@ -246,6 +246,24 @@ def test_bench_flashmla_library_is_checked_before_the_device(tmp_path, clean, ca
     assert clean() == []
 
 
+def test_bench_vllm_fp8_extension_is_checked_before_the_device(tmp_path, clean, capsys):
+    """--vllm-fp8: it needs fp8_e4m3 rows; a missing or foreign file is refused in one line
+    on any machine."""
+    missing = str(tmp_path / "dense_fp8.so")
+    refused(capsys, ["bench", "--target", "hopper", "--shape", "1,1,256,16",
+                     "--vllm-fp8", missing], "--vllm-fp8 times vLLM's kernel on the fp8_e4m3")
+    refused(capsys, ["bench", "--target", "hopper", "--shape", "1,1,256,16", "--kv-format",
+                     "fp8_e4m3", "--vllm-fp8", missing], f"--vllm-fp8 {missing}: no such file")
+    notlib = tmp_path / "notlib.so"
+    notlib.write_text("not an ELF file")
+    refused(capsys, ["bench", "--target", "hopper", "--shape", "1,1,256,16", "--kv-format",
+                     "fp8_e4m3", "--vllm-fp8", str(notlib)],
+            "not vLLM's dense FP8 FlashMLA extension")
+    refused(capsys, ["bench", "--target", "sc11", "--vllm-fp8", str(notlib)],
+            "target sc11 has no vLLM kernel to time")
+    assert clean() == []
+
+
 # ------------------------------------------------------------- bench --shape ----------
 def test_bench_shapes_are_checked_before_the_device(clean, capsys):
     """A malformed --shape, --shape with --quick, and --shape for a target that benchmarks

@@ -417,3 +417,26 @@ def test_a_record_names_its_device_and_no_path_of_the_machine(monkeypatch, tmp_p
                           flashmla="/some/machine/dir/libflashmla.so")
     assert rep.flashmla_lib == "libflashmla.so"
     assert "/some/machine" not in (tmp_path / "r.json").read_text()
+
+
+def test_report_with_vllm_fp8_timed_in_the_run():
+    """--vllm-fp8: a table of its fp8_e4m3 rows with its check and speed against ours; the
+    geomean needs every such row timed."""
+    shape = bench.plan_rows()[0]
+    rows = [bench.Row(shape.b, shape.s_q, shape.sk, shape.h_q, shape.varlen, "shape", kv=kv)
+            for kv in ("", "fp8_e4m3")]
+    for r in rows:
+        r.check, r.eager_ms, r.graph_ms = "ok", 0.1, 0.09
+    rows[1].vllm_check, rows[1].vllm_cos_out, rows[1].vllm_ms = "ok", 2e-4, 0.12
+    rows[1].ratio_vllm = 1.2
+    rep = bench.Report(device="H200", torch="x", commit="abc", mlagen="0", command="c",
+                       rows=rows, vllm_fp8_lib="dense_fp8.so")
+    bench.summarize(rep)
+    assert rep.geomean_vllm == pytest.approx(1.2)
+    md = bench.markdown(rep)
+    assert "vLLM's dense FP8 kernel timed in this run** (`dense_fp8.so`" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("| b=") and "fp8_e4m3" in ln)
+    assert "| ok | 2.0e-04 | 0.1200 | 1.200 |" in line
+    rows[1].vllm_check, rows[1].ratio_vllm = "RuntimeError: x", None
+    bench.summarize(rep)
+    assert rep.geomean_vllm is None

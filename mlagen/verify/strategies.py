@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from .. import kvformat
 from ..backends import all_backends, backend
 from ..errors import ScheduleError
-from ..problem import MlaInputs, make_inputs
+from ..problem import MlaInputs, make_inputs, make_sparse_inputs
 from ..schedule.records import DTYPES, Problem, Schedule
 from . import adversarial
 from .profiles import Bounds  # noqa: F401  (defined beside the profiles; re-exported here)
@@ -119,9 +119,19 @@ class Case:
     poisons: tuple = ()                # Poison elements (NaN / inf inputs)
     kv_edges: bool = False             # 8-bit caches: the quantizer's edge cases in the tokens
     descale_per_seq: bool = False      # fp8_e4m3: one k_descale per sequence, not one
+    # attention = "sparse": (invalid share, repeated share, topk_length drawn, +-inf sinks)
+    sparse: tuple = ()
 
     def clean_inputs(self) -> MlaInputs:
         """The problem without its bad table entries: what the reference sees."""
+        if self.problem.attention == "sparse":
+            invalid, repeats, topk_length, inf_sinks = self.sparse or (0.0, 0.0, False, False)
+            inp = make_sparse_inputs(self.problem, self.batch, list(self.seqlens), s_q=self.s_q,
+                                     heads=self.heads, seed=self.seed, invalid=invalid,
+                                     repeats=repeats, topk_length=topk_length,
+                                     infinite_sinks=inf_sinks)
+            inp.meta.update(fused=False, data="randn", data_arg=0)
+            return inp
         inp = make_inputs(self.problem, self.batch, list(self.seqlens), s_q=self.s_q,
                           heads=self.heads, seed=self.seed, shuffle=True, nan_fill=True,
                           q_noncontiguous=self.q_noncontiguous, kv_edges=self.kv_edges,
@@ -290,6 +300,15 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
         if nonfinite else ()
     data = draw(st.sampled_from(tuple(patterns))) if patterns else "randn"
     data_arg = draw(st.integers(0, 63)) if data != "randn" else 0
+    if prob.attention == "sparse":
+        # token-sparse: topk (1, around a 64-key block, a few blocks), invalid and repeated
+        # entries, topk_length, infinite sinks; no planted pages, poisons or score patterns
+        # (the indices name the keys: unnamed slots keep their NaN)
+        prob = dataclasses.replace(prob, topk=draw(st.sampled_from(
+            (prob.topk, 1, 63, 64, 65, 200))))
+        sp = (draw(st.sampled_from((0.0, 0.3, 1.0))), draw(st.sampled_from((0.0, 0.2))),
+              draw(st.booleans()), draw(st.booleans()) if prob.sinks else False)
+        return Case(prob, batch, s_q, h, tuple(lens), seed, False, 0, sparse=sp)
     bad = draw(bad_pages_strategy(lens, s_q)) if bad_nan else ()
     fmt = kvformat.get(prob.kv)
     # drawn only for 8-bit caches, so a 16-bit problem's draws are what they were

@@ -42,7 +42,7 @@ def render(plan: Plan | Schedule) -> SourceSet:
                rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
                mainloop=m.mainloop, fault=FAULT_CODE[schedule.fault],
                kv_format=p.kv, kv_code=KV_CODE[p.kv], converters=m.fp8_converters,
-               raw_slots=m.fp8_raw_slots)
+               raw_slots=m.fp8_raw_slots, sparse=int(p.attention == "sparse"))
     # the wgmma main loop is its own split kernel (mla_wgmma.cuh; 16 or 32 rows per tile:
     # mla_wgmma_rows.cuh, the rows in wgmma's N); the rest is shared
     split = "split"
@@ -78,6 +78,22 @@ def runner(plan: Plan | Schedule, use_defaults: bool = False):
     from . import api
 
     def run(inputs, out: MlaOutputs | None = None) -> MlaOutputs:
+        if hasattr(inputs, "pools"):      # problem.SparseInputs: the sparse API
+            if len(inputs.pools) != 1:
+                raise ValueError("the hopper sparse kernel reads one pool of keys")
+            pool = inputs.pools[0]
+            sched, _ = api.get_mla_metadata()
+            o, lse = api.flash_mla_with_kvcache(
+                inputs.q, pool.k_cache, None, None, 512, sched,
+                softmax_scale=inputs.softmax_scale,
+                is_fp8_kvcache=pool.k_cache.dtype != inputs.q.dtype,
+                indices=pool.indices, attn_sink=inputs.attn_sink,
+                topk_length=pool.topk_length, schedule=schedule)
+            if out is not None:
+                out.out.copy_(o)
+                out.lse.copy_(lse)
+            return MlaOutputs(o, lse, extra={"metadata": sched.tile_scheduler_metadata,
+                                             "num_splits": sched.num_splits})
         if inputs.q is None:
             raise ValueError("the hopper target runs attention only (inputs.q is None)")
         q = inputs.q

@@ -44,7 +44,8 @@ from mlagen.schedule.rules import plan_of
 
 from mlagen import kvformat
 
-from . import defaults, ops, scheduler
+from . import defaults, ops, scheduler, sparse
+from .sparse import FlashMLASchedMeta
 
 D, DV = 576, 512
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -185,17 +186,27 @@ def _on_cuda(tensors: dict[str, torch.Tensor]) -> torch.device:
     return dev
 
 
-def get_mla_metadata(cache_seqlens: torch.Tensor, num_heads_per_head_k: int, num_heads_k: int,
+def get_mla_metadata(cache_seqlens: Optional[torch.Tensor] = None,
+                     num_heads_per_head_k: Optional[int] = None,
+                     num_heads_k: Optional[int] = None,
                      schedule: Optional[Schedule] = None, is_fp8_kvcache: bool = False,
-                     kv_format: Optional[str] = None
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+                     kv_format: Optional[str] = None):
     """The split of a decode step, computed on the GPU: (tile_scheduler_metadata int32
     [num_sm_parts, 8], num_splits int32 [b + 1]).  Once per step, shared by all layers.
+
+    With no cache_seqlens (FlashMLA 9241ae3's form, ``get_mla_metadata()``): (an empty
+    FlashMLASchedMeta, None); the first flash_mla_with_kvcache call that takes it fills it
+    (dense or sparse), later calls of the same shapes and lengths reuse it.
 
     An 8-bit cache (FlashMLA's ``is_fp8_kvcache=True``, or ``kv_format="fp8_e4m3"`` /
     ``"fp8_ds_mla"``; an explicit schedule says it itself) is read by another kernel than a
     bf16 cache of the same shape: its metadata must be made for it (metadata made for the
     bf16 kernel can plan a cluster merge the FP8 kernel does not make: NaN and flag 4)."""
+    if cache_seqlens is None:
+        return FlashMLASchedMeta(), None
+    if num_heads_per_head_k is None or num_heads_k is None:
+        raise InputError("get_mla_metadata(cache_seqlens, num_heads_per_head_k, num_heads_k), "
+                         "or get_mla_metadata() for a FlashMLASchedMeta")
     kv = _metadata_kv(is_fp8_kvcache, kv_format)
     if not torch.compiler.is_compiling():
         last = _LAST_METADATA[0]
@@ -375,16 +386,33 @@ def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_schedu
     return kv
 
 
-def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor,
-                           cache_seqlens: torch.Tensor, head_dim_v: int,
-                           tile_scheduler_metadata: torch.Tensor, num_splits: torch.Tensor,
+def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor,
+                           block_table: Optional[torch.Tensor],
+                           cache_seqlens: Optional[torch.Tensor], head_dim_v: int,
+                           tile_scheduler_metadata, num_splits: Optional[torch.Tensor] = None,
                            softmax_scale: Optional[float] = None, causal: bool = False,
+                           is_fp8_kvcache: bool = False,
+                           indices: Optional[torch.Tensor] = None,
+                           attn_sink: Optional[torch.Tensor] = None,
+                           extra_k_cache: Optional[torch.Tensor] = None,
+                           extra_indices_in_kvcache: Optional[torch.Tensor] = None,
+                           topk_length: Optional[torch.Tensor] = None,
+                           extra_topk_length: Optional[torch.Tensor] = None, *,
                            schedule: Optional[Schedule] = None,
                            out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
                            descale_q: Optional[torch.Tensor] = None,
                            descale_k: Optional[torch.Tensor] = None
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """Paged MLA decode: (out [b, s_q, h_q, 512] in q's dtype, lse fp32 [b, h_q, s_q]).
+
+    FlashMLA 9241ae3's arguments too: tile_scheduler_metadata a FlashMLASchedMeta (from
+    ``get_mla_metadata()``, num_splits None), and token-sparse decode: ``indices`` int32
+    [b, s_q, topk] of cache slots (page * page_size + offset; negative: no key; repeats
+    count as separate keys), ``topk_length`` int32 [b] (only the first entries count),
+    ``attn_sink`` fp32 [h_q] (out scaled by exp(lse) / (exp(lse) + exp(sink))); block_table
+    and cache_seqlens may then be None.  Sparse caches: bf16 [..., 576] or fp8_ds_mla
+    (is_fp8_kvcache=True, [..., 656]), any page size 1..256 (sparse.py).  The second pool
+    (extra_k_cache, extra_indices_in_kvcache, extra_topk_length) has no kernel yet.
 
     Beyond FlashMLA: ``out=(out, lse)`` writes into given contiguous tensors (eager only).
 
@@ -395,6 +423,17 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
     token: e4m3 latent, 4 fp32 tile scales, bf16 RoPE; q bf16; no descale_k).  Page sizes are
     multiples of 64.  ``descale_q`` (vLLM's, fp32 [1] or [b]) multiplies the scores.
     Descale values are read on the GPU: one not finite and > 0 gives NaN and error flag 8."""
+    if indices is not None or type(tile_scheduler_metadata) is FlashMLASchedMeta \
+            or attn_sink is not None or topk_length is not None or extra_k_cache is not None \
+            or extra_indices_in_kvcache is not None or extra_topk_length is not None:
+        return _flashmla_call(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                              tile_scheduler_metadata, num_splits, softmax_scale, causal,
+                              is_fp8_kvcache, indices, attn_sink, extra_k_cache,
+                              extra_indices_in_kvcache, topk_length, extra_topk_length,
+                              schedule, out, descale_q, descale_k)
+    if is_fp8_kvcache and getattr(k_cache, "dtype", None) not in _BYTE_DTYPES:
+        raise InputError(f"is_fp8_kvcache=True but k_cache is {getattr(k_cache, 'dtype', None)}"
+                         " (8-bit caches: float8_e4m3fn or uint8)")
     if descale_k is not None or descale_q is not None \
             or getattr(k_cache, "dtype", None) in _BYTE_DTYPES:
         return _fp8_call(q, k_cache, block_table, cache_seqlens, head_dim_v,
@@ -468,6 +507,64 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, block_table: 
             _LAST[0] = plan
     return plan.run(q, k_cache, block_table, cache_seqlens, tile_scheduler_metadata,
                     num_splits)
+
+
+def _flashmla_call(q, k_cache, block_table, cache_seqlens, head_dim_v, sched, num_splits,
+                   softmax_scale, causal, is_fp8_kvcache, indices, attn_sink, extra_k_cache,
+                   extra_indices, topk_length, extra_topk_length, schedule, out, descale_q,
+                   descale_k):
+    """FlashMLA 9241ae3's calls: sparse (indices) or dense with a FlashMLASchedMeta."""
+    meta = type(sched) is FlashMLASchedMeta
+    if meta and num_splits is not None:
+        raise InputError("num_splits must be None with a FlashMLASchedMeta (FlashMLA's rule)")
+    if not meta and not (sched is None and indices is not None) \
+            and not isinstance(sched, torch.Tensor):
+        raise InputError("tile_scheduler_metadata must be a FlashMLASchedMeta (from "
+                         "get_mla_metadata()) or the tensor of get_mla_metadata(cache_seqlens, "
+                         "...)")
+    if indices is None:
+        for name, t in (("attn_sink", attn_sink), ("topk_length", topk_length),
+                        ("extra_k_cache", extra_k_cache),
+                        ("extra_indices_in_kvcache", extra_indices),
+                        ("extra_topk_length", extra_topk_length)):
+            if t is not None:
+                raise InputError(f"{name} is for sparse attention: give indices too")
+        if not meta:
+            raise InputError("dense decode with a metadata tensor takes num_splits")
+        if block_table is None or cache_seqlens is None:
+            raise InputError("dense decode needs block_table and cache_seqlens")
+        if is_fp8_kvcache and getattr(k_cache, "dtype", None) not in _BYTE_DTYPES:
+            raise InputError(f"is_fp8_kvcache=True but k_cache is "
+                             f"{getattr(k_cache, 'dtype', None)}")
+        kv = cache_format(q, k_cache) if isinstance(q, torch.Tensor) else ""
+        if not (isinstance(q, torch.Tensor) and q.dim() == 4):
+            raise InputError("q must be [b, s_q, h_q, 576]")
+        config = ("dense", tuple(q.shape[:3]), tuple(k_cache.shape[1:3]), bool(causal), kv,
+                  schedule)
+        if not sched.have_initialized:
+            md, ns = get_mla_metadata(cache_seqlens, q.shape[1] * q.shape[2], 1,
+                                      schedule=schedule, kv_format=kv or None)
+            sched.have_initialized, sched.config = True, config
+            sched.tile_scheduler_metadata, sched.num_splits = md, ns
+        elif sched.config != config:
+            raise InputError(f"tile_scheduler_metadata was filled for {sched.config}, this call "
+                             f"is {config}: one FlashMLASchedMeta per shape")
+        return flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                                      sched.tile_scheduler_metadata, sched.num_splits,
+                                      softmax_scale, causal, schedule=schedule, out=out,
+                                      descale_q=descale_q, descale_k=descale_k)
+    if extra_k_cache is not None or extra_indices is not None or extra_topk_length is not None:
+        raise InputError("extra_k_cache / extra_indices_in_kvcache / extra_topk_length: a "
+                         "second pool of keys has no hopper kernel yet")
+    for name, t in (("out", out), ("descale_q", descale_q), ("descale_k", descale_k)):
+        if t is not None:
+            raise InputError(f"{name}= is not taken by sparse decode")
+    if not meta and sched is not None:
+        raise InputError("sparse decode takes a FlashMLASchedMeta (get_mla_metadata()) as "
+                         "tile_scheduler_metadata")
+    return sparse.sparse_decode(q, k_cache, indices, topk_length, attn_sink,
+                                sched if meta else None, head_dim_v, softmax_scale, causal,
+                                is_fp8_kvcache, schedule)
 
 
 _FP8_PLANS: dict = {}

@@ -16,6 +16,9 @@ class HopperBackend(Backend):
     run_point = (64, 4096)
     # 8-bit caches through the few-rows wgmma kernel's converter (mla_fp8.cuh)
     kv_formats = ("bf16", "fp16", "fp8_e4m3", "fp8_ds_mla")
+    # token-sparse decode (DeepSeek-V3.2's indices): the few-rows wgmma kernel's sparse mode
+    # (mla_wgmma_rows.cuh, SP), bf16 and fp8_ds_mla caches (rules.hopper_sparse)
+    attentions = ("dense", "sparse")
     # the FlashMLA-compatible calls, reachable as mlagen.<name>
     api_names = ("get_mla_metadata", "flash_mla_with_kvcache")
 

@@ -149,6 +149,13 @@ class Row:
     step_note: str = ""                      # why the step was not timed (step_skip)
     flashmla_now_step_us: Optional[float] = None
     ratio_now_step: Optional[float] = None   # flashmla_now_step_us / step_us
+    # vLLM's dense FP8 kernel timed in this run on the same fp8_e4m3 cache (--vllm-fp8)
+    vllm_check: str = ""
+    vllm_cos_out: Optional[float] = None
+    vllm_ms: Optional[float] = None
+    vllm_graph_us: Optional[float] = None
+    ratio_vllm: Optional[float] = None       # vllm_ms / eager_ms
+    ratio_vllm_graph: Optional[float] = None  # vllm_graph_us / graph us
     error: str = ""
 
     def label(self) -> str:
@@ -174,6 +181,8 @@ class Report:
     geomean_now: Optional[float] = None      # FlashMLA timed in this run / ours
     won_now: int = 0
     flashmla_lib: str = ""
+    vllm_fp8_lib: str = ""
+    geomean_vllm: Optional[float] = None     # vLLM's FP8 time / ours over the fp8_e4m3 rows
     elapsed_s: float = 0.0
     commit_date: str = ""     # the commit's date (git), what orders the records of runs
 
@@ -241,9 +250,10 @@ class Caller:
                                                **kw)
 
 
-def check_output(c: Caller) -> tuple[str, float, float]:
+def check_output(c: Caller, cos_tol: float = 1e-5, lse_tol: float = 1e-3
+                 ) -> tuple[str, float, float]:
     """Compare one call with the fp32 reference: NaN/inf masks equal, cos-diff of out under
-    1e-5 (randn data: bf16 P rounding in the kernel), lse within 1e-3 relative."""
+    cos_tol (randn data: bf16 P rounding in the kernel), lse within lse_tol relative."""
     import torch
 
     from ...reference import attention
@@ -262,7 +272,7 @@ def check_output(c: Caller) -> tuple[str, float, float]:
     cd = cos_diff(out.float()[torch.isfinite(out)], ref_o[torch.isfinite(out)])
     le = float(((lse[fin] - ref_l[fin]).abs() / ref_l[fin].abs().clamp(min=1.0)).max()) \
         if bool(fin.any()) else 0.0
-    ok = cd < 1e-5 and le < 1e-3
+    ok = cd < cos_tol and le < lse_tol
     return ("ok" if ok else f"mismatch (cos-diff {cd:.2e}, lse rel err {le:.2e})"), cd, le
 
 
@@ -523,8 +533,31 @@ def measure_now(row: Row, c: Caller, live, modes) -> None:
         row.flashmla_now_check = f"{type(e).__name__}: {e}"
 
 
+def measure_vllm(row: Row, c: Caller, mod, modes) -> None:
+    """vLLM's dense FP8 kernel (the extension `mod`) on the Caller's fp8_e4m3 cache, timed the
+    modes ours was.  Its Q and P are e4m3, so it is held to a looser check than ours (cos-diff
+    1e-3, lse 1e-2 relative); the cos-diff is recorded."""
+    from .vllm_fp8_live import VllmFp8Call
+
+    try:
+        f = VllmFp8Call(mod, c)
+        row.vllm_check, row.vllm_cos_out, _ = check_output(f, 1e-3, 1e-2)
+        if row.vllm_check != "ok":
+            return
+        if "eager" in modes:
+            row.vllm_ms = time_eager(f)
+            if row.eager_ms:
+                row.ratio_vllm = row.vllm_ms / row.eager_ms
+        if "graph" in modes:
+            row.vllm_graph_us = time_graph(f) * 1e3
+            if row.graph_ms:
+                row.ratio_vllm_graph = row.vllm_graph_us / (row.graph_ms * 1e3)
+    except Exception as e:                 # the anchor's failure is not our row's
+        row.vllm_check = f"{type(e).__name__}: {e}"
+
+
 def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "step"),
-                live=None) -> Row:
+                live=None, vllm=None) -> Row:
     """modes: eager, graph, kernels; step (graph and shape rows: time_step, where its
     layers fit in GPU memory)."""
     import torch
@@ -556,6 +589,8 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "st
                 row.error = f"profiler: {type(e).__name__}: {e}"
         if live is not None:
             measure_now(row, c, live, [m for m in modes if m not in ("kernels", "step")])
+        if vllm is not None and row.kv == "fp8_e4m3":
+            measure_vllm(row, c, vllm, [m for m in modes if m not in ("kernels", "step")])
         if "step" in modes and row.kind in ("graph", "shape"):
             row.step_note = step_skip(c)
             if not row.step_note:
@@ -604,6 +639,10 @@ def summarize(rep: Report) -> None:
     rep.geomean_now = (math.exp(sum(math.log(x) for x in now) / len(now))
                        if now and len(now) == len(counted) else None)
     rep.won_now = sum(1 for x in now if x >= 1.0)
+    fp8 = [r for r in rep.rows if r.kv == "fp8_e4m3"]
+    vl = [r.ratio_vllm for r in fp8 if r.ratio_vllm]
+    rep.geomean_vllm = (math.exp(sum(math.log(x) for x in vl) / len(vl))
+                        if vl and len(vl) == len(fp8) else None)
 
 
 def _f(x, fmt):
@@ -729,7 +768,7 @@ def _shapes_markdown(rep: Report) -> str:
     notes = [f"{r.label()}: {r.step_note}" for r in rep.rows if r.step_note]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
-    lines += kv_speedups(rep)
+    lines += kv_speedups(rep) + vllm_lines(rep)
     if rep.host:
         lines += ["", f"Host time per eager decode call (b=1, s_k=1024, h_q=16): "
                   f"{rep.host.get('decode_us')} us ({rep.host.get('decode_rounds_us')} us in "
@@ -756,6 +795,24 @@ def kv_speedups(rep: Report) -> list[str]:
             ] + out if out else []
 
 
+def vllm_lines(rep: Report) -> list[str]:
+    """Markdown lines: vLLM's dense FP8 kernel beside each fp8_e4m3 row (--vllm-fp8)."""
+    if not rep.vllm_fp8_lib:
+        return []
+    out = ["", f"**vLLM's dense FP8 kernel timed in this run** (`{rep.vllm_fp8_lib}`, the same "
+           f"fp8_e4m3 cache, its q quantized per sequence): geomean of its time / ours "
+           f"{_f(rep.geomean_vllm, '.3f')}.", "",
+           "| row | its check | its cos-diff | its eager ms | ours / its speed | its graph us | "
+           "graph: ours / its speed |", "|---|---|---|---|---|---|---|"]
+    for r in rep.rows:
+        if r.kv != "fp8_e4m3":
+            continue
+        out.append(f"| {r.label()} | {r.vllm_check[:60]} | {_f(r.vllm_cos_out, '.1e')} | "
+                   f"{_f(r.vllm_ms, '.4f')} | {_f(r.ratio_vllm, '.3f')} | "
+                   f"{_f(r.vllm_graph_us, '.1f')} | {_f(r.ratio_vllm_graph, '.2f')} |")
+    return out
+
+
 def rich_table(rep: Report):
     from rich.table import Table
 
@@ -776,7 +833,8 @@ def rich_table(rep: Report):
 
 def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = None,
               progress: bool = True, command: str = "mlagen bench --target hopper",
-              flashmla: Optional[str] = None, shapes=(), kv_formats=("",)) -> Report:
+              flashmla: Optional[str] = None, shapes=(), kv_formats=("",),
+              vllm_fp8: Optional[str] = None) -> Report:
     import torch
 
     from ...version import __version__
@@ -786,11 +844,17 @@ def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = N
         from .flashmla_live import load as load_flashmla
 
         live = load_flashmla(flashmla)      # a bad path is refused before anything runs
+    vllm = None
+    if vllm_fp8:
+        from .vllm_fp8_live import load as load_vllm
+
+        vllm = load_vllm(vllm_fp8)
     t0 = time.perf_counter()
     # the library's file name only: a result file names no path of the machine it ran on
     rep = Report(device=torch.cuda.get_device_name(), torch=torch.__version__,
                  commit=_commit(), mlagen=__version__, command=command,
-                 flashmla_lib=Path(flashmla).name if flashmla else "")
+                 flashmla_lib=Path(flashmla).name if flashmla else "",
+                 vllm_fp8_lib=Path(vllm_fp8).name if vllm_fp8 else "")
     rep.commit_date = _commit_date(rep.commit) if rep.commit else ""
     rows = plan_rows(quick, shapes, kv_formats)
     # host time first, in a fresh process: measured after all the rows (59 profiler runs,
@@ -805,11 +869,11 @@ def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = N
             task = bar.add_task("bench", total=len(rows))
             for r in rows:
                 bar.update(task, description=r.label())
-                rep.rows.append(measure_row(r, schedule, live=live))
+                rep.rows.append(measure_row(r, schedule, live=live, vllm=vllm))
                 bar.advance(task)
     else:
         for r in rows:
-            rep.rows.append(measure_row(r, schedule, live=live))
+            rep.rows.append(measure_row(r, schedule, live=live, vllm=vllm))
             print(f"{r.label()}: {r.check or r.error} eager {_f(r.eager_ms, '.4f')} graph "
                   f"{_f(r.graph_ms, '.4f')} kernels {_f(r.kernel_ms, '.4f')} ratio "
                   f"{_f(r.ratio, '.3f')} graph ratio {_f(r.ratio_graph, '.2f')} step "
@@ -857,6 +921,14 @@ def bench_main(args) -> int:
         from .flashmla_live import load as load_flashmla
 
         load_flashmla(flashmla)      # refused with one line before the device is touched
+    vllm_fp8 = getattr(args, "vllm_fp8", None)
+    if vllm_fp8:
+        if "fp8_e4m3" not in kv_formats:
+            raise MlagenError("--vllm-fp8 times vLLM's kernel on the fp8_e4m3 rows: give "
+                              "--shape ... --kv-format fp8_e4m3 too")
+        from .vllm_fp8_live import load as load_vllm
+
+        load_vllm(vllm_fp8)
     why = backend("hopper").device_check()
     if why:   # "target hopper needs ...": said as the bench command's own words
         raise MlagenError("bench --" + why.split(";")[0] + "; the other targets' "
@@ -878,8 +950,9 @@ def bench_main(args) -> int:
                     + "".join(f" --shape {s.label()}" for s in shapes)
                     + (" --kv-format " + ",".join(kv or "bf16" for kv in kv_formats)
                        if kv_formats != ("",) else "")
-                    + (f" --flashmla {Path(flashmla).name}" if flashmla else ""),
-                    flashmla=flashmla,
+                    + (f" --flashmla {Path(flashmla).name}" if flashmla else "")
+                    + (f" --vllm-fp8 {Path(vllm_fp8).name}" if vllm_fp8 else ""),
+                    flashmla=flashmla, vllm_fp8=vllm_fp8,
                     shapes=shapes, kv_formats=kv_formats)
     from rich.console import Console
 

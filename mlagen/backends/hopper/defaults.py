@@ -248,6 +248,8 @@ def canonical(s: Schedule) -> Schedule:
     from mlagen.schedule.rules import plan_of
 
     c = s.replace(heads=128, tp=1, page_size=64, max_s_q=8)
+    if c.problem.attention == "sparse":   # topk and the sinks are run-time too
+        c = c.replace(topk=2048, sinks=False)
     c = dataclasses.replace(c, name=c.variant_name(), source=None)
     plan_of(c)           # checked (page_size 64 must still suit block_kv)
     return c

@@ -38,6 +38,8 @@ class HopperMapping(Mapping):
         # and the tile knobs are compiled in, so every shape with the same knobs shares one
         # build; a 16-bit cache's names carry neither its format (the dtype) nor fp8_mma
         parts = super().variant_parts(s)
+        if s.problem.attention == "sparse":   # topk, sinks: run-time; the kernel's mode
+            parts = parts[:1] + ["sparse"] + parts[1:]
         kv = s.problem.kv
         if kv in ("bf16", "fp16"):
             parts = [x for x in parts if not x.startswith("fp8")]

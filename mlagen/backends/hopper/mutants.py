@@ -12,6 +12,7 @@ ROWS1 = ("hopper_wgmma_r16", "hopper_wgmma_r32_fp16")          # one consumer wa
 ROWS2 = ("hopper_wgmma_r16_w8", "hopper_wgmma_r32_w8")          # two, merged per piece
 MMA = ("hopper_h200", "hopper_tp8_r16")
 SPLITS = ("hopper_h200", "hopper_wgmma")                        # partials through the combine
+SPARSE = ("hopper_sparse_bf16", "hopper_sparse_ds_mla")         # attention = "sparse"
 
 MAX_MOVES = "running-sum rescale when the max moves"
 WG_MERGE = "few-rows kernel's warpgroup merge when the second holds the larger max"
@@ -61,6 +62,17 @@ MUTANTS = (
            "bad |= page < 0 || page > p.num_blocks;",
            "an entry equal to num_blocks passes the bad-page check (> for >=)",
            ROWS1, BAD_LAST),
+    # ---- the few-rows kernel's token-sparse mode (indices name the keys)
+    Mutant("rows_sparse_unmasked", "hopper", "mla_wgmma_rows.cuh",
+           "const float x = key < lc && vk ? s[i2] * scale : -INFINITY;",
+           "const float x = key < lc ? s[i2] * scale : -INFINITY;",
+           "a key whose slot names none (-1) is not masked: its zero-filled row scores 0",
+           SPARSE),
+    Mutant("rows_sparse_key_row", "hopper", "mla_wgmma_rows.cuh",
+           "const int64_t o = __shfl_sync(0xffffffffu, off, k);",
+           "const int64_t o = __shfl_sync(0xffffffffu, off, k ^ 1);",
+           "the gather writes each key into its neighbour's row (the mask stays the key's)",
+           SPARSE),
     # ---- the combine
     Mutant("combine_half_scale", "hopper", "mla_combine.cuh",
            "const float wj = j < kCombineVec / 2 ? w.x : w.y;", "const float wj = w.x;",

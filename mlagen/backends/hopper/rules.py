@@ -45,8 +45,8 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                 yield "schedule", key, (f"{key} = {getattr(m, key)}: mainloop = \"wgmma\" "
                                         f"with rows_per_tile = {m.rows_per_tile} needs "
                                         f"{key} = {' or '.join(map(str, want))}")
-        if s.problem.page_size % 64:
-            # 8-bit caches have no mma_sync kernel to fall back on
+        if s.problem.page_size % 64 and s.problem.attention != "sparse":
+            # (sparse rows gather key by key: any page size) 8-bit caches have no mma_sync kernel to fall back on
             fix = ("" if s.problem.kv in ("fp8_e4m3", "fp8_ds_mla") else
                    "; use mainloop = \"mma_sync\"")
             yield "problem", "page_size", (f"page_size = {s.problem.page_size}: mainloop = "
@@ -109,4 +109,33 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
                                    "its RoPE values in bf16, so q must be bf16")
 
 
-RULES = [hopper_problem, hopper_mapping, hopper_kv_format]
+SPARSE_FORMATS = ("bf16", "fp8_ds_mla")
+
+
+def hopper_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
+    """attention = "sparse": the few-rows wgmma kernel's sparse mode (mla_wgmma_rows.cuh SP:
+    a producer warp gathers the named keys with cp.async), one consumer warpgroup, one
+    pool (the second, extra_topk, has no kernel yet)."""
+    p, m = s.problem, s.mapping
+    if p.attention != "sparse":
+        return
+    if p.kv not in SPARSE_FORMATS:
+        yield "problem", "kv_format", (f"kv_format = {p.kv!r}: attention = \"sparse\" reads "
+                                       f"{' or '.join(SPARSE_FORMATS)} caches on hopper")
+    if p.extra_topk:
+        yield "problem", "extra_topk", (f"extra_topk = {p.extra_topk}: a second pool of keys "
+                                        "has no hopper kernel yet (one pool: extra_topk = 0)")
+    if m.mainloop != "wgmma" or m.rows_per_tile not in (16, 32):
+        key = "mainloop" if m.mainloop != "wgmma" else "rows_per_tile"
+        yield "schedule", key, ("attention = \"sparse\" is read by the few-rows wgmma kernel "
+                                "alone: mainloop = \"wgmma\" with rows_per_tile = 16 or 32 "
+                                f"(this schedule: {m.mainloop}, {m.rows_per_tile} rows)")
+    elif m.warps != 4:
+        yield "schedule", "warps", (f"warps = {m.warps}: attention = \"sparse\" takes one "
+                                    "consumer warpgroup (warps = 4)")
+    if m.fp8_converters != 1:
+        yield "schedule", "fp8_converters", (f"fp8_converters = {m.fp8_converters}: attention "
+                                             "= \"sparse\" takes one converter warpgroup")
+
+
+RULES = [hopper_problem, hopper_mapping, hopper_kv_format, hopper_sparse]

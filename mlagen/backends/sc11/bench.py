@@ -474,6 +474,8 @@ def bench_main(args) -> int:
 
     if getattr(args, "flashmla", None):
         raise MlagenError("--flashmla: target sc11 has no FlashMLA reference to time")
+    if getattr(args, "vllm_fp8", None):
+        raise MlagenError("--vllm-fp8: target sc11 has no vLLM kernel to time")
     if getattr(args, "shape", None):
         raise MlagenError("--shape: target sc11's bench is its scheme grid (batch x seqlen); "
                           "`mlagen run SCHEDULE --batch B --seqlen S` times one point")

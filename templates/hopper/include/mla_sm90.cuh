@@ -39,6 +39,18 @@ __device__ __forceinline__ void fence_mbar_init() {
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// 16-byte cp.async (Ampere's LDGSTS) to a shared address, src_bytes 0 when !valid: the 16
+// bytes are zero-filled and nothing is read (a sparse row's missing keys).
+__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0) : "memory");
+}
+// An arrival on bar once this thread's cp.async copies so far have landed; .noinc: the
+// barrier's count includes this arrival (mbar_init counts the arriving threads).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
+               : "memory");
+}
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
                ::"r"(smem_addr(bar)), "r"(bytes) : "memory");

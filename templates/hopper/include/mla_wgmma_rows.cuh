@@ -49,13 +49,17 @@
 namespace mlagen {
 namespace hopper {
 
-template <int N, int WG = 1, int KV = kKvNative, int CV = 1, int RS = 2>
+template <int N, int WG = 1, int KV = kKvNative, int CV = 1, int RS = 2, int SP = 0>
 struct WgmmaRowsConfig {
   static_assert(N == 16 || N == 32, "16 or 32 query rows per tile");
   static_assert(WG == 1 || WG == 2, "one or two consumer warpgroups");
   static constexpr int kRows = N;
   static constexpr int kBlock = 64;
   static constexpr int kWgs = WG;
+  // token-sparse rows (SP = 1): one producer warp gathers a block's 64 keys by their cache
+  // slots with cp.async (zero-filled where a slot names no key), one consumer warpgroup
+  static constexpr bool kSparse = SP != 0;
+  static_assert(!kSparse || (WG == 1 && CV == 1), "sparse: one consumer and one converter WG");
   // FP8 caches: a converter warpgroup (WG1) between the producer and the consumer
   static constexpr bool kFp8 = KV != kKvNative;
   static_assert(!kFp8 || WG == 1, "FP8 caches: one consumer warpgroup");
@@ -64,7 +68,8 @@ struct WgmmaRowsConfig {
   static constexpr int kConverters = CV;
   // one consumer warpgroup + the producer warp; or two + a producer warpgroup (setmaxnreg
   // works on whole warpgroups); FP8: consumer, CV converter and producer warpgroups
-  static constexpr int kThreads = kFp8 ? 128 * (2 + CV) : WG == 1 ? 160 : 384;
+  // sparse: a producer warpgroup (4 warps gather 16 keys of each block apiece)
+  static constexpr int kThreads = kFp8 ? 128 * (2 + CV) : WG == 2 ? 384 : SP ? 256 : 160;
   static constexpr int kSlices = kD / 64;
   static constexpr int kSliceBytes = 64 * 64 * 2;        // one TMA box: 64 keys x 64 columns
   static constexpr int kTileBytes = kSlices * kSliceBytes;
@@ -97,8 +102,9 @@ struct WgmmaRowsConfig {
   static constexpr int kBarWg = 1, kBarBoth = 3;
   // setmaxnreg (two consumer warpgroups): __launch_bounds__ fixes the entry count at
   // 65536 / 384 = 168; the producer warpgroup keeps 24
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-  static_assert(kProducerRegs * 128 + 2 * kConsumerRegs * 128 <= 64512, "register file");
+  // (sparse: the gather's address arithmetic; 88 is what the FP8 consumer and converter leave)
+  static constexpr int kProducerRegs = SP ? 88 : 24, kConsumerRegs = 240;
+  static_assert(SP || kProducerRegs * 128 + 2 * kConsumerRegs * 128 <= 64512, "register file");
   // FP8: the consumer gets all 256 (one warpgroup's 32-row O^T alone is 128), a converter
   // 160 (16 bytes in, 32 out, 4 chunks in flight), or 112 each of two (512 threads enter
   // with 128)
@@ -123,9 +129,22 @@ struct WgmmaFp8Params {
 template <int KV>
 using RowsParams = typename std::conditional<KV == kKvNative, WgmmaParams, WgmmaFp8Params>::type;
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2>
+// A sparse row's cache slot at position pos of its index row, or -1 where it names no key
+// (pos at or past the piece's end, a negative entry, an entry at or past the cache's slots;
+// bad: that last case, an error).
+__device__ __forceinline__ int sparse_slot(const MlaParams& p, const int* row, int pos, int end,
+                                           bool& bad) {
+  if (pos >= end) return -1;
+  const int e = row[pos];
+  const bool out = static_cast<int64_t>(e) >= static_cast<int64_t>(p.num_blocks) * p.page_size;
+  bad |= out;
+  return out ? -1 : e;
+}
+
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2,
+          int SP = 0>
 struct WgmmaRowsKernel {
-  using C = WgmmaRowsConfig<N, WG, KV, CV, RS>;
+  using C = WgmmaRowsConfig<N, WG, KV, CV, RS, SP>;
   using L = Fp8Layout<KV>;
   using Params = RowsParams<KV>;
   static constexpr int kAcc = N / 2;   // accumulator registers of one m64nN tile per thread
@@ -203,6 +222,79 @@ struct WgmmaRowsKernel {
 
   // ---------------------------------------------------------------- producer (one thread)
   // Blocks in order, whichever warpgroup takes them.
+  // ------------------------------------------ sparse producer (a warpgroup, 4 x 32 lanes)
+  // Per 64-key block, warp w takes keys [16 w, 16 w + 16): lane l < 16 reads the slot of
+  // key 16 w + l from the row's index list and turns it into the key's byte offset in the
+  // cache (-1: no key); then key by key (the offset broadcast from its lane) the warp copies
+  // the key's bytes with 16-byte cp.async, zero-filled where there is no key.  bf16: 72
+  // chunks of 1152 bytes straight into the 9 swizzled slices (chunk c of key r at chunk
+  // (c % 8) ^ (r % 8) of slice c / 8, what the TMA boxes write); FP8: the raw block's layout
+  // (Fp8Layout: the 512 latent bytes of each key, then its tail), the converter unchanged.
+  // Every producer thread arrives on the block's full barriers once its copies land
+  // (cp.async.mbarrier.arrive.noinc: 128 arrivals).
+  static __device__ void sparse_producer(const Params& wp, const Smem& sm, int pt) {
+    const MlaParams& p = wp.p;
+    const int warp = pt / 32, lane = pt % 32;
+    const unsigned char* kc = static_cast<const unsigned char*>(p.k);
+    constexpr int kElem = C::kFp8 ? 1 : static_cast<int>(sizeof(T));   // bytes a stride unit
+    const int64_t sb = p.k_stride_block * kElem, st = p.k_stride_token * kElem;
+    const uint32_t kbase = sm90::smem_addr(sm.k), rbase = sm90::smem_addr(sm.raw);
+    Ring rg;
+    RawRing rr;
+    int req = 0;
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+#pragma unroll 1
+      for (int i = 0; i < n; ++i) {
+        const int t0 = pc.start + i * C::kBlock;
+        bool bad = false;   // the consumer flags it
+        const int e = sparse_slot(p, row, t0 + 16 * warp + (lane & 15), pc.end, bad);
+        const int64_t off = e < 0 ? -1 : (e / p.page_size) * sb + (e % p.page_size) * st;
+        const int slot0 = rg.slot;
+        uint32_t raw = 0;
+        if constexpr (C::kFp8) {
+          sm90::mbar_wait(&sm.raw_empty[rr.slot], (rr.lap & 1) ^ 1);
+          raw = rbase + rr.slot * C::kRawBytes;
+        } else {
+#pragma unroll 1
+          for (int j = 0; j < C::kSlices; ++j) wait_slot(sm, rg.slot, rg.lap, j);
+        }
+#pragma unroll 4
+        for (int k = 0; k < 16; ++k) {
+          const int r = 16 * warp + k;
+          const int64_t o = __shfl_sync(0xffffffffu, off, k);
+          const bool ok = o >= 0;
+          const unsigned char* src = kc + (ok ? o : 0);
+          if constexpr (C::kFp8) {
+            sm90::cp_async16_to(raw + r * 512 + lane * 16, src + lane * 16, ok);
+            if (lane < L::kTailRow / 16)
+              sm90::cp_async16_to(raw + L::kLatentBytes + r * L::kTailRow + lane * 16,
+                                  src + 512 + lane * 16, ok);
+          } else {
+#pragma unroll
+            for (int c = lane; c < 8 * C::kSlices; c += 32)
+              sm90::cp_async16_to(slice_addr(kbase, slot0, c >> 3) + r * 128 +
+                                      (((c & 7) ^ (r & 7)) << 4),
+                                  src + c * 16, ok);
+          }
+        }
+        if constexpr (C::kFp8) {
+          sm90::cp_async_mbar_arrive(&sm.raw_full[rr.slot]);
+          rr.next();
+        } else {
+#pragma unroll 1
+          for (int j = 0; j < C::kSlices; ++j) {
+            const int sl = slot0 + j;
+            sm90::cp_async_mbar_arrive(&sm.full[sl >= C::kSlots ? sl - C::kSlots : sl]);
+          }
+          rg.skip_block();
+        }
+      }
+    }
+  }
+
   static __device__ void producer(const Params& wp, const Smem& sm) {
     const MlaParams& p = wp.p;
     if constexpr (C::kFp8) {
@@ -425,6 +517,8 @@ struct WgmmaRowsKernel {
 #pragma unroll 1
     for (int j = 0; j < C::kSlices; ++j, rg.next())
       sm90::mbar_wait(&sm.full[rg.slot], rg.lap & 1);
+    // sparse bf16: the slices were written by cp.async (the generic proxy), read by wgmma
+    if constexpr (C::kSparse && !C::kFp8) sm90::fence_proxy_async();
     if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock)
       zero_tail(kbase, slot0, end - t0, t, bar);
     issue_scores(sm, kbase, slot0, s);
@@ -521,8 +615,17 @@ struct WgmmaRowsKernel {
       // flight when the loads are the limit)
       for (int i = wg; i < n; i += WG) {
         const int t0 = pc.start + i * C::kBlock;
-        const int page = page_entry(p, pc.req, t0);
-        bad |= page < 0 || page >= p.num_blocks;
+        // this thread's two keys (k0, k0 + 8): sparse, whether their slots name a key (an
+        // entry past the cache's slots makes the piece NaN, as a bad page does)
+        bool vk0 = true, vk1 = true;
+        if constexpr (C::kSparse) {
+          const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+          vk0 = sparse_slot(p, row, t0 + k0, pc.end, bad) >= 0;
+          vk1 = sparse_slot(p, row, t0 + k0 + 8, pc.end, bad) >= 0;
+        } else {
+          const int page = page_entry(p, pc.req, t0);
+          bad |= page < 0 || page >= p.num_blocks;
+        }
         // the ring position of block i (one warpgroup: the last block's end)
         Ring rb = rg;
         if constexpr (WG == 2) rb.skip_blocks(i);
@@ -546,7 +649,8 @@ struct WgmmaRowsKernel {
         for (int i2 = 0; i2 < kAcc; ++i2) {
           const int key = t0 + k0 + 8 * ((i2 >> 1) & 1), c = col_slot(i2);
           const int lc = WG == 1 ? lim[c] : lims[8 * (c >> 1) + c2 + (c & 1)];
-          const float x = key < lc ? s[i2] * scale : -INFINITY;
+          const bool vk = ((i2 >> 1) & 1) ? vk1 : vk0;
+          const float x = key < lc && vk ? s[i2] * scale : -INFINITY;
           xs[i2] = x;
           mx[c] = fmaxf(mx[c], x);
         }
@@ -624,6 +728,16 @@ struct WgmmaRowsKernel {
       // kernel never merges, so each half would write the output alone; NaN and flag 4
       const bool bad_plan = pc.merge > 0;
 
+      // sparse: a slot past the cache was one thread's key; a NaN in every column sum of
+      // its warp makes the whole row NaN through the reduction below (as a bad page does)
+      if constexpr (C::kSparse) {
+        if (__any_sync(0xffffffffu, bad)) {
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) lsum[c] = NAN;
+          if (lane == 0 && p.error != nullptr) atomicOr(p.error, kErrorBadPage);
+        }
+        bad = false;
+      }
       // column sums: the 8 lanes of a column, then the 4 warps
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
@@ -751,11 +865,12 @@ struct WgmmaRowsKernel {
     if (threadIdx.x == 0) {
       for (int s = 0; s < C::kSlots; ++s) {
         // the producer's expect_tx, or FP8: one arrival per converter warp
-        sm90::mbar_init(&sm.full[s], C::kFp8 ? 4 * C::kConverters : 1);
+        // sparse bf16: the producer warpgroup's 128 cp.async arrivals
+        sm90::mbar_init(&sm.full[s], C::kFp8 ? 4 * C::kConverters : C::kSparse ? 128 : 1);
         sm90::mbar_init(&sm.empty[s], 4);   // one arrival per warp of the consuming WG
       }
       for (int s = 0; s < C::kRawSlots; ++s) {
-        sm90::mbar_init(&sm.raw_full[s], 1);
+        sm90::mbar_init(&sm.raw_full[s], C::kSparse ? 128 : 1);
         sm90::mbar_init(&sm.raw_empty[s], 4 * C::kConverters);   // one a converter warp
       }
       sm90::fence_mbar_init();
@@ -772,11 +887,17 @@ struct WgmmaRowsKernel {
         converter(wp.p, sm);
       } else {
         sm90::setmaxnreg_dec<C::kProducerRegs>();
-        if (threadIdx.x == 128 * (1 + C::kConverters)) producer(wp, sm);
+        if constexpr (C::kSparse)
+          sparse_producer(wp, sm, threadIdx.x % 128);
+        else if (threadIdx.x == 128 * (1 + C::kConverters)) {
+          producer(wp, sm);
+        }
       }
     } else if constexpr (WG == 1) {
       if (threadIdx.x < 128)
         consumer(wp.p, sm, 0);
+      else if (C::kSparse)
+        sparse_producer(wp, sm, threadIdx.x - 128);
       else if (threadIdx.x == 128)
         producer(wp, sm);
     } else {
@@ -792,31 +913,32 @@ struct WgmmaRowsKernel {
   }
 };
 
-template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS>
-__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV, CV, RS>::kThreads, 1)
+template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS, int SP>
+__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kThreads, 1)
 mla_split_wgmma_rows_kernel(const __grid_constant__ RowsParams<KV> wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaRowsKernel<T, N, WG, FAULT, KV, CV, RS>::run(wp, smem);
+  WgmmaRowsKernel<T, N, WG, FAULT, KV, CV, RS, SP>::run(wp, smem);
 }
 
-template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS>
+template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS, int SP>
 cudaError_t prepare_split_wgmma_rows() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       WgmmaRowsConfig<N, WG, KV, CV, RS>::kSmem);
+                                       WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kSmem);
   done = e == cudaSuccess;
   return e;
 }
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2,
+          int SP = 0>
 cudaError_t split_wgmma_rows_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS>();
+  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS, SP>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS>,
-      WgmmaRowsConfig<N, WG, KV, CV, RS>::kThreads, WgmmaRowsConfig<N, WG, KV, CV, RS>::kSmem);
+      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP>,
+      WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kThreads, WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kSmem);
 }
 
 // The FP8 cache's two tensor maps over its bytes as 16-bit elements (mla_fp8.cuh): the
@@ -865,22 +987,26 @@ cudaError_t fp8_params(const MlaParams& p, WgmmaFp8Params* wp) {
   return cudaSuccess;
 }
 
-template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2>
+template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2,
+          int SP = 0>
 cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream) {
-  RowsParams<KV> wp;
+  RowsParams<KV> wp{};
   cudaError_t e;
-  if constexpr (KV == kKvNative)
+  if constexpr (SP != 0) {
+    wp.p = p;   // sparse: the producer's cp.async take any page size, no tensor map
+    e = cudaSuccess;
+  } else if constexpr (KV == kKvNative)
     e = wgmma_params<T>(p, &wp);
   else
     e = fp8_params<KV>(p, &wp);
   if (e != cudaSuccess) return e;
-  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS>();
+  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS, SP>();
   if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid = split_grid(p.num_parts, (rows_total + N - 1) / N);
-  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS>, grid,
-                          WgmmaRowsConfig<N, WG, KV, CV, RS>::kThreads,
-                          WgmmaRowsConfig<N, WG, KV, CV, RS>::kSmem, stream, 1, wp);
+  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP>, grid,
+                          WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kThreads,
+                          WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kSmem, stream, 1, wp);
 }
 
 }  // namespace hopper

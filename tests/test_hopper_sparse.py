@@ -1,0 +1,151 @@
+"""Token-sparse decode on Hopper without a GPU: the rules' choices, the library names, the
+FlashMLA 9241ae3 argument checks (InputError before anything reaches a device) and the
+row lengths and sink scaling of mlagen/backends/hopper/sparse.py against the reference's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mlagen.errors import InputError, ScheduleError
+from mlagen.schedule.records import Schedule
+from mlagen.schedule.rules import check
+
+from mlagen.backends.hopper import api, sparse
+
+SPARSE = dict(target="hopper", attention="sparse", topk=2048, causal=False, block_kv=64,
+              buffers=2, warps=4, mainloop="wgmma")
+
+
+@pytest.mark.parametrize("kv,rows", [("", 16), ("fp8_ds_mla", 32), ("", 32)])
+def test_sparse_schedules_are_legal(kv, rows):
+    s = Schedule.build(**SPARSE, kv_format=kv, rows_per_tile=rows, page_size=1)
+    check(s)
+    assert "sparse" in s.variant_name()
+
+
+@pytest.mark.parametrize("knobs,key", [
+    (dict(kv_format="fp8_e4m3"), "kv_format"),
+    (dict(dtype="fp16"), "kv_format"),
+    (dict(extra_topk=64), "extra_topk"),
+    (dict(rows_per_tile=64, warps=8), "rows_per_tile"),
+    (dict(mainloop="mma_sync", block_kv=32), "mainloop"),
+])
+def test_sparse_refusals(knobs, key):
+    with pytest.raises(ScheduleError) as e:
+        check(Schedule.build(**{**SPARSE, "rows_per_tile": 16, **knobs}))
+    assert key.replace("_", " ") in e.value.message.replace("_", " ") or key in e.value.message
+
+
+def test_runtime_fields_share_one_library():
+    a = sparse.sparse_schedule(16, "bf16")
+    b = sparse.sparse_schedule(
+        16, "bf16", Schedule.build(**{**SPARSE, "topk": 77, "sinks": True}, rows_per_tile=16,
+                                   page_size=16))
+    assert a.variant_name() == b.variant_name()
+    assert sparse.sparse_schedule(17, "bf16").mapping.rows_per_tile == 32
+
+
+def _args(**over):
+    kw = dict(q=torch.zeros(2, 2, 16, 576, dtype=torch.bfloat16),
+              k_cache=torch.zeros(4, 64, 1, 656, dtype=torch.uint8), block_table=None,
+              cache_seqlens=None, head_dim_v=512, tile_scheduler_metadata=api.get_mla_metadata()[0],
+              is_fp8_kvcache=True, indices=torch.zeros(2, 2, 64, dtype=torch.int32))
+    kw.update(over)
+    return kw
+
+
+@pytest.mark.parametrize("over,words", [
+    (dict(is_fp8_kvcache=False), "is_fp8_kvcache"),
+    (dict(causal=True), "causal"),
+    (dict(q=torch.zeros(2, 2, 16, 576, dtype=torch.float16)), "bfloat16 q"),
+    (dict(q=torch.zeros(2, 9, 16, 576, dtype=torch.bfloat16)), "s_q in 1..8"),
+    (dict(q=torch.zeros(2, 2, 129, 576, dtype=torch.bfloat16)), "h_q in 1..128"),
+    (dict(k_cache=torch.zeros(4, 64, 1, 576, dtype=torch.uint8)), "656"),
+    (dict(k_cache=torch.zeros(4, 64, 1, 576, dtype=torch.float16), is_fp8_kvcache=False),
+     "reads bfloat16 or fp8_ds_mla"),
+    (dict(k_cache=torch.zeros(4, 512, 1, 656, dtype=torch.uint8)), "page size 1..256"),
+    (dict(indices=torch.zeros(2, 2, 64, dtype=torch.int64)), "indices must be int32"),
+    (dict(indices=torch.zeros(2, 1, 64, dtype=torch.int32)), "indices must be int32"),
+    (dict(indices=torch.zeros(2, 2, 0, dtype=torch.int32)), "topk = 0"),
+    (dict(topk_length=torch.zeros(3, dtype=torch.int32)), "topk_length must be int32 [b = 2]"),
+    (dict(attn_sink=torch.zeros(16, dtype=torch.float16)), "attn_sink must be fp32"),
+    (dict(head_dim_v=256), "head_dim_v"),
+    (dict(softmax_scale=-1.0), "softmax_scale"),
+    (dict(extra_k_cache=torch.zeros(4, 64, 1, 656, dtype=torch.uint8)), "second pool"),
+    (dict(num_splits=torch.zeros(3, dtype=torch.int32)), "num_splits must be None"),
+    (dict(indices=None, attn_sink=torch.zeros(16)), "give indices too"),
+    (dict(tile_scheduler_metadata="x"), "FlashMLASchedMeta"),
+])
+def test_argument_checks(over, words):
+    with pytest.raises(InputError) as e:
+        api.flash_mla_with_kvcache(**_args(**over))
+    assert words in str(e.value)
+
+
+def test_cpu_tensors_are_refused_after_the_shape_checks():
+    with pytest.raises(InputError, match="CUDA"):
+        api.flash_mla_with_kvcache(**_args())
+
+
+def test_get_mla_metadata_forms():
+    sched, none = api.get_mla_metadata()
+    assert none is None and isinstance(sched, sparse.FlashMLASchedMeta)
+    assert not sched.have_initialized
+    with pytest.raises(InputError):
+        api.get_mla_metadata(torch.zeros(2, dtype=torch.int32))
+
+
+def test_row_lengths_clip_and_repeat():
+    tl = torch.tensor([0, 5, 900], dtype=torch.int32)
+    got = sparse.row_lengths(tl, 3, 2, 100, "cpu")
+    assert got.tolist() == [0, 0, 5, 5, 100, 100] and got.dtype == torch.int32
+    assert sparse.row_lengths(None, 2, 3, 7, "cpu").tolist() == [7] * 6
+
+
+def test_sink_scaling_matches_the_reference_rule():
+    out = torch.ones(1, 2, 3, 512, dtype=torch.bfloat16)
+    out[0, 1] = 0                                   # the row with no key
+    lse = torch.tensor([[[0.0, math.inf], [1.0, math.inf], [2.0, math.inf]]])   # [b, h, s_q]
+    sink = torch.tensor([math.inf, -math.inf, 2.0])
+    got = sparse.apply_sink(out, lse, sink)
+    assert got[0, 0, 0].eq(0).all()                 # sink +inf
+    assert got[0, 0, 1].eq(1).all()                 # sink -inf
+    assert torch.allclose(got[0, 0, 2].float(), torch.full((512,), 0.5), atol=4e-3)
+    assert got[0, 1].eq(0).all() and not got.isnan().any()
+
+
+def _ref_runner(seen, wrong=False):
+    from mlagen import reference
+
+    def run(inputs, out=None):
+        seen.append(type(inputs).__name__)
+        if wrong:                            # a kernel that ignores the sinks
+            import dataclasses
+            inputs = dataclasses.replace(inputs, attn_sink=None)
+        o = reference.run(inputs, dtype=torch.float32, rounded=("p",))
+        if out is None:
+            return o
+        out.out.copy_(o.out)
+        out.lse.copy_(o.lse)
+        return out
+    return run
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_verify_draws_sparse_cases(wrong):
+    """mlagen verify on the sparse example reaches the sparse path (SparseInputs, its
+    reference) and catches a runner that drops the sinks."""
+    from mlagen.schedule import load
+    from mlagen.paths import SCHEDULES_DIR
+    from mlagen.verify.runner import verify
+
+    seen: list = []
+    r = verify(load(str(SCHEDULES_DIR / "hopper_sparse_ds_mla.toml")), examples=3,
+               profile="smoke", runner=_ref_runner(seen, wrong), isolate=False,
+               progress=False, device="cpu", save_failures=False, seed=1,
+               shrink_budget_s=1.0)
+    assert set(seen) == {"SparseInputs"}
+    assert r.ok != wrong, r.failure and r.failure.message

@@ -1,0 +1,201 @@
+"""Token-sparse decode through the Hopper API on a GPU (the rows kernel's sparse mode):
+against mlagen.reference.sparse_attention over hypothesis-drawn h_q 1..128, s_q 1..8, topk
+(1, not a multiple of 64, several blocks), page sizes 1..256, invalid (-1) and repeated
+indices, topk_length (0 included), sinks (±inf included), all-invalid rows, NaN in every
+cache slot no index names, adversarial scores; slots past the cache (NaN and flag 1);
+FlashMLA 9241ae3's scheduling object reused across calls; graph capture."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mlagen import kvformat
+from mlagen.errors import InputError
+from mlagen.problem import make_sparse_inputs
+from mlagen.reference import sparse_attention
+from mlagen.schedule.records import Problem
+
+from hopper_util import assert_close
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+FORMATS = ("bf16", "fp8_ds_mla")
+
+
+def api():
+    from mlagen.backends.hopper import api as a
+    return a
+
+
+def inputs(kv, seqlens, s_q, h_q, topk, page=64, seed=0, invalid=0.0, repeats=0.0,
+           topk_length=False, sinks=False, infinite_sinks=False):
+    prob = Problem(page_size=page, dtype="bf16", max_s_q=s_q, causal=False,
+                   kv_format="" if kv == "bf16" else kv, attention="sparse", topk=topk,
+                   sinks=sinks)
+    return make_sparse_inputs(prob, len(seqlens), seqlens, s_q=s_q, heads=h_q, seed=seed,
+                              invalid=invalid, repeats=repeats, topk_length=topk_length,
+                              infinite_sinks=infinite_sinks, device="cuda")
+
+
+def run(inp, sched=None):
+    a = api()
+    pool = inp.pools[0]
+    if sched is None:
+        sched, _ = a.get_mla_metadata()
+    return a.flash_mla_with_kvcache(inp.q, pool.k_cache, None, None, 512, sched,
+                                    softmax_scale=inp.softmax_scale,
+                                    is_fp8_kvcache=pool.k_cache.dtype != torch.bfloat16,
+                                    indices=pool.indices, attn_sink=inp.attn_sink,
+                                    topk_length=pool.topk_length)
+
+
+def check(inp, sched=None):
+    """out within abs 2^-8 max|V| OR rel 2.01/128 with cos-diff < 5e-6 of the float64
+    reference (P rounded to bf16 in the kernel), lse within 1e-6 OR 8.01/65536; NaN and
+    inf masks equal."""
+    out, lse = run(inp, sched)
+    torch.cuda.synchronize()
+    ref_o, ref_l = sparse_attention(inp.q, inp.pools, softmax_scale=inp.softmax_scale,
+                                    attn_sink=inp.attn_sink, dtype=torch.float64)
+    pool = inp.pools[0]
+    vals = (kvformat.dequantize(pool.k_cache, pool.kv_format, None)
+            if pool.k_cache.dtype != torch.bfloat16 else pool.k_cache.double())[..., :512]
+    vmax = float(torch.nan_to_num(vals, 0.0, 0.0, 0.0).abs().max())
+    assert_close(out.float(), ref_o.to(out.dtype).float(), "out", max(8e-4, vmax / 256),
+                 2.01 / 128, 5e-6)
+    assert_close(lse, ref_l.float(), "lse", 1e-6, 8.01 / 65536)
+    return out, lse
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+@pytest.mark.parametrize("seqlens,s_q,h_q,topk,page", [
+    ([100, 3000], 1, 16, 64, 64),
+    ([5000, 70], 2, 128, 2048, 64),      # V3.2's topk, 32-row tiles, lengths below topk
+    ([300], 1, 1, 1, 1),                 # topk 1, page 1
+    ([1000, 1000, 17], 3, 20, 100, 16),  # topk not a multiple of 64
+    ([4097], 8, 16, 777, 256),
+    ([64, 0], 2, 64, 130, 32),           # a sequence with no key: all-invalid rows
+    ([2500, 3000, 1, 900], 8, 128, 2048, 100),
+    ([3000, 7], 4, 100, 65, 16),
+])
+def test_cases(kv, seqlens, s_q, h_q, topk, page):
+    check(inputs(kv, seqlens, s_q, h_q, topk, page, seed=1, invalid=0.2, repeats=0.1))
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+def test_topk_length_and_sinks(kv):
+    inp = inputs(kv, [3000, 2000, 50, 900], 2, 32, 300, 64, seed=2, invalid=0.1,
+                 topk_length=True, sinks=True, infinite_sinks=True)
+    inp.pools[0].topk_length[0] = 0                  # a sequence with topk_length 0
+    out, lse = check(inp)
+    assert torch.isinf(lse[0]).all() and (out[0] == 0).all()
+    assert (out[:, :, 0] == 0).all()                 # sink +inf: 0
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(kv=st.sampled_from(FORMATS), h_q=st.integers(1, 128), s_q=st.integers(1, 8),
+       topk=st.sampled_from([1, 2, 63, 64, 65, 129, 500, 2048]),
+       page=st.sampled_from([1, 16, 64, 100, 256]),
+       seqlens=st.lists(st.integers(0, 3000), min_size=1, max_size=4),
+       invalid=st.sampled_from([0.0, 0.3, 1.0]), repeats=st.sampled_from([0.0, 0.2]),
+       topk_length=st.booleans(), sinks=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_drawn(kv, h_q, s_q, topk, page, seqlens, invalid, repeats, topk_length, sinks, seed):
+    print(dict(kv=kv, h_q=h_q, s_q=s_q, topk=topk, page=page, seqlens=seqlens,
+               invalid=invalid, repeats=repeats, topk_length=topk_length, sinks=sinks,
+               seed=seed), flush=True)
+    check(inputs(kv, seqlens, s_q, h_q, topk, page, seed, invalid, repeats, topk_length,
+                 sinks, sinks))
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+def test_adversarial_scores(kv):
+    """A dominant key (a scaled copy of q's head-0 direction at one named slot) and keys of
+    rising scores: the running max moves late and far."""
+    inp = inputs("bf16", [4000, 3000], 2, 64, 1000, 64, seed=4, invalid=0.1)
+    pool = inp.pools[0]
+    cache = pool.k_cache.clone()
+    page = cache.shape[1]
+    flat = cache.view(-1, 576)
+    idx = pool.indices.long()
+    # rising: key slot s gets s * 1e-3 in the rope column 512 (every query's 512 set to 1)
+    q = inp.q.clone()
+    q[..., 512] = 1.0
+    valid = idx[idx >= 0].unique()
+    flat[valid, 512] = (torch.arange(valid.numel(), device="cuda") * 0.05).to(flat.dtype)
+    # dominant: the last valid entry of row (0, 0)
+    last = int(idx[0, 0][idx[0, 0] >= 0][-1])
+    flat[last, 512] = 3000.0
+    if kv == "fp8_ds_mla":
+        cache = kvformat.quantize(cache.float(), kv)
+    inp = replace(inp, q=q, pools=[replace(pool, k_cache=cache, kv_format=kv)])
+    assert page == 64
+    check(inp)
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+def test_slot_past_the_cache_gives_nan_and_flag(kv):
+    a = api()
+    inp = inputs(kv, [500, 500], 1, 16, 128, 64, seed=5)
+    pool = inp.pools[0]
+    cap = pool.k_cache.shape[0] * pool.k_cache.shape[1]
+    bad = pool.indices.clone()
+    bad[1, 0, 3] = cap                                  # one past the last slot
+    a.device_error_flags().zero_()
+    out, lse = run(replace(inp, pools=[replace(pool, indices=bad)]))
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
+    assert torch.isfinite(out[0]).all()
+    with pytest.raises(InputError):
+        a.check_device_errors()
+
+
+def test_sched_meta_is_filled_once_and_checked():
+    a = api()
+    inp = inputs("fp8_ds_mla", [2000, 100], 2, 16, 256, 64, seed=6)
+    sched, none = a.get_mla_metadata()
+    assert none is None and not sched.have_initialized
+    o1, l1 = run(inp, sched)
+    assert sched.have_initialized and sched.tile_scheduler_metadata is not None
+    o2, l2 = run(inp, sched)
+    assert torch.equal(o1, o2) and torch.equal(l1, l2)
+    other = inputs("fp8_ds_mla", [2000, 100], 1, 16, 256, 64, seed=6)
+    with pytest.raises(InputError):
+        run(other, sched)
+
+
+def test_graph_capture():
+    inp = inputs("fp8_ds_mla", [3000, 800, 64], 2, 128, 2048, 64, seed=7, sinks=True,
+                 topk_length=True)
+    sched, _ = api().get_mla_metadata()
+    ref = run(inp, sched)                                # warm: plan, build, metadata
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = run(inp, sched)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref[0]) and torch.equal(lse, ref[1])
+
+
+def test_dense_call_with_a_sched_meta():
+    """FlashMLA 9241ae3's dense form: get_mla_metadata() then the call fills it."""
+    from mlagen.problem import make_inputs
+    a = api()
+    inp = make_inputs(Problem(page_size=64, dtype="bf16", max_s_q=2), 2, [700, 64], s_q=2,
+                      heads=16, seed=0, device="cuda")
+    sched, _ = a.get_mla_metadata()
+    o, l = a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
+                                    512, sched, causal=True)
+    md, ns = a.get_mla_metadata(inp.cache_seqlens, 32, 1)
+    o2, l2 = a.flash_mla_with_kvcache(inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens,
+                                      512, md, ns, causal=True)
+    torch.cuda.synchronize()
+    assert torch.equal(o, o2) and torch.equal(l, l2)
+    assert math.isfinite(float(l.sum()))
