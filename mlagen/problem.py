@@ -323,13 +323,6 @@ class SparseInputs:
                  for p in self.pools]
         return replace(self, q=mv(self.q), pools=pools, attn_sink=mv(self.attn_sink))
 
-    def to(self, device) -> "SparseInputs":
-        mv = lambda t: None if t is None else t.to(device)   # noqa: E731
-        pools = [replace(p, k_cache=mv(p.k_cache), indices=mv(p.indices),
-                         topk_length=mv(p.topk_length), k_descale=mv(p.k_descale))
-                 for p in self.pools]
-        return replace(self, q=mv(self.q), pools=pools, attn_sink=mv(self.attn_sink))
-
 
 def slots_of(positions: torch.Tensor, block_table: torch.Tensor, page: int) -> torch.Tensor:
     """Token positions [b, s_q, topk] of each sequence (-1: none) -> the cache slots a sparse

@@ -144,6 +144,21 @@ def sparse_cases(draw, spec, bounds: Bounds = Bounds(), heads: Optional[int] = N
     prob = spec.problem if hasattr(spec, "problem") else spec
     h = heads or (spec.heads_per_device if hasattr(spec, "heads_per_device")
                   else prob.heads)
+    if hasattr(spec, "target"):
+        # what the target's build leaves to run time: the backend's run-time shapes (heads,
+        # page size), and topk where it does not change the build (the variant name)
+        from ..backends import backend
+
+        shapes = backend(spec.target.kind).runtime_shapes(spec)
+        if heads is None and shapes.get("heads"):
+            h = draw(st.sampled_from(shapes["heads"]))
+        if shapes.get("page_size"):
+            prob = dataclasses.replace(prob, page_size=draw(st.sampled_from(
+                shapes["page_size"])))
+        name = spec.variant_name()
+        topks = [k for k in dict.fromkeys((prob.topk, 1, 63, 64, 65, 200))
+                 if spec.replace(topk=k).variant_name() == name]
+        prob = dataclasses.replace(prob, topk=draw(st.sampled_from(topks)))
     batch = draw(st.integers(1, bounds.max_batch))
     s_q = draw(st.integers(1, prob.max_s_q))
     lens = draw(st.lists(_lengths(prob.topk, bounds), min_size=batch, max_size=batch))

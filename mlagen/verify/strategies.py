@@ -300,15 +300,6 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
         if nonfinite else ()
     data = draw(st.sampled_from(tuple(patterns))) if patterns else "randn"
     data_arg = draw(st.integers(0, 63)) if data != "randn" else 0
-    if prob.attention == "sparse":
-        # token-sparse: topk (1, around a 64-key block, a few blocks), invalid and repeated
-        # entries, topk_length, infinite sinks; no planted pages, poisons or score patterns
-        # (the indices name the keys: unnamed slots keep their NaN)
-        prob = dataclasses.replace(prob, topk=draw(st.sampled_from(
-            (prob.topk, 1, 63, 64, 65, 200))))
-        sp = (draw(st.sampled_from((0.0, 0.3, 1.0))), draw(st.sampled_from((0.0, 0.2))),
-              draw(st.booleans()), draw(st.booleans()) if prob.sinks else False)
-        return Case(prob, batch, s_q, h, tuple(lens), seed, False, 0, sparse=sp)
     bad = draw(bad_pages_strategy(lens, s_q)) if bad_nan else ()
     fmt = kvformat.get(prob.kv)
     # drawn only for 8-bit caches, so a 16-bit problem's draws are what they were
