@@ -82,7 +82,7 @@ def run_report(schedule: Schedule, batch: Optional[int] = None, seqlen: Optional
                s_q: int = 1, seed: int = 0, scheme: Optional[str] = None,
                chart: Optional[str] = None, varlen: bool = False) -> int:
     from . import runner
-    from .problem import make_inputs
+    from .problem import make_inputs, make_sparse_inputs
     from .verify.compare import compare
     from .verify.oracle import oracle_for
 
@@ -110,7 +110,11 @@ def run_report(schedule: Schedule, batch: Optional[int] = None, seqlen: Optional
     print(f"schedule {schedule.name} ({schedule.variant_name()})")
     print(f"workload batch {batch}, seqlen {seqlen}{' (varlen)' if varlen else ''}, s_q {s_q}, "
           f"{schedule.heads_per_device} heads per device, "
-          f"{'fused' if schedule.problem.fused else 'attention only'}, {schedule.problem.dtype}"
+          f"{'fused' if schedule.problem.fused else 'attention only'}"
+          + (f" (sparse, topk {schedule.problem.topk}"
+             + (f" + {schedule.problem.extra_topk}" if schedule.problem.extra_topk else "")
+             + ")" if schedule.problem.attention == "sparse" else "")
+          + f", {schedule.problem.dtype}"
           + (f", KV cache {schedule.problem.kv}" if schedule.problem.kv != schedule.problem.dtype
              else ""), flush=True)
     t0 = time.perf_counter()
@@ -119,8 +123,14 @@ def run_report(schedule: Schedule, batch: Optional[int] = None, seqlen: Optional
     print(f"kernel ready in {t_build:.2f} s", flush=True)
     with status("mlagen: drawing the workload ...", console.PROGRESS) as st:
         lens = _lengths(batch, seqlen, varlen, seed)
-        inp = make_inputs(schedule.problem, batch, lens, s_q=s_q,
-                          heads=schedule.heads_per_device, seed=seed, device=device)
+        if schedule.problem.attention == "sparse":
+            # each query row names topk slots of its sequence (and of the second pool's)
+            inp = make_sparse_inputs(schedule.problem, batch, lens, s_q=s_q,
+                                     heads=schedule.heads_per_device, seed=seed,
+                                     device=device)
+        else:
+            inp = make_inputs(schedule.problem, batch, lens, s_q=s_q,
+                              heads=schedule.heads_per_device, seed=seed, device=device)
         st.update(f"mlagen: running the kernel ({device}) ...")
         t0 = time.perf_counter()
         out = run(inp, **run_kw)

@@ -104,7 +104,21 @@ def test_every_rule_is_exercised_by_a_bad_file(monkeypatch):
     for path in FILES:
         with pytest.raises(ScheduleError):
             load(str(path))
-    assert names - fired == set()
+    assert names - fired == set(UNREACHABLE_FROM_FILES)
+
+
+# rules no shipped target can break from a file (test_the_attention_rule_... checks them)
+UNREACHABLE_FROM_FILES = {"attention_supported"}     # every target has dense and sparse
+
+
+def test_the_attention_rule_refuses_a_kind_the_target_lacks(monkeypatch):
+    from mlagen.backends import backend
+    from mlagen.schedule import Schedule
+
+    monkeypatch.setattr(type(backend("sc11")), "attentions", ("dense",))
+    with pytest.raises(ScheduleError, match="attention = 'sparse': target sc11 has dense "
+                                            "kernels"):
+        Schedule.build(target="sc11", heads=32, attention="sparse", topk=64, causal=False)
 
 
 def test_positions_follow_toml_structure():

@@ -19,6 +19,12 @@ struct Config {
   static constexpr int64_t KV_BYTES = 656;     // bytes of one cached token
   static constexpr int MAX_SQ = 2;
   static constexpr bool FUSED = false;
+  // attention = "sparse": index-list entries a row of the main / extra pool, its page
+  static constexpr bool SPARSE = false;
+  static constexpr int TOPK = 0;
+  static constexpr int EXTRA_TOPK = 0;
+  static constexpr int EXTRA_PAGE = 64;
+  static constexpr bool SINKS = false;   // per-head sinks
   static constexpr int BKV = 64;
   static constexpr int BUFFERS = 2;
   static constexpr int SEQ_TILE = 1024;

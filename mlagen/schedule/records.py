@@ -41,6 +41,13 @@ FAULTS = (
     "kv_scale_twice",           # a KV scale applied twice (k_descale, or a tile's scale)
     "kv_scale_wrong_tile",      # fp8_ds_mla: a 128-value tile dequantized with the next one's scale
     "descale_not_in_output",    # fp8_e4m3: k_descale in the scores but not in the output
+    # faults in the token-sparse path (attention = "sparse")
+    "sparse_offset_off_by_one",      # a slot's offset within its page taken one further
+    "sparse_invalid_read",           # a negative (invalid) index read as slot 0
+    "sparse_topk_length_plus_one",   # topk_length + 1 entries of an index list kept
+    "sink_in_lse",                   # the sink also added into the lse
+    "sink_sign",                     # the output scaled with exp(-sink)
+    "extra_page_for_main",           # the main pool's slots split by the extra pool's page size
 )
 # the faults every build can reach (the rest need their path's compile-time values)
 BASIC_FAULTS = FAULTS[1:6]

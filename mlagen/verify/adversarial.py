@@ -171,3 +171,80 @@ def _strided_copy(q: torch.Tensor) -> torch.Tensor:
     # empty_strided with the view's strides makes a base big enough for them
     base.copy_(q)
     return base
+
+
+# ---- token-sparse workloads -------------------------------------------------------------
+
+# exp(+-100) already leaves fp32's range, so the max must still be subtracted; 600 nats in
+# one key column costs an fp32 dot product about 1e-4 nats (the big term's ulp), which a
+# few dozen keys whose V values cancel turn into more than fp16's output tolerance -- a
+# limit of fp32 scores, the reference's own fp32 run shows it too
+SPARSE_SHIFT_NATS = 100.0
+
+def _named(pool, b: int, s: int) -> torch.Tensor:
+    """The slots row (b, s) of a SparsePool attends to, in list order (after topk_length)."""
+    idx = pool.indices[b, s].long()
+    if pool.topk_length is not None:
+        idx = idx[:int(pool.topk_length[b])]
+    return idx[idx >= 0]
+
+
+def apply_sparse(inp, pattern: str, arg: int, rank: int):
+    """A SparseInputs (mlagen.problem) with its scores shaped by `pattern`, as `apply` does
+    for paged sequences: a row's keys are its valid entries in list order (the main pool's,
+    then the extra pool's); q holds 1 in the first rope column (``rank``) and each named
+    slot f(t) / softmax_scale there.  A slot several rows name takes the last row's value
+    (the pattern then holds for that row; the others still see steep, uneven scores)."""
+    if pattern == "randn":
+        return inp
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown data pattern {pattern!r}; one of {PATTERNS}")
+    b_n, s_n = inp.q.shape[:2]
+    scale = inp.softmax_scale
+    caches = []
+    for pool in inp.pools:
+        fmt = kvformat.get(pool.kv_format or "bf16")
+        k = (kvformat.dequantize(pool.k_cache, fmt.name, pool.k_descale, rank, torch.float32)
+             if fmt.quantized else pool.k_cache.clone())
+        caches.append((fmt, k))
+    for b in range(b_n):
+        for s in range(s_n):
+            named = [(i, _named(p, b, s)) for i, p in enumerate(inp.pools)]
+            n = sum(len(x) for _, x in named)
+            if n == 0:
+                continue
+            t = torch.arange(n, dtype=torch.float64)
+            if pattern == "ties":
+                first = next(x[0] for _, x in named if len(x))
+                i0 = next(i for i, x in named if len(x))
+                src = caches[i0][1].view(-1, *caches[i0][1].shape[2:])[first].clone()
+                for i, x in named:
+                    flat = caches[i][1].view(-1, *caches[i][1].shape[2:])
+                    flat[x] = src.to(flat.dtype)
+                continue
+            if pattern == "rising":
+                step = RISE_STEPS[arg % len(RISE_STEPS)]
+                start = (arg // len(RISE_STEPS)) % 4 * n // 4
+                f = (t - start).clamp(min=0) * (step * math.log(2) / 64)
+            elif pattern == "dominant":
+                f = torch.zeros(n, dtype=torch.float64)
+                f[(arg * 2654435761 + (b * s_n + s) * 40503) % n] = DOMINANT_NATS
+            elif pattern == "very_negative":
+                f = torch.full((n,), -SPARSE_SHIFT_NATS, dtype=torch.float64)
+            else:
+                f = torch.full((n,), SPARSE_SHIFT_NATS, dtype=torch.float64)
+            at = 0
+            for i, x in named:
+                flat = caches[i][1].view(-1, *caches[i][1].shape[2:])
+                top = torch.finfo(flat.dtype).max / 4
+                flat[x, :, rank] = (f[at:at + len(x)] / scale).clamp(-top, top) \
+                    .to(flat.dtype)[:, None]
+                at += len(x)
+    pools = [dataclasses.replace(p, k_cache=kvformat.quantize(k, fmt.name, p.k_descale, rank)
+                                 if fmt.quantized else k)
+             for p, (fmt, k) in zip(inp.pools, caches)]
+    q = inp.q.clone()
+    if pattern != "ties":
+        q[..., rank] = 1.0
+    return dataclasses.replace(inp, q=q, pools=pools,
+                               meta=dict(inp.meta, data=pattern, data_arg=arg))

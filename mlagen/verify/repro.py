@@ -19,7 +19,7 @@ import torch
 
 from ..errors import InputError
 from ..paths import cache_dir
-from ..problem import FusedWeights, MlaInputs
+from ..problem import FusedWeights, MlaInputs, SparseInputs, SparsePool
 from ..rope import RopeConfig, RotaryTable
 from ..schedule.parse import dumps, loads
 from ..schedule.records import Schedule
@@ -31,7 +31,13 @@ def failures_dir() -> Path:
     return cache_dir() / "verify" / "failures"
 
 
-def _tensors(inputs: MlaInputs) -> dict[str, Any]:
+def _tensors(inputs: MlaInputs | SparseInputs) -> dict[str, Any]:
+    if isinstance(inputs, SparseInputs):
+        return dict(sparse=True, q=inputs.q, softmax_scale=inputs.softmax_scale,
+                    attn_sink=inputs.attn_sink, dv=inputs.dv, meta=dict(inputs.meta),
+                    pools=[dict(k_cache=p.k_cache, indices=p.indices,
+                                topk_length=p.topk_length, kv_format=p.kv_format,
+                                k_descale=p.k_descale) for p in inputs.pools])
     w = inputs.weights
     return dict(q=inputs.q, k_cache=inputs.k_cache, block_table=inputs.block_table,
                 cache_seqlens=inputs.cache_seqlens, softmax_scale=inputs.softmax_scale,
@@ -59,7 +65,11 @@ def _rope_from(rec: Optional[dict]):
     return RopeConfig(**rec)
 
 
-def _inputs(d: dict[str, Any]) -> MlaInputs:
+def _inputs(d: dict[str, Any]) -> MlaInputs | SparseInputs:
+    if d.get("sparse"):
+        return SparseInputs(q=d["q"], pools=[SparsePool(**p) for p in d["pools"]],
+                            softmax_scale=d["softmax_scale"], attn_sink=d.get("attn_sink"),
+                            dv=d["dv"], meta=d.get("meta", {}))
     w = d.get("weights")
     if w is not None:
         w = dict(w, rope=_rope_from(w.get("rope")))

@@ -499,6 +499,8 @@ def _knobs_differing(a: Schedule, b: Schedule) -> str:
 
 
 def _case_fields(case: Case) -> dict:
+    if hasattr(case, "fields"):          # a SparseCase (mlagen.verify.sparse)
+        return case.fields()
     return dict(batch=case.batch, s_q=case.s_q, heads=case.heads, seqlens=list(case.seqlens),
                 seed=case.seed, q_noncontiguous=case.q_noncontiguous,
                 extra_table=case.extra_table, page_size=case.problem.page_size,

@@ -27,10 +27,11 @@ from hypothesis import strategies as st
 from .. import kvformat
 from ..backends import all_backends, backend
 from ..errors import ScheduleError
-from ..problem import MlaInputs, make_inputs, make_sparse_inputs
+from ..problem import MlaInputs, make_inputs
 from ..schedule.records import DTYPES, Problem, Schedule
 from . import adversarial
 from .profiles import Bounds  # noqa: F401  (defined beside the profiles; re-exported here)
+from .sparse import sparse_cases, sparse_path_cases
 
 
 # ---------------------------------------------------------------- problems ---------
@@ -119,22 +120,12 @@ class Case:
     poisons: tuple = ()                # Poison elements (NaN / inf inputs)
     kv_edges: bool = False             # 8-bit caches: the quantizer's edge cases in the tokens
     descale_per_seq: bool = False      # fp8_e4m3: one k_descale per sequence, not one
-    # attention = "sparse": (invalid share, repeated share, topk_length drawn, +-inf sinks)
-    sparse: tuple = ()
     # a run-time split of the sequences into pieces (Backend.runtime_shapes "split_kv":
     # "auto" or a fixed count), applied to the one build; None: the schedule's own
     split_kv: Optional[Union[int, str]] = None
 
     def clean_inputs(self) -> MlaInputs:
         """The problem without its bad table entries: what the reference sees."""
-        if self.problem.attention == "sparse":
-            invalid, repeats, topk_length, inf_sinks = self.sparse or (0.0, 0.0, False, False)
-            inp = make_sparse_inputs(self.problem, self.batch, list(self.seqlens), s_q=self.s_q,
-                                     heads=self.heads, seed=self.seed, invalid=invalid,
-                                     repeats=repeats, topk_length=topk_length,
-                                     infinite_sinks=inf_sinks)
-            inp.meta.update(fused=False, data="randn", data_arg=0)
-            return inp
         inp = make_inputs(self.problem, self.batch, list(self.seqlens), s_q=self.s_q,
                           heads=self.heads, seed=self.seed, shuffle=True, nan_fill=True,
                           q_noncontiguous=self.q_noncontiguous, kv_edges=self.kv_edges,
@@ -270,6 +261,8 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
     draw_causal: causal drawn too (with s_q > length, rows at negative positions then see
     keys); bad_pages: plant bad table entries where the backend's kernels promise NaN."""
     prob = _problem_of(spec)
+    if prob.attention == "sparse":       # index lists, not sequences: mlagen.verify.sparse
+        return draw(sparse_cases(spec, bounds, heads=heads, patterns=patterns))
     block, bad_nan, shapes = None, False, {}
     if isinstance(spec, Schedule):
         be = backend(spec.target.kind)
@@ -305,15 +298,6 @@ def cases(draw, spec: Union[Schedule, Problem], bounds: Bounds = Bounds(),
         patterns = patterns + adversarial.PIECE_PATTERNS     # with the split drawn below
     data = draw(st.sampled_from(tuple(patterns))) if patterns else "randn"
     data_arg = draw(st.integers(0, 63)) if data != "randn" else 0
-    if prob.attention == "sparse":
-        # token-sparse: topk (1, around a 64-key block, a few blocks), invalid and repeated
-        # entries, topk_length, infinite sinks; no planted pages, poisons or score patterns
-        # (the indices name the keys: unnamed slots keep their NaN)
-        prob = dataclasses.replace(prob, topk=draw(st.sampled_from(
-            (prob.topk, 1, 63, 64, 65, 200))))
-        sp = (draw(st.sampled_from((0.0, 0.3, 1.0))), draw(st.sampled_from((0.0, 0.2))),
-              draw(st.booleans()), draw(st.booleans()) if prob.sinks else False)
-        return Case(prob, batch, s_q, h, tuple(lens), seed, False, 0, sparse=sp)
     bad = draw(bad_pages_strategy(lens, s_q)) if bad_nan else ()
     fmt = kvformat.get(prob.kv)
     # drawn only for 8-bit caches, so a 16-bit problem's draws are what they were
@@ -462,6 +446,8 @@ def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
     run-time head count and page size, and bad pages at a piece's first, middle and last
     page (where the backend's contract makes that sequence NaN).  Many sequences a case: a
     launch checks many problems."""
+    if s.problem.attention == "sparse":
+        return sparse_path_cases(s, bounds)
     be = backend(s.target.kind)
     prob = s.problem
     h = s.heads_per_device

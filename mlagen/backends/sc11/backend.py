@@ -18,6 +18,9 @@ class Sc11Backend(Backend):
     foreign_why = {"split_kv": " (its multi-core scheme splits sequences; see scheme)"}
     # SDMA / GDMA move the format's bytes, the BDC dequantizes (templates/sc11/runtime/mla.h)
     kv_formats = ("bf16", "fp16", "fp8_e4m3", "fp8_ds_mla")
+    # token-sparse attention-only kernels (mla.h's sparse path: per-token SDMA gathers)
+    attentions = ("dense", "sparse")
+    sparse_kv_formats = ("bf16", "fp16", "fp8_ds_mla")
 
     def rules(self):
         return rules.RULES
@@ -62,7 +65,12 @@ class Sc11Backend(Backend):
         # no key in a split sequence), tiles starting mid-page, one and three buffers, the
         # other dtype
         tp = s.mapping.tp
-        return [dict(heads=tp * 11, cores=4, heads_per_core=0),
+        # sparse: small pages of both pools (a list's slots land on many pages, the pools'
+        # page sizes differ) and short tiles (a list spans several, some all invalid)
+        sparse = [dict(page_size=16, block_kv=16, seq_tile=64,
+                       **({"extra_page_size": 2} if s.problem.extra_topk else {}))] \
+            if s.problem.attention == "sparse" else []
+        return sparse + [dict(heads=tp * 11, cores=4, heads_per_core=0),
                 dict(heads=tp * 6, cores=8, heads_per_core=0),
                 dict(heads=tp * 12, cores=8, heads_per_core=2),
                 dict(block_kv=2, max_s_q=4, seq_tile=32),

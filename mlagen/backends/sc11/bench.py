@@ -500,6 +500,15 @@ def bench_main(args) -> int:
         cmp = ("## The seed's point by KV-cache format\n\n" + formats_table(seeds))
         print(cmp)
         parts.append(cmp)
+    # the token-sparse example schedules at their decode points (--quick: batch 2 only)
+    from .sparse_bench import POINTS, sparse_rows, sparse_table
+
+    with status("mlagen: bench sc11: token-sparse decode points ..."):
+        sparse = sparse_table(sparse_rows([pt for pt in POINTS
+                                           if not args.quick or pt[1] <= 2]))
+    print(sparse)
+    print()
+    parts.append(sparse)
     if not getattr(args, "no_grid", False):
         kw = dict(batches=(1, 16, 128), seqlens=(128, 1024, 16384)) if args.quick else {}
         n = len(kw.get("batches", BATCHES)) * len(kw.get("seqlens", SEQLENS))

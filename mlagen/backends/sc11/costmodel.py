@@ -73,6 +73,7 @@ class Machine:
     #                               by every L2 DMA; "chip_gdma": shared by the GDMAs only
     cube_fp32_slowdown: int = 4   # an fp32-operand matmul runs at 1/this of the bf16 rate
     dequant_per_lane: int = 32    # 8-bit -> 16-bit conversions per lane per cycle
+    descriptor_cycles: int = 16   # DMA cycles of a gather's per-token descriptor (a DMA's m)
 
     @classmethod
     def from_target(cls, t: Target) -> "Machine":
@@ -92,7 +93,8 @@ class Machine:
             l2_scope=str(t.params.get("l2_bw_scope", "core")),
             cube_fp32_slowdown=int(t.params.get("cube_fp32_slowdown", 1)),
             dequant_per_lane=int(t.params.get("fp8_convert_per_lane_cycle",
-                                              int(t.vector_bytes_per_lane) // 2)))
+                                              int(t.vector_bytes_per_lane) // 2)),
+            descriptor_cycles=int(t.params.get("dma_descriptor_cycles", 16)))
 
     def replace(self, **kw) -> "Machine":
         return dataclasses.replace(self, **kw)
@@ -152,7 +154,9 @@ def event_costs(ev: np.ndarray, mc: Machine):
         nbytes = ev["bytes"][dma]
         # each contiguous piece is padded to the DMA alignment
         padded = pieces * _cdiv(_cdiv(nbytes, pieces), mc.align) * mc.align
-        pre = np.maximum(lat[s], lat[d]) + mc.issue / mc.dma_hz
+        # a gather (the sparse path's SDMA) issues one descriptor per token: m of them
+        pre = np.maximum(lat[s], lat[d]) + (mc.issue + ev["m"][dma] * mc.descriptor_cycles) \
+            / mc.dma_hz
         touches_ddr = (s == Mem.DDR) | (d == Mem.DDR)
         touches_l2 = (s == Mem.L2) | (d == Mem.L2)
         is_sdma = eng[dma] == Engine.SDMA

@@ -21,7 +21,7 @@ import torch
 from ... import kvformat
 from ...jit import load
 from ...errors import EmulatorError, InputError
-from ...problem import TORCH_DTYPES, MlaInputs, MlaOutputs
+from ...problem import TORCH_DTYPES, MlaInputs, MlaOutputs, SparseInputs
 from ...reference import weights_rope
 from ...rope import RopeConfig, RotaryTable
 from ...schedule.plan import Plan
@@ -43,7 +43,11 @@ class _Args(ctypes.Structure):
                [(n, ctypes.c_void_p) for n in
                 ("q", "q_lora", "w_uq", "w_uk", "w_uv", "k_cache", "block_table", "seqlens",
                  "out", "lse")] + \
-               [("k_descale", ctypes.c_void_p), ("descale_n", ctypes.c_int64)]
+               [("k_descale", ctypes.c_void_p), ("descale_n", ctypes.c_int64)] + \
+               [(n, ctypes.c_void_p) for n in
+                ("indices", "topk_length", "extra_k_cache", "extra_indices",
+                 "extra_topk_length")] + \
+               [("extra_num_blocks", ctypes.c_int64), ("attn_sink", ctypes.c_void_p)]
 
 
 class _Result(ctypes.Structure):
@@ -76,9 +80,17 @@ class Sc11Runner:
         self.lib = lib
 
     # ---- checks ------------------------------------------------------------------------
-    def validate(self, inp: MlaInputs) -> None:
+    def validate(self, inp: MlaInputs | SparseInputs) -> None:
         """Raise InputError for anything the kernel cannot run on (before any run)."""
         s, p = self.schedule, self.schedule.problem
+        if (p.attention == "sparse") != isinstance(inp, SparseInputs):
+            raise InputError(f"{s.variant_name()}: attention = {p.attention!r} takes "
+                             f"{'SparseInputs' if p.attention == 'sparse' else 'MlaInputs'}, "
+                             f"got {type(inp).__name__}")
+        if isinstance(inp, SparseInputs):
+            from .sparse import validate_sparse
+
+            return validate_sparse(s, inp)
         dt = TORCH_DTYPES[p.dtype]
         h = s.heads_per_device
 
@@ -176,11 +188,12 @@ class Sc11Runner:
         return scheme, {}
 
     # ---- running -----------------------------------------------------------------------
-    def _call(self, inp: MlaInputs, scheme: str, dry: bool, threads: Optional[int],
-              dest: Optional[MlaOutputs] = None):
+    def _call(self, inp: MlaInputs | SparseInputs, scheme: str, dry: bool,
+              threads: Optional[int], dest: Optional[MlaOutputs] = None):
         p = self.schedule.problem
         fused = p.fused
-        b = inp.block_table.shape[0]
+        sparse = isinstance(inp, SparseInputs)
+        b = inp.q.shape[0] if sparse else inp.block_table.shape[0]
         s_q = (inp.q_lora if fused else inp.q).shape[1]
         h = self.schedule.heads_per_device
         keep = []   # contiguous copies must outlive the call
@@ -201,24 +214,12 @@ class Sc11Runner:
             else:
                 out = torch.empty(b, s_q, h, width, dtype=TORCH_DTYPES[p.dtype])
                 lse = torch.empty(b, h, s_q, dtype=torch.float32)
-        w = inp.weights if fused else None
-        table = None if dry or w is None else rotary_table(w, inp.cache_seqlens, s_q,
-                                                            inp.causal)
-        args = _Args(batch=b, s_q=s_q, num_blocks=inp.k_cache.shape[0],
-                     max_blocks=inp.block_table.shape[1], scheme=SCHEME_IDS[scheme],
-                     causal=int(bool(inp.causal)), threads=int(threads or 0),
-                     scale=float(inp.softmax_scale),
-                     rope_rows=table.rows if table else 0,
-                     rope_layout=LAYOUT_IDS[table.layout] if table else 0,
-                     rope_cos=c(table.cos) if table else None,
-                     rope_sin=c(table.sin) if table else None,
-                     q=None if fused else c(inp.q), q_lora=c(inp.q_lora) if fused else None,
-                     w_uq=c(w.w_uq) if w else None, w_uk=c(w.w_uk) if w else None,
-                     w_uv=c(w.w_uv) if w else None, k_cache=c(inp.k_cache),
-                     block_table=c(inp.block_table), seqlens=c(inp.cache_seqlens),
-                     out=_p(out), lse=_p(lse),
-                     k_descale=c(inp.k_descale),
-                     descale_n=inp.k_descale.numel() if inp.k_descale is not None else 0)
+        if sparse:
+            from .sparse import sparse_args
+
+            args = sparse_args(_Args, inp, c, out, lse, SCHEME_IDS[scheme], threads)
+        else:
+            args = self._dense_args(inp, c, out, lse, scheme, threads, dry)
         res = _Result()
         err = ctypes.create_string_buffer(1024)
         rc = self.lib.mlagen_sc11_run(ctypes.byref(args), int(dry), ctypes.byref(res), err, 1024)
@@ -236,6 +237,28 @@ class Sc11Runner:
                  "l2_capacity": res.l2_capacity, "n_parts": res.n_parts,
                  "copied_bytes": res.copied_bytes}
         return out, lse, trace, stats
+
+    def _dense_args(self, inp: MlaInputs, c, out, lse, scheme: str, threads, dry: bool):
+        fused = self.schedule.problem.fused
+        s_q = (inp.q_lora if fused else inp.q).shape[1]
+        w = inp.weights if fused else None
+        table = None if dry or w is None else rotary_table(w, inp.cache_seqlens, s_q,
+                                                            inp.causal)
+        return _Args(batch=inp.block_table.shape[0], s_q=s_q, num_blocks=inp.k_cache.shape[0],
+                     max_blocks=inp.block_table.shape[1], scheme=SCHEME_IDS[scheme],
+                     causal=int(bool(inp.causal)), threads=int(threads or 0),
+                     scale=float(inp.softmax_scale),
+                     rope_rows=table.rows if table else 0,
+                     rope_layout=LAYOUT_IDS[table.layout] if table else 0,
+                     rope_cos=c(table.cos) if table else None,
+                     rope_sin=c(table.sin) if table else None,
+                     q=None if fused else c(inp.q), q_lora=c(inp.q_lora) if fused else None,
+                     w_uq=c(w.w_uq) if w else None, w_uk=c(w.w_uk) if w else None,
+                     w_uv=c(w.w_uv) if w else None, k_cache=c(inp.k_cache),
+                     block_table=c(inp.block_table), seqlens=c(inp.cache_seqlens),
+                     out=_p(out), lse=_p(lse),
+                     k_descale=c(inp.k_descale),
+                     descale_n=inp.k_descale.numel() if inp.k_descale is not None else 0)
 
     def dry_run(self, inp: MlaInputs, scheme: Optional[str], validate: bool = True) -> np.ndarray:
         """The trace of a run (EVENT_DTYPE records) without doing the data work."""

@@ -22,5 +22,16 @@ class Sc11Mapping(Mapping):
         p = s.problem
         # every problem field is a compile-time constant of the emulator kernel
         kv = [f"kv{p.kv.replace('_', '')}"] if p.kv != p.dtype else []   # an 8-bit cache
-        return ([s.target.kind, "fused" if p.fused else "attn", p.dtype, *kv,
-                 f"h{s.heads_per_device}", f"pg{p.page_size}"] + super().variant_parts(s)[1:])
+        # a key shape other than 576 / 512 (the model's latent / rope / V split)
+        shape = [f"d{p.d}r{p.rope_dim}v{p.dv}"] if (p.d, p.rope_dim, p.dv) != (576, 64, 512) \
+            else []
+        sparse = []
+        if p.attention == "sparse":
+            sparse = [f"sparse{p.topk}"]
+            if p.extra_topk:
+                sparse.append(f"x{p.extra_topk}pg{p.extra_page_size or p.page_size}")
+            if p.sinks:
+                sparse.append("sink")
+        return ([s.target.kind, "fused" if p.fused else "attn", p.dtype, *kv, *shape,
+                 *sparse, f"h{s.heads_per_device}", f"pg{p.page_size}"]
+                + super().variant_parts(s)[1:])

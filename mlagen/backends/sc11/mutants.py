@@ -8,6 +8,8 @@ from ...verify.mutation import Mutant
 
 SC11 = ("sc11_attn", "sc11_fused_tp4")
 SC11_FUSED = ("sc11_fused_tp4",)
+SPARSE = ("sc11_sparse_ds_mla", "sc11_sparse_two_pools")
+SPARSE_TWO_POOLS = ("sc11_sparse_two_pools",)     # the one with an extra pool and sinks
 
 
 MUTANTS = (
@@ -43,8 +45,8 @@ MUTANTS = (
            "a gather that starts mid-page copies a whole page's worth (runs past the page)",
            SC11),
     Mutant("tile_last_exclusive", "sc11", "mla.h",
-           "steps.push_back({p, t, std::min(pc.t1, t + TILE), t == pc.t0, t + TILE >= pc.t1});",
-           "steps.push_back({p, t, std::min(pc.t1, t + TILE), t == pc.t0, t + TILE > pc.t1});",
+           "steps.push_back({p, t, t1, t == pc.t0, t + TILE >= pc.t1,",
+           "steps.push_back({p, t, t1, t == pc.t0, t + TILE > pc.t1,",
            "a piece that ends exactly on a tile edge is never finalised (> for >=)", SC11),
     Mutant("q_row_stride", "sc11", "mla.h",
            "cq(dst + (int64_t)s * nh * D,", "cq(dst + (int64_t)s * HPC * D,",
@@ -59,6 +61,31 @@ MUTANTS = (
            "for (int64_t t = 0; t < len; t += chunk) out.push_back({t, std::min(len, t + chunk)});",
            "for (int64_t t = 0; t < len; t += chunk) out.push_back({t, t + chunk});",
            "a sequence's last slice is not clipped to its length", SC11),
+    # the token-sparse path (attention = "sparse"): the index path, the sinks, the pools
+    Mutant("sparse_offset_dropped", "sc11", "mla.h",
+           "const int64_t at = ((page * pg + off) % cap + cap) % cap;",
+           "const int64_t at = ((page * pg) % cap + cap) % cap;",
+           "a slot's offset within its page dropped (every key read from its page's start)",
+           SPARSE),
+    Mutant("sparse_invalid_not_skipped", "sc11", "mla.h",
+           "return slot >= 0;", "return true;",
+           "an invalid (-1) index entry is gathered as a key, not skipped", SPARSE,
+           "invalid index entries"),
+    Mutant("topk_length_plus_one", "sc11", "mla.h",
+           "int64_t keep = tl[v / a_.s_q];", "int64_t keep = tl[v / a_.s_q] + 1;",
+           "topk_length off by one: one entry past a list's length is kept", SPARSE,
+           "topk_length below topk"),
+    Mutant("sink_in_lse", "sc11", "mla.h",
+           "const float keys = lse;", "const float keys = joint;",
+           "the sink is added into the lse too (the convention leaves lse alone)",
+           SPARSE_TWO_POOLS),
+    Mutant("sink_sign", "sc11", "mla.h",
+           "return 1.f / (1.f + std::exp(sg - lse));", "return 1.f / (1.f + std::exp(lse - sg));",
+           "the sink factor's exponent has its sign flipped", SPARSE_TWO_POOLS),
+    Mutant("extra_page_for_main", "sc11", "mla.h",
+           "const int64_t own = pg;", "const int64_t own = XPAGE;",
+           "the main pool's slots split into page and offset by the extra pool's page size",
+           SPARSE_TWO_POOLS, "two pools of different page sizes"),
 )
 
 

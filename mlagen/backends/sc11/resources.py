@@ -41,7 +41,9 @@ def sc11_layout(s: Schedule, t: Target) -> dict[str, int | str]:
     d, dv = p.d, p.dv
     bank, align = sc11_granules(t)
     r = lambda x: _round(x, bank)   # noqa: E731
-    rows = s.heads_per_device * p.max_s_q      # query rows a core may hold in phase B
+    sparse = p.attention == "sparse"
+    # query rows a core may hold in phase B (sparse: each query row is its own sequence)
+    rows = s.heads_per_device * (1 if sparse else p.max_s_q)
     nb, tile, pr = m.buffers, m.seq_tile, SC11_PROJ_ROWS
     part = rows * (dv + 1) * 4
     phases = {
@@ -55,6 +57,11 @@ def sc11_layout(s: Schedule, t: Target) -> dict[str, int | str]:
         phases["B"]["deq"] = r(m.block_kv * d * el)
     if fmt.needs_descale:  # the descales, one bank while batch * 4 B fit in one
         phases["B"]["descale"] = r(4)
+    if sparse:            # the index ring the gathers' descriptors are written from
+        phases["B"]["index"] = r(nb * tile * 4)
+    if p.sinks:           # the heads' sinks (phase B and the merge apply them)
+        phases["B"]["sinks"] = r(s.heads_per_device * 4)
+        phases["merge"]["sinks"] = r(s.heads_per_device * 4)
     if p.fused:
         nope, rope, vh, ql = p.qk_nope_head_dim, p.rope_dim, p.v_head_dim, p.q_lora_rank
         phases["A"] = {"weights": 2 * r((ql * (nope + rope) + nope * dv) * el),

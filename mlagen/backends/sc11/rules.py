@@ -40,6 +40,11 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                                        f"multiple of block_kv = {m.block_kv}")
     if m.block_kv > 1024:
         yield "schedule", "block_kv", f"block_kv = {m.block_kv} must be <= 1024 on sc11"
+    if p.fused and p.v_dim not in (0, p.kv_lora_rank):
+        # phase B's latent output is the whole latent; W_UV takes all kv_lora_rank values
+        yield "problem", "v_dim", (f"v_dim = {p.v_dim}: sc11's fused operator attends with "
+                                   f"V = the whole latent (v_dim = 0 or kv_lora_rank = "
+                                   f"{p.kv_lora_rank})")
     if p.kv == "fp8_ds_mla" and p.dtype != "bf16":
         # its rope values are bf16, and e4m3 times a power-of-two scale is exact in bf16 only
         yield "problem", "kv_format", (f"kv_format = \"fp8_ds_mla\" needs dtype = \"bf16\" "
@@ -47,4 +52,23 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                                        f"{p.dtype!r}")
 
 
-RULES = [sc11_mapping]
+def sc11_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
+    """What the sparse path (mla.h) reads: attention-only, 16-bit or fp8_ds_mla pools,
+    both pools in one format (one token size in the L2 tile)."""
+    p = s.problem
+    if p.attention != "sparse":
+        return
+    if p.fused:
+        yield "problem", "fused", ("attention = \"sparse\" on sc11 is attention-only: the "
+                                   "fused operator has no sparse path (fused = false)")
+    readable = ("bf16", "fp16", "fp8_ds_mla")
+    if p.kv not in readable:
+        yield "problem", "kv_format", (f"kv_format = {p.kv!r}: sc11's sparse path reads "
+                                       f"{', '.join(readable)} pools")
+    if p.extra_topk and p.extra_kv != p.kv:
+        yield "problem", "extra_kv_format", (
+            f"extra_kv_format = {p.extra_kv!r} differs from kv_format = {p.kv!r}: sc11 "
+            "gathers both pools into one tile of one token size")
+
+
+RULES = [sc11_mapping, sc11_sparse]

@@ -24,7 +24,12 @@ FAULT_ENUMS = {"none": "FAULT_NONE", "causal_off_by_one": "FAULT_CAUSAL_OFF_BY_O
                "default_head_split": "FAULT_DEFAULT_HEAD_SPLIT",
                "kv_scale_twice": "FAULT_KV_SCALE_TWICE",
                "kv_scale_wrong_tile": "FAULT_KV_SCALE_WRONG_TILE",
-               "descale_not_in_output": "FAULT_DESCALE_NOT_IN_OUTPUT"}
+               "descale_not_in_output": "FAULT_DESCALE_NOT_IN_OUTPUT",
+               "sparse_offset_off_by_one": "FAULT_SPARSE_OFFSET_OFF_BY_ONE",
+               "sparse_invalid_read": "FAULT_SPARSE_INVALID_READ",
+               "sparse_topk_length_plus_one": "FAULT_SPARSE_TOPK_LENGTH_PLUS_ONE",
+               "sink_in_lse": "FAULT_SINK_IN_LSE", "sink_sign": "FAULT_SINK_SIGN",
+               "extra_page_for_main": "FAULT_EXTRA_PAGE_FOR_MAIN"}
 DTYPE_CLASSES = {"bf16": "Bf16", "fp16": "Fp16"}
 # mlagen.formats names -> mla.h's KvFormat
 KV_ENUMS = {"bf16": "KV_PLAIN", "fp16": "KV_PLAIN", "fp8_e4m3": "KV_E4M3",

@@ -208,6 +208,12 @@ def text_summary(sim: SimResult, gaps: int = 3) -> str:
     if gather.any():
         lines.append(f"SDMA gathers       {int(ev['bytes'][gather].sum()) / 1e6:10.2f} MB DDR -> L2 "
                      f"(the KV cache in its format's bytes)")
+        desc = gather & (ev["m"] > 0)
+        if desc.any():   # token-sparse gathers: one descriptor a token
+            n = int(ev["m"][desc].sum())
+            busy = n * sim.machine.descriptor_cycles / sim.machine.dma_hz / len(sim.cores)
+            lines.append(f"gather descriptors {n:10d} tokens, {busy * us:.2f} us of SDMA "
+                         f"descriptor time per core")
     deq = ev["op"] == Op.DEQUANT
     if deq.any():
         busy = float((sim.end[deq] - sim.start[deq]).sum()) / len(sim.cores)

@@ -237,7 +237,9 @@ def check_merge(trace: np.ndarray, hb: HappensBefore) -> list[str]:
         t = trace[(trace["core"] == core) & (trace["phase"] == 3)]
         if not len(t):
             continue
-        loads = t["id"][(t["engine"] == Engine.GDMA) & (t["dst"] == Mem.LMEM)].tolist()
+        # the partials' loads (L2 -> LMEM; a sparse merge's sinks come from DDR beside them)
+        loads = t["id"][(t["engine"] == Engine.GDMA) & (t["src"] == Mem.L2)
+                        & (t["dst"] == Mem.LMEM)].tolist()
         v = t[(t["engine"] == Engine.BDC) & (t["op"] == Op.VECTOR)]
         if not len(v):
             continue

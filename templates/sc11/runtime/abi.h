@@ -35,6 +35,17 @@ struct Sc11Args {
   // fp8_e4m3: value = stored * k_descale[descale_n == 1 ? 0 : sequence]; else unused
   const float* k_descale;
   int64_t descale_n;
+  // attention = "sparse" (block_table and seqlens unused): query row (b, s) attends to the
+  // slots page * page_size + offset its index lists name (negative: none), the main pool's
+  // (k_cache, PAGE) then the extra pool's (extra_k_cache, EXTRA_PAGE), in one softmax;
+  // topk_length [batch] (null: all) keeps each row's first entries of a list.
+  const int32_t* indices;            // [batch, s_q, TOPK]
+  const int32_t* topk_length;        // [batch] or null
+  const void* extra_k_cache;         // [extra_num_blocks, EXTRA_PAGE, 1, width]
+  const int32_t* extra_indices;      // [batch, s_q, EXTRA_TOPK]
+  const int32_t* extra_topk_length;  // [batch] or null
+  int64_t extra_num_blocks;
+  const float* attn_sink;            // SINKS: [heads] fp32; out *= exp(lse) / (exp(lse) + exp(sink))
 };
 
 struct Sc11Result {

@@ -262,6 +262,12 @@ struct Core {
               std::initializer_list<int64_t> deps, int phase_override = -1) {
     return emit(engine, OP_DMA, src, dst, cp.bytes, 0, 0, 0, 0, cp.runs, deps, phase_override);
   }
+  // A descriptor-driven gather (token-sparse): one descriptor per copied run, counted in
+  // the event's m (the cost model charges each).
+  int64_t gather(int engine, int src, int dst, const Copy& cp,
+                 std::initializer_list<int64_t> deps) {
+    return emit(engine, OP_DMA, src, dst, cp.bytes, cp.runs, 0, 0, 0, cp.runs, deps);
+  }
 
   // Rewrite local handles to global ids once the phase's events got their place.
   int64_t to_global(int64_t h, int64_t base) const {

@@ -41,6 +41,13 @@ enum Fault : int {
   FAULT_KV_SCALE_WRONG_TILE = 12,    // fp8_ds_mla: a tile takes the next tile's scale
   FAULT_DESCALE_NOT_IN_OUTPUT = 13,  // fp8_e4m3: k_descale in the scores, not in the output
                                      // (planted in the Hopper kernels alone)
+  // faults in the token-sparse path (attention = "sparse")
+  FAULT_SPARSE_OFFSET_OFF_BY_ONE = 14,   // a slot's offset within its page taken one further
+  FAULT_SPARSE_INVALID_READ = 15,        // a negative (invalid) entry read as slot 0
+  FAULT_SPARSE_TOPK_LENGTH_PLUS_ONE = 16,  // topk_length + 1 entries of a list kept
+  FAULT_SINK_IN_LSE = 17,                // the sink also added into the lse
+  FAULT_SINK_SIGN = 18,                  // the output scaled with exp(-sink)
+  FAULT_EXTRA_PAGE_FOR_MAIN = 19,        // the main pool's slots split by the extra pool's page
 };
 
 // How the cache stores a token (mlagen/kvformat.py): the variant's KV_FORMAT.
@@ -65,10 +72,17 @@ class Mla {
   static constexpr int KVF = Cfg::KV_FORMAT;
   static constexpr int64_t KVB = Cfg::KV_BYTES;   // bytes of one cached token
   static constexpr bool QUANT = KVF != KV_PLAIN;
+  static constexpr int LAT = D - ROPE;            // latent values of a key (kv_lora_rank)
   static_assert(KVF != KV_PLAIN || KVB == (int64_t)D * EL, "a plain token is D 16-bit values");
   static_assert(KVF != KV_E4M3 || KVB == D, "an e4m3 token is D bytes");
-  static_assert(KVF != KV_DS_MLA || (DV % kDsTile == 0 && KVB == DV + 4 * (DV / kDsTile) + 2 * ROPE),
-                "an fp8_ds_mla token is DV e4m3, DV / 128 fp32 scales and ROPE bf16 values");
+  static_assert(KVF != KV_DS_MLA || (LAT % kDsTile == 0 && KVB == LAT + 4 * (LAT / kDsTile) + 2 * ROPE),
+                "an fp8_ds_mla token is LAT e4m3, LAT / 128 fp32 scales and ROPE bf16 values");
+  // token-sparse: a "sequence" of phase B is one query row (b, s) and its keys are the
+  // valid entries of its index lists (main pool, then extra pool), gathered token by token
+  static constexpr bool SPARSE = Cfg::SPARSE, SINKS = Cfg::SINKS;
+  static constexpr int TOPK = Cfg::TOPK, XTOPK = Cfg::EXTRA_TOPK, XPAGE = Cfg::EXTRA_PAGE;
+  static_assert(!(SPARSE && Cfg::FUSED), "the sparse path is attention-only");
+  static_assert(!SPARSE || KVF != KV_E4M3, "the sparse path reads 16-bit and fp8_ds_mla pools");
 
   // Per-core buffers (LMEM rings are re-laid out at each phase; L2 rings live throughout).
   struct Bufs {
@@ -76,6 +90,7 @@ class Mla {
     Ring q, kv, out, mrg;      // phase B / merge, LMEM
     Ring w, pin, pout;         // phases A and C, LMEM
     int64_t work = 0, pwork = 0;
+    std::vector<int64_t> idx_free;           // sparse: the SDMA that last read each index entry
     int64_t steps = 0, outs = 0, mrgs = 0;   // slot step counters
   };
 
@@ -91,9 +106,12 @@ class Mla {
     bufs_.assign(CORES, Bufs{});
     deq_off_.assign(CORES, 0);
     ds_off_.assign(CORES, 0);
-    rows_ = (int)a_.s_q * H;
-    kv_len_.resize(a_.batch);
-    for (int64_t b = 0; b < a_.batch; ++b) kv_len_[b] = keys_read(a_.seqlens[b]);
+    idx_off_.assign(CORES, 0);
+    sink_off_.assign(CORES, 0);
+    rows_ = (int)sq() * H;
+    kv_len_.resize(nseq());
+    for (int64_t b = 0; b < nseq(); ++b)
+      kv_len_[b] = SPARSE ? entries(b, 0) + entries(b, 1) : keys_read(a_.seqlens[b]);
     plan_ = make_plan((int)a_.scheme, kv_len_, H, CORES, HPC, BKV);
 
     // L2: every core's KV slots (static, the schedule check counts these) ...
@@ -161,7 +179,81 @@ class Mla {
   // 16-bit block the cube reads, and fp8_e4m3's descales (one GDMA at the phase's start)
   std::vector<int64_t> deq_off_, ds_off_;
 
+  // per core: phase B's LMEM index ring (sparse: one TILE of entries per buffer) and sinks
+  std::vector<int64_t> idx_off_, sink_off_;
+
   int64_t part_bytes() const { return (int64_t)rows_ * (DV + 1) * 4; }
+  // Query rows of a phase-B sequence, and the sequences (sparse: every (b, s) row alone).
+  int64_t sq() const { return SPARSE ? 1 : a_.s_q; }
+  int64_t nseq() const { return SPARSE ? a_.batch * a_.s_q : a_.batch; }
+  // lse's place [batch, heads, s_q] of phase-B sequence `seq`, query row q, head h
+  int64_t lse_at(int64_t seq, int q, int h) const {
+    if (SPARSE) return (seq / a_.s_q * H + h) * a_.s_q + seq % a_.s_q;
+    return ((int64_t)seq * H + h) * a_.s_q + q;
+  }
+
+  // ---- the sparse index path ----------------------------------------------------------
+  // Entries of list `pool` (0 main, 1 extra) that row v keeps: topk_length's prefix.
+  int64_t entries(int64_t v, int pool) const {
+    const int64_t n = pool ? XTOPK : TOPK;
+    const int32_t* tl = pool ? a_.extra_topk_length : a_.topk_length;
+    if (!n || !tl) return n;
+    int64_t keep = tl[v / a_.s_q];
+    if (Cfg::FAULT == FAULT_SPARSE_TOPK_LENGTH_PLUS_ONE) ++keep;
+    return std::max<int64_t>(0, std::min(n, keep));
+  }
+  // Entry e of row v's key list -> (pool, slot); false for an invalid (negative) entry.
+  bool entry(int64_t v, int64_t e, int& pool, int64_t& slot) const {
+    const int64_t nm = entries(v, 0);
+    pool = e < nm ? 0 : 1;
+    slot = pool ? a_.extra_indices[v * XTOPK + (e - nm)] : a_.indices[v * TOPK + e];
+    if (slot < 0 && Cfg::FAULT == FAULT_SPARSE_INVALID_READ) slot = 0;
+    return slot >= 0;
+  }
+  // The bytes of a pool's slot: its page (a pool's own page size) and the offset in it.
+  const uint8_t* token(int pool, int64_t slot) const {
+    const int64_t pg = pool ? XPAGE : PAGE;
+    const int64_t own = pg;   // a slot splits into page and offset by its own pool's page
+    const int64_t split = !pool && Cfg::FAULT == FAULT_EXTRA_PAGE_FOR_MAIN ? XPAGE : own;
+    int64_t page = slot / split, off = slot % split;
+    if (Cfg::FAULT == FAULT_SPARSE_OFFSET_OFF_BY_ONE) off = (off + 1) % split;
+    const int64_t cap = (pool ? a_.extra_num_blocks : a_.num_blocks) * pg;
+    // validate() checked every slot; only a planted fault's address can leave the cache,
+    // and it wraps (reads another token) instead of leaving the emulator's memory
+    const int64_t at = ((page * pg + off) % cap + cap) % cap;
+    return (const uint8_t*)(pool ? a_.extra_k_cache : a_.k_cache) + at * KVB;
+  }
+  int64_t valid_in(int64_t v, int64_t t0, int64_t t1) const {
+    int64_t n = 0, slot;
+    int pool;
+    for (int64_t e = t0; e < t1; ++e) n += entry(v, e, pool, slot);
+    return n;
+  }
+  // fp32 sink of head h (LMEM copy); the factor exp(lse) / (exp(lse) + exp(sink)) of a
+  // row's output.  +inf lse (no key) keeps the 0 output.
+  float sink_factor(Core& c, int h, float lse) const {
+    const float sk = ((const float*)c.lmem.at(sink_off_[c.id]))[h];
+    const float sg = Cfg::FAULT == FAULT_SINK_SIGN ? -sk : sk;
+    if (lse == std::numeric_limits<float>::infinity()) return 0.f;
+    return 1.f / (1.f + std::exp(sg - lse));
+  }
+  // The lse a row reports: its keys' alone (the sink scales the output, not the lse);
+  // `joint` would count the sink as one more key.
+  float sink_lse(Core& c, int h, float lse) const {
+    if (lse == std::numeric_limits<float>::infinity()) return lse;
+    const float sk = ((const float*)c.lmem.at(sink_off_[c.id]))[h];
+    const float m = std::max(lse, sk);
+    const float joint = m == kNegInf ? lse : m + std::log(std::exp(lse - m) + std::exp(sk - m));
+    const float keys = lse;
+    return Cfg::FAULT == FAULT_SINK_IN_LSE ? joint : keys;
+  }
+  // GDMA: the sinks DDR -> LMEM (kNone without sinks).
+  int64_t load_sinks(Core& c) {
+    if (!SINKS) return kNone;
+    Core::Copy cp(c);
+    cp(c.wr(c.lmem, LMEM, sink_off_[c.id], (int64_t)H * 4), a_.attn_sink, (int64_t)H * 4);
+    return c.dma(GDMA, DDR, LMEM, cp, {});
+  }
 
   [[noreturn]] static void arg_fail(const char* msg, long long v) {
     char buf[256];
@@ -174,8 +266,12 @@ class Mla {
     if (a_.batch < 1) arg_fail("batch = %lld must be >= 1", a_.batch);
     if (a_.s_q < 1 || a_.s_q > Cfg::MAX_SQ) arg_fail("s_q = %lld out of range", a_.s_q);
     if (a_.scheme < SCHEME_HEADS || a_.scheme > SCHEME_BATCH_SEQ) arg_fail("unknown scheme %lld", a_.scheme);
-    if (!a_.k_cache || !a_.block_table || !a_.seqlens || (!dry_ && (!a_.out || !a_.lse)))
+    if (!a_.k_cache || (!SPARSE && (!a_.block_table || !a_.seqlens)) || (!dry_ && (!a_.out || !a_.lse)))
       arg_fail("a required pointer is null (%lld)", 0);
+    if (SPARSE) {
+      validate_sparse();
+      return;
+    }
     if (Cfg::FUSED ? (!a_.q_lora || !a_.w_uq || !a_.w_uk || !a_.w_uv) : !a_.q)
       arg_fail("a required input pointer is null (%lld)", 0);
     if (KVF == KV_E4M3 && (!a_.k_descale || (a_.descale_n != 1 && a_.descale_n != a_.batch)))
@@ -193,6 +289,22 @@ class Mla {
         const int32_t blk = a_.block_table[b * a_.max_blocks + j];
         if (blk < 0 || blk >= a_.num_blocks) arg_fail("block_table entry of sequence %lld out of range", b);
       }
+    }
+  }
+
+  void validate_sparse() const {
+    if (!a_.indices || (XTOPK && (!a_.extra_indices || !a_.extra_k_cache)) || (SINKS && !a_.attn_sink))
+      arg_fail("a sparse input pointer is null (%lld)", 0);
+    for (int pool = 0; pool < (XTOPK ? 2 : 1); ++pool) {
+      const int32_t* idx = pool ? a_.extra_indices : a_.indices;
+      const int32_t* tl = pool ? a_.extra_topk_length : a_.topk_length;
+      const int64_t n = (pool ? XTOPK : TOPK) * a_.batch * a_.s_q;
+      const int64_t cap = (pool ? a_.extra_num_blocks * XPAGE : a_.num_blocks * PAGE);
+      for (int64_t i = 0; i < n; ++i)
+        if (idx[i] >= cap) arg_fail("an index names slot %lld, past its pool", idx[i]);
+      if (tl)
+        for (int64_t b = 0; b < a_.batch; ++b)
+          if (tl[b] < 0) arg_fail("topk_length of row %lld is negative", b);
     }
   }
 
@@ -227,6 +339,8 @@ class Mla {
     B.work = c.lmem.alloc((int64_t)rows_ * (BKV + DV + 2) * 4, "the attention work buffer");
     if (QUANT) deq_off_[c.id] = c.lmem.alloc((int64_t)BKV * D * EL, "the dequantized KV block");
     if (KVF == KV_E4M3) ds_off_[c.id] = c.lmem.alloc(a_.descale_n * 4, "the KV descales");
+    if (SPARSE) idx_off_[c.id] = c.lmem.alloc(NBUF * TILE * 4, "the index ring");
+    if (SINKS) sink_off_[c.id] = c.lmem.alloc((int64_t)H * 4, "the sinks");
     c.lmem.commit();
   }
 
@@ -248,8 +362,9 @@ class Mla {
   // ------------------------------------------------------------------ phase B ----------
   struct Step {
     int piece;
-    int64_t t0, t1;
+    int64_t t0, t1;   // key range (sparse: entries of the row's lists)
     bool first, last;
+    int64_t nv = 0;   // keys the step reads (sparse: its valid entries, gathered packed)
   };
 
   void phase_b(Core& c) {
@@ -260,24 +375,28 @@ class Mla {
     for (int p = 0; p < (int)pieces.size(); ++p) {
       const Piece& pc = pieces[p];
       if (pc.t1 <= pc.t0) {
-        steps.push_back({p, pc.t0, pc.t0, true, true});
+        steps.push_back({p, pc.t0, pc.t0, true, true, 0});
         continue;
       }
-      for (int64_t t = pc.t0; t < pc.t1; t += TILE)
-        steps.push_back({p, t, std::min(pc.t1, t + TILE), t == pc.t0, t + TILE >= pc.t1});
+      for (int64_t t = pc.t0; t < pc.t1; t += TILE) {
+        const int64_t t1 = std::min(pc.t1, t + TILE);
+        steps.push_back({p, t, t1, t == pc.t0, t + TILE >= pc.t1,
+                         SPARSE ? valid_in(pc.seq, t, t1) : t1 - t});
+      }
     }
     // KV steps (those with keys) are numbered k = 0..nk-1; slot of step k is k % NBUF
     std::vector<int64_t> kstep(steps.size(), -1);
     int64_t nk = 0;
     for (size_t i = 0; i < steps.size(); ++i)
-      if (steps[i].t1 > steps[i].t0) kstep[i] = nk++;
+      if (steps[i].nv > 0) kstep[i] = nk++;
     std::vector<size_t> step_of_k;
     for (size_t i = 0; i < steps.size(); ++i)
       if (kstep[i] >= 0) step_of_k.push_back(i);
 
     Scratch sc;
     sc.init(rows_);
-    int64_t ds_ev = load_descale(c);
+    int64_t ds_ev = SINKS ? load_sinks(c) : load_descale(c);
+    B.idx_free.assign(NBUF, kNone);
     for (int64_t k = 0; k < std::min<int64_t>(NBUF - 1, nk); ++k)
       sdma_gather(c, B, pieces[steps[step_of_k[k]].piece], steps[step_of_k[k]], B.steps + k);
     // GDMA is one in-order queue: a piece's output store is issued after the next step's
@@ -297,6 +416,8 @@ class Mla {
         init_acc(c, pc, ds_ev);
         ds_ev = kNone;   // later BDC work is behind it in the queue
       }
+      // sparse: a tile of entries that are all invalid is read (its indices) and skipped
+      if (SPARSE && kstep[i] < 0 && st.t1 > st.t0) load_indices(c, pc, st, 0);
       if (kstep[i] >= 0) {
         const int64_t k = kstep[i];
         if (k + NBUF - 1 < nk) {
@@ -317,8 +438,46 @@ class Mla {
     B.steps += nk;
   }
 
+  // GDMA: row pc.seq's entries [t0, t1) DDR -> the LMEM index ring (the core writes the
+  // gather's descriptors from them).  Ring entry i is refilled after the SDMA of the step
+  // that used it last.
+  std::vector<int64_t>& idx_free(Core& c) { return bufs_[c.id].idx_free; }
+  int64_t load_indices(Core& c, const Piece& pc, const Step& st, int64_t step) {
+    const int64_t v = pc.seq, nm = entries(v, 0), ring = step % NBUF;
+    int32_t* dst = (int32_t*)c.wr(c.lmem, LMEM, idx_off_[c.id] + ring * TILE * 4, (st.t1 - st.t0) * 4);
+    Core::Copy cp(c);
+    if (st.t0 < nm)
+      cp(dst, a_.indices + v * TOPK + st.t0, (std::min(st.t1, nm) - st.t0) * 4);
+    if (st.t1 > nm) {
+      const int64_t e0 = std::max(st.t0, nm);
+      cp(dst ? dst + (e0 - st.t0) : nullptr, a_.extra_indices + v * XTOPK + (e0 - nm), (st.t1 - e0) * 4);
+    }
+    return c.dma(GDMA, DDR, LMEM, cp, {idx_free(c)[ring]});
+  }
+
+  // SDMA, sparse: the step's valid entries, one descriptor (one token's bytes) each, from
+  // their pools' pages DDR -> packed in the L2 slot.
+  void sdma_gather_sparse(Core& c, Bufs& B, const Piece& pc, const Step& st, int64_t step) {
+    Slot& s = B.l2kv[step];
+    const int64_t dep = c.begin_fill(s, step);
+    const int64_t ev_idx = load_indices(c, pc, st, step);
+    uint8_t* dst = c.wr(chip_.l2, L2, s.off, st.nv * KVB);
+    Core::Copy cp(c);
+    int64_t n = 0, slot;
+    int pool;
+    for (int64_t e = st.t0; e < st.t1; ++e)
+      if (entry(pc.seq, e, pool, slot)) {
+        cp(dst ? dst + n * KVB : nullptr, token(pool, slot), KVB);
+        ++n;
+      }
+    const int64_t ev = c.gather(SDMA, DDR, L2, cp, {dep, ev_idx});
+    idx_free(c)[step % NBUF] = ev;
+    c.end_fill(s, step, ev);
+  }
+
   // SDMA: the pages holding keys [t0, t1) of one sequence, DDR -> contiguous L2 slot.
   void sdma_gather(Core& c, Bufs& B, const Piece& pc, const Step& st, int64_t step) {
+    if (SPARSE) return sdma_gather_sparse(c, B, pc, st, step);
     Slot& s = B.l2kv[step];
     const int64_t dep = c.begin_fill(s, step);
     const int64_t n = st.t1 - st.t0;
@@ -343,7 +502,7 @@ class Mla {
     Slot& kv = B.kv[step];
     Slot& q = B.q[step];
     const int64_t ready = c.wait(l2, step);
-    const int64_t n = st.t1 - st.t0;
+    const int64_t n = st.nv;
     const int64_t dep_kv = c.begin_fill(kv, step);
     Core::Copy ckv(c);
     ckv(c.wr(c.lmem, LMEM, kv.off, n * KVB), c.rd(chip_.l2, L2, l2.off, n * KVB), n * KVB);
@@ -351,11 +510,11 @@ class Mla {
     c.end_fill(kv, step, ev_kv);
     const int64_t dep_q = c.begin_fill(q, step);
     const int nh = pc.h1 - pc.h0;
-    uint16_t* dst = (uint16_t*)c.wr(c.lmem, LMEM, q.off, (int64_t)a_.s_q * nh * D * EL);
+    uint16_t* dst = (uint16_t*)c.wr(c.lmem, LMEM, q.off, sq() * nh * D * EL);
     const uint16_t* src = Cfg::FUSED ? (const uint16_t*)c.rd(chip_.l2, L2, q_l2_, 0) : a_.q;
     Core::Copy cq(c);
-    for (int s = 0; s < a_.s_q; ++s)
-      cq(dst + (int64_t)s * nh * D, src + (((int64_t)pc.seq * a_.s_q + s) * H + pc.h0) * D,
+    for (int s = 0; s < sq(); ++s)
+      cq(dst + (int64_t)s * nh * D, src + (((int64_t)pc.seq * sq() + s) * H + pc.h0) * D,
          (int64_t)nh * D * EL);
     const int64_t ev_q = c.dma(GDMA, Cfg::FUSED ? L2 : DDR, LMEM, cq, {dep_q});
     c.end_fill(q, step, ev_q);
@@ -380,7 +539,7 @@ class Mla {
   float* sm(Core& c) { return mx(c) + rows_; }
 
   void init_acc(Core& c, const Piece& pc, int64_t dep) {
-    const int rows = (pc.h1 - pc.h0) * (int)a_.s_q;
+    const int rows = (pc.h1 - pc.h0) * (int)sq();
     if (!dry_) {
       std::fill(acc(c), acc(c) + (int64_t)rows * DV, 0.f);
       std::fill(mx(c), mx(c) + rows, kNegInf);
@@ -391,13 +550,13 @@ class Mla {
 
   // BDC: online softmax over blocks of BKV keys of the tile in the LMEM slot.
   void compute(Core& c, Bufs& B, const Piece& pc, const Step& st, int64_t step, Scratch& sc) {
-    const int nh = pc.h1 - pc.h0, rows = nh * (int)a_.s_q;
+    const int nh = pc.h1 - pc.h0, rows = nh * (int)sq();
     const int64_t w_kv = c.wait(B.kv[step], step);
     const int64_t w_q = c.wait(B.q[step], step);
     // the planted early_buffer_swap reads the slot of the next step (the address check in
     // Core::rd sees a slot that is free or being filled)
     const int64_t rs = Cfg::FAULT == FAULT_EARLY_BUFFER_SWAP ? step + 1 : step;
-    const int64_t n = st.t1 - st.t0;
+    const int64_t n = st.nv;
     const uint8_t* kv = c.rd(c.lmem, LMEM, B.kv[rs].off, n * KVB);
     c.check_read(B.kv[step], step);
     c.check_read(B.q[step], step);
@@ -410,9 +569,11 @@ class Mla {
     for (int r = 0; r < rows; ++r) lim[r] = visible_limit(pc.seq, r / nh);
     int64_t last = kNone;
     bool first = true;
-    for (int64_t j0 = st.t0; j0 < st.t1; j0 += BKV) {
-      const int nb = (int)std::min<int64_t>(BKV, st.t1 - j0);
-      if (!dry_) block(c, kv + (j0 - st.t0) * KVB, nb, j0, rows, lim.data(), scl, ds, sc);
+    // the tile's keys in order (sparse: packed valid entries; causal is off, nothing masked)
+    const int64_t k0 = SPARSE ? 0 : st.t0, k1 = k0 + n;
+    for (int64_t j0 = k0; j0 < k1; j0 += BKV) {
+      const int nb = (int)std::min<int64_t>(BKV, k1 - j0);
+      if (!dry_) block(c, kv + (j0 - k0) * KVB, nb, j0, rows, lim.data(), scl, ds, sc);
       std::initializer_list<int64_t> deps = {w_kv, w_q};
       const std::initializer_list<int64_t> none{};
       if (QUANT)   // the block's 8-bit values into the cube's 16-bit tile
@@ -435,7 +596,7 @@ class Mla {
   // Vector operations the BDC spends turning nb tokens into 16-bit values: one conversion a
   // value (fp8_ds_mla: and one multiply by its tile's scale per latent value).
   static int64_t dequant_ops(int nb) {
-    return (int64_t)nb * (KVF == KV_DS_MLA ? 2 * DV + ROPE : D);
+    return (int64_t)nb * (KVF == KV_DS_MLA ? 2 * LAT + ROPE : D);
   }
 
   // One stored token -> its D values as the cube reads them (exact: an e4m3 value, times a
@@ -452,15 +613,15 @@ class Mla {
       for (int d = 0; d < D; ++d) out[d] = e4m3[row[d]] * twice;
       return;
     }
-    constexpr int TILES = DV / kDsTile;
+    constexpr int TILES = LAT / kDsTile;
     for (int t = 0; t < TILES; ++t) {
       const int from = Cfg::FAULT == FAULT_KV_SCALE_WRONG_TILE ? (t + 1) % TILES : t;
-      float s = f32_at(row + DV + 4 * from);
+      float s = f32_at(row + LAT + 4 * from);
       if (Cfg::FAULT == FAULT_KV_SCALE_TWICE) s *= s;
       for (int d = t * kDsTile; d < (t + 1) * kDsTile; ++d) out[d] = e4m3[row[d]] * s;
     }
-    const uint8_t* rope = row + DV + 4 * TILES;   // bf16, not quantized
-    for (int i = 0; i < ROPE; ++i) out[DV + i] = Bf16::to_f32(u16_at(rope + 2 * i));
+    const uint8_t* rope = row + LAT + 4 * TILES;   // bf16, not quantized
+    for (int i = 0; i < ROPE; ++i) out[LAT + i] = Bf16::to_f32(u16_at(rope + 2 * i));
   }
 
   void block(Core& c, const uint8_t* kv, int nb, int64_t j0, int rows, const int64_t* lim,
@@ -513,7 +674,7 @@ class Mla {
   // it after the next tile load).  A final row with nothing visible gets lse +inf (FlashMLA's
   // convention); a partial keeps -inf for the merge.
   int64_t finalize(Core& c, Bufs& B, const Piece& pc) {
-    const int nh = pc.h1 - pc.h0, rows = nh * (int)a_.s_q;
+    const int nh = pc.h1 - pc.h0, rows = nh * (int)sq();
     const int64_t o = B.outs++;
     Slot& s = B.out[o];
     const int64_t dep = c.begin_fill(s, o);
@@ -528,14 +689,19 @@ class Mla {
       const float ds = descale(c, pc.seq);   // fp8_e4m3: P (V_stored ds) = ds (P V_stored)
       for (int r = 0; r < rows; ++r) {
         const bool empty = L[r] == 0.f;
-        const float inv = empty ? 0.f : ds / L[r];
+        float inv = empty ? 0.f : ds / L[r];
         const float* src = O + (int64_t)r * DV;
+        lse[r] = !empty ? M[r] + std::log(L[r])
+                        : partial ? kNegInf : std::numeric_limits<float>::infinity();
+        if (SINKS && !partial) {   // a whole row: its sink now (a split one's after the merge)
+          const int h = pc.h0 + r % nh;
+          inv *= sink_factor(c, h, lse[r]);
+          lse[r] = sink_lse(c, h, lse[r]);
+        }
         if (partial)
           for (int d = 0; d < DV; ++d) dst[(int64_t)r * DV + d] = src[d] * inv;
         else
           for (int d = 0; d < DV; ++d) dst16[(int64_t)r * DV + d] = T::from_f32(src[d] * inv);
-        lse[r] = !empty ? M[r] + std::log(L[r])
-                        : partial ? kNegInf : std::numeric_limits<float>::infinity();
       }
     }
     const int64_t ev = c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows * DV, s.index, {dep});
@@ -548,7 +714,7 @@ class Mla {
   void store(Core& c, Slot& s, int64_t o, int seq, int h0, int h1, int part) {
     const int64_t ready = c.wait(s, o);
     c.check_read(s, o);
-    const int nh = h1 - h0, rows = nh * (int)a_.s_q;
+    const int nh = h1 - h0, rows = nh * (int)sq();
     int64_t ev;
     if (part >= 0) {
       Core::Copy cp(c);
@@ -560,12 +726,12 @@ class Mla {
       const float* lse = (const float*)src + (int64_t)rows * DV;
       uint16_t* dst = Cfg::FUSED ? (uint16_t*)chip_.l2.at(o_l2_) : a_.out;
       Core::Copy co(c), cl(c);
-      for (int q = 0; q < a_.s_q; ++q)
-        co(dst + (((int64_t)seq * a_.s_q + q) * H + h0) * DV, src + (int64_t)q * nh * DV,
+      for (int q = 0; q < sq(); ++q)
+        co(dst + (((int64_t)seq * sq() + q) * H + h0) * DV, src + (int64_t)q * nh * DV,
            (int64_t)nh * DV * EL);
       for (int r = 0; r < rows; ++r) {
         const int q = r / nh, h = h0 + r % nh;
-        cl(a_.lse + ((int64_t)seq * H + h) * a_.s_q + q, lse + r, 4);
+        cl(a_.lse + lse_at(seq, q, h), lse + r, 4);
       }
       c.dma(GDMA, LMEM, Cfg::FUSED ? L2 : DDR, co, {ready});
       ev = c.dma(GDMA, LMEM, DDR, cl, {});
@@ -581,7 +747,9 @@ class Mla {
     c.make_ring(B.mrg, "LMEM merge slot", 2, part_bytes());
     c.make_ring(B.out, "LMEM out slot", 1, part_bytes());
     B.work = c.lmem.alloc((int64_t)rows_ * (DV + 2) * 4, "the merge accumulator");
+    if (SINKS) sink_off_[c.id] = c.lmem.alloc((int64_t)H * 4, "the sinks");
     c.lmem.commit();
+    int64_t sink_ev = plan_.merge_per_core[c.id].empty() ? kNone : load_sinks(c);
     for (int seq : plan_.merge_per_core[c.id]) {
       const auto& parts = plan_.parts_of_seq[seq];
       const int64_t base = B.mrgs;
@@ -619,11 +787,19 @@ class Mla {
       uint16_t* dst16 = (uint16_t*)c.wr(c.lmem, LMEM, s.off, s.bytes);
       if (!dry_) {
         float* lse = (float*)dst16 + (int64_t)rows_ * DV;
-        from_f32<T>(O, dst16, (int64_t)rows_ * DV);
-        for (int r = 0; r < rows_; ++r)
+        for (int r = 0; r < rows_; ++r) {
           lse[r] = Lse[r] == kNegInf ? std::numeric_limits<float>::infinity() : Lse[r];
+          if (SINKS) {   // the row's sink, on the merged output
+            const int h = r % H;
+            const float f = sink_factor(c, h, lse[r]);
+            for (int d = 0; d < DV; ++d) O[(int64_t)r * DV + d] *= f;
+            lse[r] = sink_lse(c, h, lse[r]);
+          }
+        }
+        from_f32<T>(O, dst16, (int64_t)rows_ * DV);
       }
-      c.end_fill(s, o, c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows_ * DV, s.index, {dep}));
+      c.end_fill(s, o, c.emit(BDC, OP_VECTOR, LMEM, LMEM, 0, 0, 0, 0, (int64_t)rows_ * DV, s.index, {dep, sink_ev}));
+      sink_ev = kNone;
       store(c, s, o, seq, 0, H, -1);
     }
   }

@@ -1,0 +1,104 @@
+"""The SC11 kernel's token-sparse inputs: checks with clear messages, and the C ABI's
+arguments (templates/sc11/runtime/abi.h, the sparse fields).
+
+A sparse SC11 variant reads SparseInputs (mlagen.problem): q, the main pool (k_cache in the
+schedule's page_size and kv_format, indices [b, s_q, topk], topk_length) and, with
+extra_topk, a second pool in its own page size; sinks [h] fp32 when the schedule has them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ... import kvformat
+from ...errors import InputError
+from ...problem import TORCH_DTYPES, SparseInputs
+from ...schedule.records import Schedule
+
+
+def validate_sparse(s: Schedule, inp: SparseInputs) -> None:
+    """Raise InputError (naming the variant) for what the kernel cannot run on."""
+    p = s.problem
+    h = s.heads_per_device
+    dt = TORCH_DTYPES[p.dtype]
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise InputError(f"{s.variant_name()}: {msg}")
+
+    def tensor(name: str, t, shape: tuple, dtypes) -> None:
+        dtypes = dtypes if isinstance(dtypes, tuple) else (dtypes,)
+        need(isinstance(t, torch.Tensor), f"{name} must be a tensor")
+        need(t.device.type == "cpu", f"{name} is on {t.device}; the emulator runs on the CPU")
+        need(t.dtype in dtypes, f"{name} has dtype {t.dtype}; expected "
+                                f"{' or '.join(str(d) for d in dtypes)}")
+        need(tuple(t.shape) == shape, f"{name} has shape {tuple(t.shape)}; expected {shape}")
+
+    q = inp.q
+    need(isinstance(q, torch.Tensor) and q.dim() == 4,
+         f"q must be [batch, s_q, {h}, {p.d}]")
+    b, s_q = q.shape[0], q.shape[1]
+    need(b >= 1, "batch must be >= 1")
+    need(1 <= s_q <= p.max_s_q, f"s_q = {s_q} must be between 1 and max_s_q = {p.max_s_q}")
+    tensor("q", q, (b, s_q, h, p.d), dt)
+    need(inp.dv == p.dv, f"dv = {inp.dv}; the schedule's V width is {p.dv}")
+    need(inp.softmax_scale is not None and inp.softmax_scale > 0
+         and math.isfinite(inp.softmax_scale), "softmax_scale must be a finite number > 0")
+    want = 2 if p.extra_topk else 1
+    need(len(inp.pools) == want, f"{len(inp.pools)} pools given; the schedule has {want} "
+                                 f"(extra_topk = {p.extra_topk})")
+    specs = [("pool 0", p.page_size, p.kv, p.topk)]
+    if p.extra_topk:
+        specs.append(("pool 1 (extra)", p.extra_page_size or p.page_size, p.extra_kv,
+                      p.extra_topk))
+    for pool, (name, page, fmt_name, topk) in zip(inp.pools, specs):
+        fmt = kvformat.get(fmt_name)
+        width = fmt.width(p.kv_lora_rank, p.rope_dim)
+        kc = pool.k_cache
+        need(isinstance(kc, torch.Tensor) and kc.dim() == 4,
+             f"{name}: k_cache must be [blocks, {page}, 1, {width}]")
+        need(pool.kv_format in (None, "", fmt_name),
+             f"{name}: its cache is {pool.kv_format}; the schedule says {fmt_name}")
+        tensor(f"{name} k_cache", kc, (kc.shape[0], page, 1, width),
+               (kvformat.FP8, torch.uint8) if fmt.quantized else dt)
+        need(pool.k_descale is None, f"{name}: k_descale is for fp8_e4m3 caches")
+        tensor(f"{name} indices", pool.indices, (b, s_q, topk), torch.int32)
+        cap = kc.shape[0] * page
+        if pool.indices.numel():
+            top = int(pool.indices.max())
+            need(top < cap, f"{name}: indices name slot {top}; the cache holds {cap} "
+                            f"({kc.shape[0]} pages of {page})")
+        tl = pool.topk_length
+        if tl is not None:
+            tensor(f"{name} topk_length", tl, (b,), torch.int32)
+            need(int(tl.min()) >= 0, f"{name}: topk_length must be >= 0, got {int(tl.min())}")
+    if p.sinks:
+        need(inp.attn_sink is not None, "the schedule has sinks: attn_sink [heads] is needed")
+        tensor("attn_sink", inp.attn_sink, (h,), torch.float32)
+    else:
+        need(inp.attn_sink is None, "attn_sink given but the schedule has sinks = false")
+
+
+def sparse_args(args_type, inp: SparseInputs, c, out, lse, scheme_id: int,
+                threads) -> object:
+    """The C ABI's argument record of a sparse run; c(t) keeps a contiguous copy alive and
+    returns its address."""
+    main = inp.pools[0]
+    extra = inp.pools[1] if len(inp.pools) > 1 else None
+    b, s_q = inp.q.shape[:2]
+    ptr = lambda t: None if t is None else t.data_ptr()   # noqa: E731
+    return args_type(
+        batch=b, s_q=s_q, num_blocks=main.k_cache.shape[0], max_blocks=0, scheme=scheme_id,
+        causal=0, threads=int(threads or 0), scale=float(inp.softmax_scale),
+        rope_rows=0, rope_layout=0, rope_cos=None, rope_sin=None,
+        q=c(inp.q), q_lora=None, w_uq=None, w_uk=None, w_uv=None,
+        k_cache=c(main.k_cache), block_table=None, seqlens=None,
+        out=ptr(out), lse=ptr(lse), k_descale=None, descale_n=0,
+        indices=c(main.indices), topk_length=c(main.topk_length),
+        extra_k_cache=c(extra.k_cache) if extra else None,
+        extra_indices=c(extra.indices) if extra else None,
+        extra_topk_length=c(extra.topk_length) if extra else None,
+        extra_num_blocks=extra.k_cache.shape[0] if extra else 0,
+        attn_sink=c(inp.attn_sink))
