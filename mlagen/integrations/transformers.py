@@ -67,7 +67,7 @@ from ..parallel import all_reduce_sum, head_range, world
 from ..problem import FusedWeights
 from ..rope import RopeConfig, deinterleave_perm, rotate
 from .latent import LatentDecoder, default_target
-from .sparse import SparseLatentDecoder, visible_slots
+from .sparse import SparseLatentDecoder, sparse_schedules, visible_slots
 from .transformers_pools import PooledAttention
 
 try:
@@ -323,7 +323,9 @@ class MlagenAttention(nn.Module):
         self.indexer = getattr(attn, "indexer", None)
         if self.indexer is not None:
             self.decoder = SparseLatentDecoder(weights, self.softmax_scale, target=target,
-                                               max_s_q=max_s_q, dtype=dtype)
+                                               max_s_q=max_s_q, dtype=dtype,
+                                               page_size=page_size,
+                                               topk=int(self.indexer.index_topk))
         else:
             self.decoder = LatentDecoder(weights, self.softmax_scale, target=target,
                                          page_size=page_size, max_s_q=max_s_q,
@@ -450,18 +452,21 @@ def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 6
 
 def _enable_pooled(model: nn.Module, cfg, target: Optional[str]) -> nn.Module:
     """A window + compressed-pool model (DeepseekV4): its attention runs mlagen's two-pool
-    token-sparse operator in torch (on the model's device); no kernel kind takes it yet."""
-    if target not in (None, "torch"):
+    token-sparse operator, decode steps on a target that generates sparse kernels from
+    schedules, the rest in torch (on the model's device)."""
+    device = next(model.parameters()).device
+    target = target or default_target(device)
+    if target != "torch" and not sparse_schedules(target):
         raise InputError(f"a {cfg.model_type} model's attention (a window and compressed "
-                         f"pools, d_qk {cfg.head_dim}) runs on target 'torch'; no kernel of "
-                         f"target {target!r} takes it yet")
+                         f"pools, d_qk {cfg.head_dim}) runs on target 'torch' or one that "
+                         f"generates sparse kernels; {target!r} does not")
     if getattr(cfg, "num_key_value_heads", 1) != 1:
         raise InputError("a pooled model has one shared KV head (num_key_value_heads 1)")
     for parent in model.modules():
         for name, child in list(parent.named_children()):
             if name == "self_attn" and hasattr(child, "sinks") and hasattr(child, "kv_proj") \
                     and not isinstance(child, PooledAttention):
-                setattr(parent, name, PooledAttention(child, cfg))
+                setattr(parent, name, PooledAttention(child, cfg, target=target))
     return model
 
 
