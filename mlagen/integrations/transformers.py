@@ -454,8 +454,9 @@ def _enable_pooled(model: nn.Module, cfg, target: Optional[str]) -> nn.Module:
     """A window + compressed-pool model (DeepseekV4): its attention runs mlagen's two-pool
     token-sparse operator, decode steps on a target that generates sparse kernels from
     schedules, the rest in torch (on the model's device)."""
-    device = next(model.parameters()).device
-    target = target or default_target(device)
+    if target is None:
+        default = default_target(next(model.parameters()).device)
+        target = default if sparse_schedules(default) else "torch"
     if target != "torch" and not sparse_schedules(target):
         raise InputError(f"a {cfg.model_type} model's attention (a window and compressed "
                          f"pools, d_qk {cfg.head_dim}) runs on target 'torch' or one that "
