@@ -90,15 +90,19 @@ class ScheduleRunner:
         self.fixed = dict(tp=1, fused=False, causal=False, attention="sparse", **fixed)
         self.runners: dict = {}
 
+    def schedule(self, **knobs):
+        """The checked schedule of these call knobs (ScheduleError if the target cannot)."""
+        from ..schedule import Schedule
+
+        return Schedule.build(name="integration_sparse", target=self.target, **self.fixed,
+                              **knobs)
+
     def __call__(self, inputs: SparseInputs, **knobs) -> torch.Tensor:
         from .. import runner
-        from ..schedule import Schedule
 
         key = tuple(sorted(knobs.items()))
         if key not in self.runners:
-            self.runners[key] = runner(Schedule.build(name="integration_sparse",
-                                                      target=self.target,
-                                                      **self.fixed, **knobs))
+            self.runners[key] = runner(self.schedule(**knobs))
         return self.runners[key](inputs).out
 
 

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from .. import reference
-from ..errors import InputError
+from ..errors import InputError, MlagenError
 from ..problem import SparseInputs, SparsePool
 from .sparse import DTYPE_NAMES, ScheduleRunner, compact, pad_topk, sparse_schedules
 
@@ -76,6 +76,12 @@ class PooledAttention(nn.Module):
                 dtype=DTYPE_NAMES[attn.kv_proj.weight.dtype],
                 kv_lora_rank=d - int(config.qk_rope_head_dim),
                 rope_dim=int(config.qk_rope_head_dim), v_dim=d, max_s_q=1, sinks=True)
+            try:        # the target takes this shape with both pools, or enable() says why
+                self.runner.schedule(topk=int(config.sliding_window), extra_topk=8,
+                                     extra_page_size=extra_page_size)
+            except MlagenError as e:
+                raise InputError(f"target {target!r} cannot run this model's two-pool "
+                                 f"attention: {e}") from None
         self.target = target if self.runner is not None else "torch"
         # the model's own rotary helper (partial RoPE on the trailing dims, interleaved)
         self._rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb
