@@ -1,6 +1,7 @@
 """mlagen inside a transformers DeepseekV4 model: its projections, compressor, indexer and
 cache stay transformers'; mlagen's two-pool token-sparse operator (mlagen.reference's
-sparse_attention) attends to the sliding window (main pool) and the compressed entries
+sparse_attention, target "torch"; SC11's generated two-pool kernel for decode steps, the
+default on CPU) attends to the sliding window (main pool) and the compressed entries
 (extra pool: the CSA indexer's picks, the HCA causal ones) in one softmax with the layer's
 sinks.  Greedy tokens equal transformers' eager attention; the logits within 3% of max
 |logit| (measured 0.6%: eager rounds scores and its softmax to bf16, mlagen works in fp32).

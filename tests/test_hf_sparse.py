@@ -1,6 +1,7 @@
 """mlagen inside a transformers DeepseekV32 model (DeepSeek-V3.2's DSA): the model's Lightning
 Indexer (in torch) picks each query's top-k columns, mlagen attends to those keys of the
-paged latent cache (bf16 or fp8_ds_mla pages) with the token-sparse operator; greedy tokens
+paged latent cache (bf16 or fp8_ds_mla pages) with the token-sparse operator (target "torch",
+and SC11's generated sparse kernel for decode steps, the default on CPU); greedy tokens
 equal transformers' eager attention.  index_topk is 8 and the prompts 5..12 tokens (plus 12
 new), so the indexer chooses at most steps and the short rows see all their tokens early.
 

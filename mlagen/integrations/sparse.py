@@ -12,9 +12,11 @@ SparseLatentDecoder absorbs the query (mlagen.reference.absorb_query: q_nope @ W
 of q_pe), attends on the latent cache's named slots (V = the first kv_lora_rank values of
 each key) and projects the latent output with W_UV.  A target whose backend offers the
 FlashMLA-compatible call (``flash_mla_with_kvcache(..., indices=)``, FlashMLA's interface at
-9241ae3) runs decode steps (s_q <= max_s_q) through it; every other step, and every step of
-the "torch" target, runs mlagen.reference.sparse_attention in fp32 (the one sparse
-reference: invalid and repeated entries, topk_length, sinks, two pools).
+9241ae3) runs decode steps (s_q <= max_s_q) through it; a target that generates sparse
+kernels from schedules (its backend's ``attentions`` has "sparse": the emulated card) runs them through
+ScheduleRunner (one schedule a topk and format, compiled on first use); every other step,
+and every step of the "torch" target, runs mlagen.reference.sparse_attention in fp32 (the
+one sparse reference: invalid and repeated entries, topk_length, sinks, two pools).
 """
 
 from __future__ import annotations

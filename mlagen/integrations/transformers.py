@@ -46,8 +46,10 @@ when the query sees fewer than index_topk.  transformers' eager attention attend
 picked columns its mask keeps (causal within the step, no pads), so mlagen does the same:
 mlagen.integrations.sparse.visible_slots turns each picked column the mask shows into its
 cache slot (page * page_size + offset, -1 otherwise) and SparseLatentDecoder attends there
-(mlagen.reference.sparse_attention on CPU and for prefill; decode steps of a target with
-FlashMLA's sparse call, flash_mla_with_kvcache(..., indices=), through it).
+(decode steps: a target with FlashMLA's sparse call, flash_mla_with_kvcache(..., indices=),
+through it; a target that generates sparse kernels from schedules (the emulated card on CPU) through a
+schedule of attention = "sparse", topk = index_topk and the cache's page size and format;
+prefill, fp8_e4m3 pages and target "torch": mlagen.reference.sparse_attention).
 
 DeepseekV4 (a window and compressed pools, one shared 512-wide KV head, sinks):
 mlagen.integrations.transformers_pools.PooledAttention; enable() switches it, generate()
@@ -428,7 +430,8 @@ class MlagenAttention(nn.Module):
 def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 64,
            max_s_q: int = 1, group=None, knobs: Optional[dict] = None) -> nn.Module:
     """Switch every attention layer of a DeepseekV3 / DeepseekV2 / DeepseekV32 model to mlagen,
-    in place (a DeepseekV4 model: PooledAttention, target "torch" only).
+    in place (a DeepseekV4 model: PooledAttention; its decode steps on a target that generates
+    its two-pool kernel, the emulated card on CPU, else in torch).
 
     target: a target kind (mlagen.backends.kinds(): the emulated card takes CPU tensors, the
     GPU kind CUDA ones) or "torch"; default: the kind of the model's device.  Under torch.distributed (world size tp) each rank takes its heads.
@@ -454,7 +457,8 @@ def _enable_pooled(model: nn.Module, cfg, target: Optional[str]) -> nn.Module:
     """A window + compressed-pool model (DeepseekV4): its attention runs mlagen's two-pool
     token-sparse operator, decode steps on a target that generates sparse kernels from
     schedules, the rest in torch (on the model's device)."""
-    if target is None:
+    chosen = target is None
+    if chosen:
         default = default_target(next(model.parameters()).device)
         target = default if sparse_schedules(default) else "torch"
     if target != "torch" and not sparse_schedules(target):
@@ -467,7 +471,15 @@ def _enable_pooled(model: nn.Module, cfg, target: Optional[str]) -> nn.Module:
         for name, child in list(parent.named_children()):
             if name == "self_attn" and hasattr(child, "sinks") and hasattr(child, "kv_proj") \
                     and not isinstance(child, PooledAttention):
-                setattr(parent, name, PooledAttention(child, cfg, target=target))
+                try:
+                    attn = PooledAttention(child, cfg, target=target)
+                except InputError:
+                    if not chosen:
+                        raise
+                    # the device's kind makes sparse kernels but not this shape: torch
+                    target = "torch"
+                    attn = PooledAttention(child, cfg, target=target)
+                setattr(parent, name, attn)
     return model
 
 

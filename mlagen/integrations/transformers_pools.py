@@ -18,8 +18,14 @@ transformers' own (generate()'s DynamicCache with its V4 layers); mlagen owns th
                 (the CSA indexer's picks, the HCA causal ones)
     attn_sink   the layer's sinks
 
-all in one softmax, V = the whole key (dv = head_dim).  Each pool's entries are packed valid
-first (mlagen.integrations.sparse.compact), so its topk is what the step really attends to.
+all in one softmax, V = the whole key (dv = head_dim: transformers rotates the output's RoPE
+dims back, so they are values too).  Each pool's entries are packed valid first
+(mlagen.integrations.sparse.compact), so its topk is what the step really attends to.  The
+pools are paged (page_size, extra_page_size) as a kernel takes them: decode steps on a
+target that generates sparse kernels (the emulated card) run its two-pool kernel (a schedule with
+kv_lora_rank = head_dim - rope, v_dim = head_dim, sinks; topk = sliding_window, extra_topk
+the compressed pool's count rounded up to 8); the prefill and target "torch" run
+mlagen.reference.sparse_attention.
 """
 
 from __future__ import annotations
