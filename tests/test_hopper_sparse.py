@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from mlagen.errors import InputError, ScheduleError
+from mlagen.errors import ExperimentalPathError, InputError, MlagenError, ScheduleError
 from mlagen.schedule.records import Schedule
 from mlagen.schedule.rules import check
 
@@ -85,8 +85,21 @@ def test_argument_checks(over, words):
     assert words in str(e.value)
 
 
-def test_cpu_tensors_are_refused_after_the_shape_checks():
+def test_cpu_tensors_are_refused_after_the_shape_checks(monkeypatch):
+    monkeypatch.setenv(sparse.ENABLE_VAR, "1")
     with pytest.raises(InputError, match="CUDA"):
+        api.flash_mla_with_kvcache(**_args())
+
+
+def test_the_experimental_kernel_is_off_unless_switched_on(monkeypatch):
+    """Well-formed inputs are refused before launch, in one line naming the switch, until the
+    kernel's known out-of-bounds read is fixed; a malformed switch is named too."""
+    monkeypatch.delenv(sparse.ENABLE_VAR, raising=False)
+    with pytest.raises(ExperimentalPathError) as e:
+        api.flash_mla_with_kvcache(**_args())
+    assert f"set {sparse.ENABLE_VAR}=1" in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setenv(sparse.ENABLE_VAR, "yes")
+    with pytest.raises(MlagenError, match=f"{sparse.ENABLE_VAR}: .*must be 0"):
         api.flash_mla_with_kvcache(**_args())
 
 
