@@ -1,6 +1,7 @@
 """mlagen inside a transformers DeepseekV4 model: its projections, compressor, indexer and
 cache stay transformers'; mlagen's two-pool token-sparse operator (mlagen.reference's
-sparse_attention) attends to the sliding window (main pool) and the compressed entries
+sparse_attention, target "torch"; SC11's generated two-pool kernel for decode steps, the
+default on CPU) attends to the sliding window (main pool) and the compressed entries
 (extra pool: the CSA indexer's picks, the HCA causal ones) in one softmax with the layer's
 sinks.  Greedy tokens equal transformers' eager attention; the logits within 3% of max
 |logit| (measured 0.6%: eager rounds scores and its softmax to bf16, mlagen works in fp32).
@@ -41,7 +42,7 @@ def runs():
     model = tiny_v4_model()
     ids, mask = prompts()
     want = _generate(model, ids, mask)
-    m = enable(copy.deepcopy(model))
+    m = enable(copy.deepcopy(model), target="torch")
     return model, m, ids, mask, want
 
 
@@ -53,13 +54,14 @@ def test_pooled_generation_matches_eager(runs):
     assert _logit_error(want, got) <= LOGIT_RTOL
     # the last step: the window's 8 of 17..24 tokens; CSA: 2 of its 5 entries (its indexer
     # chose); HCA: its 2 causal entries; the sliding-only layer has no extra pool
+    assert {layer.self_attn.last["path"] for layer in m.model.layers} == {"torch"}
     window, csa, hca = (layer.self_attn.last["pools"] for layer in m.model.layers)
     assert len(window) == 1 and len(csa) == len(hca) == 2
     for p in (window[0], csa[0], hca[0]):
         assert (p.indices >= 0).sum(-1).flatten().tolist() == [8, 8, 8]
-    assert csa[1].k_cache.shape[0:2] == (3, 5)
+    assert csa[1].k_cache.shape[0:2] == (3, 8)           # 5 entries, pages of 8
     assert (csa[1].indices >= 0).sum(-1).flatten().tolist() == [2, 2, 2]
-    assert hca[1].k_cache.shape[0:2] == (3, 2)
+    assert hca[1].k_cache.shape[0:2] == (3, 8)
     assert (hca[1].indices >= 0).sum(-1).flatten().tolist() == [2, 2, 2]
     assert (mask.sum(1) + NEW - 1 > 8).all()
 
@@ -85,12 +87,12 @@ def test_pool_faults_are_caught(runs, fault, monkeypatch):
             ps = ps[:1]
         return orig_attn(q, ps, **kw)
 
-    def pool(keys, visible, kind):
+    def pool(keys, visible, kind, page):
         if fault == "window_off_by_one" and kind == "window":
             visible = torch.roll(visible, 1, dims=-1)
         if fault == "compressed_bias_ignored" and kind == "compressed":
             visible = torch.ones_like(visible)
-        return orig_pool(keys, visible, kind)
+        return orig_pool(keys, visible, kind, page)
 
     monkeypatch.setattr(pools.reference, "sparse_attention", attn)
     monkeypatch.setattr(pools, "_pool", pool)
@@ -99,11 +101,23 @@ def test_pool_faults_are_caught(runs, fault, monkeypatch):
     assert ((la - torch.stack(got.logits).float()).abs().max() / la.abs().max()).item() > 0.05
 
 
+def test_pooled_generation_on_sc11_matches_eager(runs):
+    """The default target on CPU: decode steps through SC11's generated two-pool kernel
+    (d_qk 512 = 448 + 64 RoPE, V the whole key, sinks; the window's topk the sliding window,
+    the compressed pool's rounded up to 8), the prefill in torch."""
+    model, _, ids, mask, want = runs
+    m = enable(copy.deepcopy(model))
+    got = _generate(m, ids, mask)
+    assert {layer.self_attn.last["path"] for layer in m.model.layers} == {"schedule"}
+    assert torch.equal(got.sequences, want.sequences)
+    assert _logit_error(want, got) <= LOGIT_RTOL
+
+
 def test_pooled_model_refusals(runs):
     model, m, ids, mask, _ = runs
     with pytest.raises(InputError, match="keeps transformers' own cache"):
         PagedLatentCache(m, 3, 64)
     with pytest.raises(InputError, match="runs on target 'torch'"):
-        enable(copy.deepcopy(model), target="sc11")
+        enable(copy.deepcopy(model), target="no-such-kind")
     back = disable(copy.deepcopy(m))
     assert not any(isinstance(x, pools.PooledAttention) for x in back.modules())

@@ -1,6 +1,7 @@
 """mlagen inside a transformers DeepseekV32 model (DeepSeek-V3.2's DSA): the model's Lightning
 Indexer (in torch) picks each query's top-k columns, mlagen attends to those keys of the
-paged latent cache (bf16 or fp8_ds_mla pages) with the token-sparse operator; greedy tokens
+paged latent cache (bf16 or fp8_ds_mla pages) with the token-sparse operator (target "torch",
+and SC11's generated sparse kernel for decode steps, the default on CPU); greedy tokens
 equal transformers' eager attention.  index_topk is 8 and the prompts 5..12 tokens (plus 12
 new), so the indexer chooses at most steps and the short rows see all their tokens early.
 
@@ -74,7 +75,7 @@ def eager():
 
 @pytest.fixture(scope="module")
 def switched(eager):
-    return enable(copy.deepcopy(eager[0]), page_size=PAGE)
+    return enable(copy.deepcopy(eager[0]), target="torch", page_size=PAGE)
 
 
 @pytest.mark.parametrize("kv", [None, "fp8_ds_mla"], ids=["bf16", "fp8_ds_mla"])
@@ -112,7 +113,25 @@ def one_layer():
     model = tiny_v32_model(topk=TOPK, layers=1)
     ids, mask = prompts()
     want, _ = _generate(model, ids, mask)
-    return enable(copy.deepcopy(model), page_size=PAGE), ids, mask, want
+    return enable(copy.deepcopy(model), target="torch", page_size=PAGE), ids, mask, want
+
+
+@pytest.mark.parametrize("kv", [None, "fp8_ds_mla"], ids=["bf16", "fp8_ds_mla"])
+def test_sparse_generation_on_sc11_matches_eager(eager, kv):
+    """The default target on CPU: decode steps through SC11's generated sparse kernel (a
+    schedule of attention = "sparse", topk = index_topk, the cache's page size and format),
+    the prefill through the torch operator."""
+    model, ids, mask, (want, want_picks) = eager
+    m = enable(copy.deepcopy(model), page_size=PAGE)
+    dec = m.model.layers[0].self_attn.decoder
+    assert dec.target == "sc11"
+    got, got_picks = _generate(m, ids, mask, PagedLatentCache(m, 3, 64, PAGE, kv_format=kv))
+    assert dec.last["path"] == "schedule"
+    assert torch.equal(got.sequences, want.sequences)
+    if kv is None:
+        agree = _agreeing_steps(want_picks, got_picks, model.config.num_hidden_layers)
+        errors = _logit_errors(want, got)
+        assert max(e for e, ok in zip(errors, agree) if ok) <= LOGIT_RTOL
 
 
 def test_one_layer_logits_match_eager_bf16_and_fp8(one_layer):

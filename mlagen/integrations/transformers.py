@@ -46,8 +46,10 @@ when the query sees fewer than index_topk.  transformers' eager attention attend
 picked columns its mask keeps (causal within the step, no pads), so mlagen does the same:
 mlagen.integrations.sparse.visible_slots turns each picked column the mask shows into its
 cache slot (page * page_size + offset, -1 otherwise) and SparseLatentDecoder attends there
-(mlagen.reference.sparse_attention on CPU and for prefill; decode steps of a target with
-FlashMLA's sparse call, flash_mla_with_kvcache(..., indices=), through it).
+(decode steps: a target with FlashMLA's sparse call, flash_mla_with_kvcache(..., indices=),
+through it; a target that generates sparse kernels from schedules (the emulated card on CPU) through a
+schedule of attention = "sparse", topk = index_topk and the cache's page size and format;
+prefill, fp8_e4m3 pages and target "torch": mlagen.reference.sparse_attention).
 
 DeepseekV4 (a window and compressed pools, one shared 512-wide KV head, sinks):
 mlagen.integrations.transformers_pools.PooledAttention; enable() switches it, generate()
@@ -67,7 +69,7 @@ from ..parallel import all_reduce_sum, head_range, world
 from ..problem import FusedWeights
 from ..rope import RopeConfig, deinterleave_perm, rotate
 from .latent import LatentDecoder, default_target
-from .sparse import SparseLatentDecoder, visible_slots
+from .sparse import SparseLatentDecoder, sparse_schedules, visible_slots
 from .transformers_pools import PooledAttention
 
 try:
@@ -323,7 +325,9 @@ class MlagenAttention(nn.Module):
         self.indexer = getattr(attn, "indexer", None)
         if self.indexer is not None:
             self.decoder = SparseLatentDecoder(weights, self.softmax_scale, target=target,
-                                               max_s_q=max_s_q, dtype=dtype)
+                                               max_s_q=max_s_q, dtype=dtype,
+                                               page_size=page_size,
+                                               topk=int(self.indexer.index_topk))
         else:
             self.decoder = LatentDecoder(weights, self.softmax_scale, target=target,
                                          page_size=page_size, max_s_q=max_s_q,
@@ -426,7 +430,8 @@ class MlagenAttention(nn.Module):
 def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 64,
            max_s_q: int = 1, group=None, knobs: Optional[dict] = None) -> nn.Module:
     """Switch every attention layer of a DeepseekV3 / DeepseekV2 / DeepseekV32 model to mlagen,
-    in place (a DeepseekV4 model: PooledAttention, target "torch" only).
+    in place (a DeepseekV4 model: PooledAttention; its decode steps on a target that generates
+    its two-pool kernel, the emulated card on CPU, else in torch).
 
     target: a target kind (mlagen.backends.kinds(): the emulated card takes CPU tensors, the
     GPU kind CUDA ones) or "torch"; default: the kind of the model's device.  Under torch.distributed (world size tp) each rank takes its heads.
@@ -450,18 +455,31 @@ def enable(model: nn.Module, target: Optional[str] = None, *, page_size: int = 6
 
 def _enable_pooled(model: nn.Module, cfg, target: Optional[str]) -> nn.Module:
     """A window + compressed-pool model (DeepseekV4): its attention runs mlagen's two-pool
-    token-sparse operator in torch (on the model's device); no kernel kind takes it yet."""
-    if target not in (None, "torch"):
+    token-sparse operator, decode steps on a target that generates sparse kernels from
+    schedules, the rest in torch (on the model's device)."""
+    chosen = target is None
+    if chosen:
+        default = default_target(next(model.parameters()).device)
+        target = default if sparse_schedules(default) else "torch"
+    if target != "torch" and not sparse_schedules(target):
         raise InputError(f"a {cfg.model_type} model's attention (a window and compressed "
-                         f"pools, d_qk {cfg.head_dim}) runs on target 'torch'; no kernel of "
-                         f"target {target!r} takes it yet")
+                         f"pools, d_qk {cfg.head_dim}) runs on target 'torch' or one that "
+                         f"generates sparse kernels; {target!r} does not")
     if getattr(cfg, "num_key_value_heads", 1) != 1:
         raise InputError("a pooled model has one shared KV head (num_key_value_heads 1)")
     for parent in model.modules():
         for name, child in list(parent.named_children()):
             if name == "self_attn" and hasattr(child, "sinks") and hasattr(child, "kv_proj") \
                     and not isinstance(child, PooledAttention):
-                setattr(parent, name, PooledAttention(child, cfg))
+                try:
+                    attn = PooledAttention(child, cfg, target=target)
+                except InputError:
+                    if not chosen:
+                        raise
+                    # the device's kind makes sparse kernels but not this shape: torch
+                    target = "torch"
+                    attn = PooledAttention(child, cfg, target=target)
+                setattr(parent, name, attn)
     return model
 
 

@@ -18,8 +18,14 @@ transformers' own (generate()'s DynamicCache with its V4 layers); mlagen owns th
                 (the CSA indexer's picks, the HCA causal ones)
     attn_sink   the layer's sinks
 
-all in one softmax, V = the whole key (dv = head_dim).  Each pool's entries are packed valid
-first (mlagen.integrations.sparse.compact), so its topk is what the step really attends to.
+all in one softmax, V = the whole key (dv = head_dim: transformers rotates the output's RoPE
+dims back, so they are values too).  Each pool's entries are packed valid first
+(mlagen.integrations.sparse.compact), so its topk is what the step really attends to.  The
+pools are paged (page_size, extra_page_size) as a kernel takes them: decode steps on a
+target that generates sparse kernels (the emulated card) run its two-pool kernel (a schedule with
+kv_lora_rank = head_dim - rope, v_dim = head_dim, sinks; topk = sliding_window, extra_topk
+the compressed pool's count rounded up to 8); the prefill and target "torch" run
+mlagen.reference.sparse_attention.
 """
 
 from __future__ import annotations
@@ -31,9 +37,9 @@ import torch
 from torch import nn
 
 from .. import reference
-from ..errors import InputError
-from ..problem import SparsePool
-from .sparse import compact
+from ..errors import InputError, MlagenError
+from ..problem import SparseInputs, SparsePool
+from .sparse import DTYPE_NAMES, ScheduleRunner, compact, pad_topk, sparse_schedules
 
 
 def _visible(mask: Optional[torch.Tensor], shape) -> torch.Tensor:
@@ -45,23 +51,44 @@ def _visible(mask: Optional[torch.Tensor], shape) -> torch.Tensor:
     return mask > torch.finfo(mask.dtype).min / 2
 
 
-def _pool(keys: torch.Tensor, visible: torch.Tensor, kind: str) -> SparsePool:
-    """keys [b, n, d] of each row as one page of n slots; query (i, s) names the visible.
-    kind: "window" or "compressed" (what the pool holds)."""
-    b, n, _ = keys.shape
-    slot = (torch.arange(b, device=keys.device)[:, None, None] * n
+def _pool(keys: torch.Tensor, visible: torch.Tensor, kind: str, page: int) -> SparsePool:
+    """keys [b, n, d] as pages of `page` slots, each row's from its own page on (zero past
+    n); query (i, s) names the visible.  kind: "window" or "compressed" (what it holds)."""
+    b, n, d = keys.shape
+    rows = -(-n // page) * page
+    paged = keys.new_zeros((b, rows, d))
+    paged[:, :n] = keys
+    slot = (torch.arange(b, device=keys.device)[:, None, None] * rows
             + torch.arange(n, device=keys.device)[None, None, :])
     idx, _ = compact(torch.where(visible.to(keys.device), slot, -1))
-    return SparsePool(keys.unsqueeze(2).contiguous(), idx)
+    return SparsePool(paged.reshape(b * rows // page, page, 1, d), idx)
 
 
 class PooledAttention(nn.Module):
     """A DeepseekV4 attention layer (kept as .inner, with its weights) whose window and
     compressed pools are attended by mlagen in one softmax with the layer's sinks."""
 
-    def __init__(self, attn: nn.Module, config):
+    def __init__(self, attn: nn.Module, config, target: str = "torch", page_size: int = 16,
+                 extra_page_size: int = 8):
         super().__init__()
         self.inner, self.config, self.layer_idx = attn, config, attn.layer_idx
+        self.page_size, self.extra_page_size = page_size, extra_page_size
+        # decode steps through the target's generated two-pool kernel, if it makes them
+        self.runner = None
+        if sparse_schedules(target):
+            d = attn.head_dim
+            self.runner = ScheduleRunner(
+                target, heads=config.num_attention_heads, page_size=page_size,
+                dtype=DTYPE_NAMES[attn.kv_proj.weight.dtype],
+                kv_lora_rank=d - int(config.qk_rope_head_dim),
+                rope_dim=int(config.qk_rope_head_dim), v_dim=d, max_s_q=1, sinks=True)
+            try:        # the target takes this shape with both pools, or enable() says why
+                self.runner.schedule(topk=int(config.sliding_window), extra_topk=8,
+                                     extra_page_size=extra_page_size)
+            except MlagenError as e:
+                raise InputError(f"target {target!r} cannot run this model's two-pool "
+                                 f"attention: {e}") from None
+        self.target = target if self.runner is not None else "torch"
         # the model's own rotary helper (partial RoPE on the trailing dims, interleaved)
         self._rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb
         self.rope_dim = int(config.qk_rope_head_dim)
@@ -101,16 +128,36 @@ class PooledAttention(nn.Module):
             raise InputError(f"the attention mask has {mask.shape[-1]} key columns; the "
                              f"window holds {w}")
         pools = [_pool(window, _visible(None if mask is None else mask[:, 0], (b, s, w)),
-                       "window")]
+                       "window", self.page_size)]
         if compressed is not None and compressed.shape[1]:
             t = compressed.shape[1]
             # as transformers: no mask -> every entry; a mask without block bias -> every
             # entry (it pads the mask with 0); else the entries the bias keeps
             keep = None if mask is None or bias is None else bias[:, 0]
-            pools.append(_pool(compressed, _visible(keep, (b, s, t)), "compressed"))
+            pools.append(_pool(compressed, _visible(keep, (b, s, t)), "compressed",
+                               self.extra_page_size))
         sink = self.inner.sinks.detach().float()
+        if self.runner is not None and s == 1:
+            return self._kernel(q, pools, sink)
         out, lse = reference.sparse_attention(q.float(), pools, dv=d,
                                               softmax_scale=self.inner.scaling,
                                               attn_sink=sink, rope_dim=self.rope_dim)
-        self.last = dict(pools=pools, lse=lse)
+        self.last = dict(pools=pools, lse=lse, path="torch")
         return out
+
+    def _kernel(self, q: torch.Tensor, pools: list, sink: torch.Tensor) -> torch.Tensor:
+        """A decode step through the generated kernel: the window's topk is the sliding
+        window, the compressed pool's its entries' count rounded up to 8 (a schedule each)."""
+        d = q.shape[-1]
+        topk = int(self.config.sliding_window)
+        pools[0].indices = pad_topk(pools[0].indices, topk)
+        knobs = dict(topk=topk, extra_topk=0, extra_page_size=0)
+        if len(pools) > 1:
+            k = -(-pools[1].indices.shape[-1] // 8) * 8
+            pools[1].indices = pad_topk(pools[1].indices, k)
+            knobs.update(extra_topk=k, extra_page_size=self.extra_page_size)
+        inp = SparseInputs(q.to(self.inner.kv_proj.weight.dtype).contiguous(), pools,
+                           float(self.inner.scaling), attn_sink=sink, dv=d)
+        out = self.runner(inp, **knobs)
+        self.last = dict(pools=pools, lse=None, path="schedule")
+        return out.float()
