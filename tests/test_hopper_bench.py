@@ -306,7 +306,7 @@ def test_bench_of_given_shapes(monkeypatch, tmp_path):
         [(16, 2, 2048, 64, False, "shape"), (8, 1, 8192, 16, True, "shape")]
     measured = []
 
-    def measure(r, schedule=None, live=None):
+    def measure(r, schedule=None, live=None, vllm=None):
         measured.append(r.label())
         r.check, r.variant, r.eager_ms, r.graph_ms, r.kernel_ms = "ok", "v", 0.04, 0.03, 0.028
         r.flashmla_now_check, r.flashmla_now_ms, r.ratio_now = "ok", 0.05, 1.25

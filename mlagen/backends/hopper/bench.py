@@ -512,6 +512,15 @@ def host_time(schedule=None) -> dict:
     return out
 
 
+def _time_beside(row: Row, f, modes) -> tuple:
+    """(eager ms, graph us, eager ratio, graph ratio) of another kernel's call f on a row's
+    tensors, timed the modes ours was (ratio = its time / ours; None where not timed)."""
+    ms = time_eager(f) if "eager" in modes else None
+    us = time_graph(f) * 1e3 if "graph" in modes else None
+    return (ms, us, ms / row.eager_ms if ms and row.eager_ms else None,
+            us / (row.graph_ms * 1e3) if us and row.graph_ms else None)
+
+
 def measure_now(row: Row, c: Caller, live, modes) -> None:
     """FlashMLA (the library `live`) on the Caller's tensors, timed the modes ours was."""
     from .flashmla_live import FlashMLACall
@@ -519,16 +528,9 @@ def measure_now(row: Row, c: Caller, live, modes) -> None:
     try:
         f = FlashMLACall(live, c)
         row.flashmla_now_check = check_output(f)[0]
-        if row.flashmla_now_check != "ok":
-            return
-        if "eager" in modes:
-            row.flashmla_now_ms = time_eager(f)
-            if row.eager_ms:
-                row.ratio_now = row.flashmla_now_ms / row.eager_ms
-        if "graph" in modes:
-            row.flashmla_now_graph_us = time_graph(f) * 1e3
-            if row.graph_ms:
-                row.ratio_now_graph = row.flashmla_now_graph_us / (row.graph_ms * 1e3)
+        if row.flashmla_now_check == "ok":
+            (row.flashmla_now_ms, row.flashmla_now_graph_us, row.ratio_now,
+             row.ratio_now_graph) = _time_beside(row, f, modes)
     except Exception as e:                 # FlashMLA's failure is not our row's
         row.flashmla_now_check = f"{type(e).__name__}: {e}"
 
@@ -542,16 +544,9 @@ def measure_vllm(row: Row, c: Caller, mod, modes) -> None:
     try:
         f = VllmFp8Call(mod, c)
         row.vllm_check, row.vllm_cos_out, _ = check_output(f, 1e-3, 1e-2)
-        if row.vllm_check != "ok":
-            return
-        if "eager" in modes:
-            row.vllm_ms = time_eager(f)
-            if row.eager_ms:
-                row.ratio_vllm = row.vllm_ms / row.eager_ms
-        if "graph" in modes:
-            row.vllm_graph_us = time_graph(f) * 1e3
-            if row.graph_ms:
-                row.ratio_vllm_graph = row.vllm_graph_us / (row.graph_ms * 1e3)
+        if row.vllm_check == "ok":
+            row.vllm_ms, row.vllm_graph_us, row.ratio_vllm, row.ratio_vllm_graph = \
+                _time_beside(row, f, modes)
     except Exception as e:                 # the anchor's failure is not our row's
         row.vllm_check = f"{type(e).__name__}: {e}"
 
