@@ -41,14 +41,22 @@ def tiny_model(interleave: bool = True, rope: dict | None = None, layers: int = 
     return _decisive(model, seed, "q_b_proj").to(dtype)
 
 
-def _decisive(model, seed: int, q_up: str):
-    """tiny_model's weights: the LM head a scaled permutation of the embeddings, the query
-    up-projection (q_up) and kv_b_proj 4x their init."""
+def _decisive_head(model, seed: int) -> torch.Generator:
+    """The LM head a scaled permutation of the embeddings (greedy tokens far from ties); the
+    generator, for the caller's further draws."""
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         emb = torch.randn(VOCAB, HIDDEN, generator=g)
         model.model.embed_tokens.weight.copy_(emb)
         model.lm_head.weight.copy_(emb[torch.randperm(VOCAB, generator=g)] * 0.1)
+    return g
+
+
+def _decisive(model, seed: int, q_up: str):
+    """tiny_model's weights: the LM head a scaled permutation of the embeddings, the query
+    up-projection (q_up) and kv_b_proj 4x their init."""
+    _decisive_head(model, seed)
+    with torch.no_grad():
         for layer in model.model.layers:
             getattr(layer.self_attn, q_up).weight.mul_(4)
             layer.self_attn.kv_b_proj.weight.mul_(4)
@@ -148,11 +156,8 @@ def tiny_v4_model(seed: int = 0, dtype=torch.bfloat16, window: int = 8, topk: in
         hc_mult=2, hc_sinkhorn_iters=5, attn_implementation="eager", pad_token_id=0,
         bos_token_id=1, eos_token_id=2)
     model = DeepseekV4ForCausalLM(cfg).eval()
-    g = torch.Generator().manual_seed(seed + 1)
+    g = _decisive_head(model, seed)
     with torch.no_grad():
-        emb = torch.randn(VOCAB, HIDDEN, generator=g)
-        model.model.embed_tokens.weight.copy_(emb)
-        model.lm_head.weight.copy_(emb[torch.randperm(VOCAB, generator=g)] * 0.1)
         for layer in model.model.layers:
             layer.self_attn.kv_norm.weight.mul_(4)
             if layer.self_attn.compressor is not None:
