@@ -19,9 +19,10 @@ SPARSE = dict(target="hopper", attention="sparse", topk=2048, causal=False, bloc
               buffers=2, warps=4, mainloop="wgmma")
 
 
-@pytest.mark.parametrize("kv,rows", [("", 16), ("fp8_ds_mla", 32), ("", 32)])
+@pytest.mark.parametrize("kv,rows", [("", 16), ("fp8_ds_mla", 32), ("", 32), ("", 64)])
 def test_sparse_schedules_are_legal(kv, rows):
-    s = Schedule.build(**SPARSE, kv_format=kv, rows_per_tile=rows, page_size=1)
+    s = Schedule.build(**{**SPARSE, "warps": 8 if rows == 64 else 4}, kv_format=kv,
+                       rows_per_tile=rows, page_size=1)
     check(s)
     assert "sparse" in s.variant_name()
 
@@ -30,7 +31,8 @@ def test_sparse_schedules_are_legal(kv, rows):
     (dict(kv_format="fp8_e4m3"), "kv_format"),
     (dict(dtype="fp16"), "kv_format"),
     (dict(extra_topk=64), "extra_topk"),
-    (dict(rows_per_tile=64, warps=8), "rows_per_tile"),
+    (dict(rows_per_tile=64, warps=8, kv_format="fp8_ds_mla"), "rows_per_tile"),   # no FP8 at 64
+    (dict(rows_per_tile=64, warps=4), "warps"),
     (dict(mainloop="mma_sync", block_kv=32), "mainloop"),
 ])
 def test_sparse_refusals(knobs, key):
@@ -46,6 +48,18 @@ def test_runtime_fields_share_one_library():
                                    page_size=16))
     assert a.variant_name() == b.variant_name()
     assert sparse.sparse_schedule(17, "bf16").mapping.rows_per_tile == 32
+    # beyond 32 heads: the 64-row kernel's sparse mode for bf16, 32-row tiles for fp8_ds_mla
+    assert (sparse.sparse_schedule(33, "bf16").mapping.rows_per_tile,
+            sparse.sparse_schedule(128, "bf16").mapping.warps) == (64, 8)
+    assert sparse.sparse_schedule(128, "fp8_ds_mla").mapping.rows_per_tile == 32
+
+
+def test_sparse_64_row_render_takes_the_64_row_kernel_with_sp():
+    from mlagen.backends import hopper
+    src = hopper.render(sparse.sparse_schedule(128, "bf16")).files["split.cu"]
+    assert '#include "mla_wgmma.cuh"' in src
+    assert "launch_split_wgmma_impl<__nv_bfloat16, kFault, 1>" in src
+    assert "split_cluster(int, int) { return 1; }" in src
 
 
 def _args(**over):

@@ -16,6 +16,7 @@ ROWS2 = ("hopper_wgmma_r16_w8", "hopper_wgmma_r32_w8")          # two, merged pe
 MMA = ("hopper_h200", "hopper_tp8_r16")
 SPLITS = ("hopper_h200", "hopper_wgmma")                        # partials through the combine
 SPARSE = ("hopper_sparse_bf16", "hopper_sparse_ds_mla")         # attention = "sparse"
+SPARSE64 = ("hopper_sparse_bf16_r64",)                           # sparse, 64-row tiles
 FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, k_descale
 FP8D = ("hopper_fp8_ds_mla",)                                    # e4m3 tiles with fp32 scales
 
@@ -41,8 +42,8 @@ MUTANTS = (
            "the bad-page check stops before the piece's last page (< for <=)",
            W64, BAD_LAST),
     Mutant("wgmma_unmasked_block", "hopper", "mla_wgmma.cuh",
-           "if (t0 + C::kBlock <= min(lim[0], lim[1])) {",
-           "if (t0 + C::kBlock <= max(lim[0], lim[1])) {",
+           "if (t0 + C::kBlock <= min(lim[0], lim[1]) && vmask == kAllKeys) {",
+           "if (t0 + C::kBlock <= max(lim[0], lim[1]) && vmask == kAllKeys) {",
            "a block is taken unmasked when one of a thread's two rows may see all of it",
            W64),
     # ---- the few-rows kernel (16 / 32 rows; warps 8: two warpgroups merged per piece)
@@ -74,11 +75,22 @@ MUTANTS = (
            "const float x = key < lc ? s[i2] * scale : -INFINITY;",
            "a key whose slot names none (-1) is not masked: its zero-filled row scores 0",
            SPARSE),
-    Mutant("rows_sparse_key_row", "hopper", "mla_wgmma_rows.cuh",
+    Mutant("rows_sparse_key_row", "hopper", "mla_sparse.cuh",
            "const int64_t o = __shfl_sync(0xffffffffu, off, k);",
            "const int64_t o = __shfl_sync(0xffffffffu, off, k ^ 1);",
            "the gather writes each key into its neighbour's row (the mask stays the key's)",
            SPARSE),
+    # ---- the 64-row kernel's token-sparse mode (bf16, 64-row tiles)
+    Mutant("wgmma_sparse_unmasked", "hopper", "mla_wgmma.cuh",
+           "xs[4 * j + e] = t0 + k < lim[e >> 1] && named ? s[4 * j + e] : -INFINITY;",
+           "xs[4 * j + e] = t0 + k < lim[e >> 1] ? s[4 * j + e] : -INFINITY;",
+           "a key whose slot names none (-1) is not masked: its zero-filled row scores 0",
+           SPARSE64),
+    Mutant("wgmma_sparse_key_row", "hopper", "mla_sparse.cuh",
+           "for (int i = 0; i < 4; ++i) o[i] = __shfl_sync(0xffffffffu, off, 4 * i + (lane >> 3));",
+           "for (int i = 0; i < 4; ++i) o[i] = __shfl_sync(0xffffffffu, off, (4 * i + (lane >> 3)) ^ 1);",
+           "the slice gather writes each key into its neighbour's row (the mask stays the "
+           "key's)", SPARSE64),
     # ---- the combine
     Mutant("combine_half_scale", "hopper", "mla_combine.cuh",
            "const float wj = j < kCombineVec / 2 ? w.x : w.y;", "const float wj = w.x;",

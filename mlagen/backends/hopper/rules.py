@@ -113,9 +113,9 @@ SPARSE_FORMATS = ("bf16", "fp8_ds_mla")
 
 
 def hopper_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
-    """attention = "sparse": the few-rows wgmma kernel's sparse mode (mla_wgmma_rows.cuh SP:
-    a producer warp gathers the named keys with cp.async), one consumer warpgroup, one
-    pool (the second, extra_topk, has no kernel yet)."""
+    """attention = "sparse": the wgmma kernels' sparse modes (mla_wgmma_rows.cuh and, bf16
+    caches at 64 rows, mla_wgmma.cuh, SP: a producer warpgroup gathers the named keys with
+    cp.async), one pool (the second, extra_topk, has no kernel yet)."""
     p, m = s.problem, s.mapping
     if p.attention != "sparse":
         return
@@ -125,14 +125,19 @@ def hopper_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
     if p.extra_topk:
         yield "problem", "extra_topk", (f"extra_topk = {p.extra_topk}: a second pool of keys "
                                         "has no hopper kernel yet (one pool: extra_topk = 0)")
-    if m.mainloop != "wgmma" or m.rows_per_tile not in (16, 32):
+    # rows 16 / 32: the few-rows kernel (one consumer warpgroup); 64: the 64-row kernel's
+    # sparse mode (mla_wgmma.cuh SP, bf16 caches: it has no FP8 converter)
+    rows = (16, 32, 64) if p.kv == "bf16" else (16, 32)
+    if m.mainloop != "wgmma" or m.rows_per_tile not in rows:
         key = "mainloop" if m.mainloop != "wgmma" else "rows_per_tile"
-        yield "schedule", key, ("attention = \"sparse\" is read by the few-rows wgmma kernel "
-                                "alone: mainloop = \"wgmma\" with rows_per_tile = 16 or 32 "
-                                f"(this schedule: {m.mainloop}, {m.rows_per_tile} rows)")
-    elif m.warps != 4:
-        yield "schedule", "warps", (f"warps = {m.warps}: attention = \"sparse\" takes one "
-                                    "consumer warpgroup (warps = 4)")
+        yield "schedule", key, (f"attention = \"sparse\" over {p.kv} caches is read by the "
+                                "wgmma kernels' sparse modes: mainloop = \"wgmma\" with "
+                                f"rows_per_tile = {' or '.join(map(str, rows))} (this "
+                                f"schedule: {m.mainloop}, {m.rows_per_tile} rows)")
+    elif m.rows_per_tile < 64 and m.warps != 4:
+        yield "schedule", "warps", (f"warps = {m.warps}: attention = \"sparse\" with "
+                                    f"rows_per_tile = {m.rows_per_tile} takes one consumer "
+                                    "warpgroup (warps = 4)")
     if m.fp8_converters != 1:
         yield "schedule", "fp8_converters", (f"fp8_converters = {m.fp8_converters}: attention "
                                              "= \"sparse\" takes one converter warpgroup")

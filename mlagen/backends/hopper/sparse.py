@@ -1,5 +1,6 @@
 """Token-sparse decode (FlashMLA's sparse decoding at 9241ae3: ``indices``, ``topk_length``,
-``attn_sink``) on the few-rows wgmma kernel's sparse mode (mla_wgmma_rows.cuh, SP = 1), and
+``attn_sink``) on the wgmma kernels' sparse modes (mla_wgmma_rows.cuh for 16 / 32 rows,
+mla_wgmma.cuh for 64, SP = 1), and
 FlashMLA's scheduling object of that API (``get_mla_metadata()`` with no arguments).
 
 Each query token has its own index list, so (b, s_q) is flattened into b * s_q one-token
@@ -51,8 +52,10 @@ class FlashMLASchedMeta:
 @functools.lru_cache(maxsize=64)
 def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None) -> Schedule:
     """The canonical sparse schedule of a call: the caller's (checked: sparse, its format),
-    else 16-row tiles up to 16 heads, 32-row tiles beyond (several tiles a query token read
-    the same keys through L2, as the FP8 dense default)."""
+    else 16-row tiles up to 16 heads, 32-row tiles up to 32; beyond, bf16 caches take the
+    64-row kernel's sparse mode (mla_wgmma.cuh: a token's 64 or 128 heads gather each key
+    once or twice, not 2-4 times), fp8_ds_mla 32-row tiles (the 64-row kernel has no
+    converter)."""
     if schedule is not None:
         if schedule.target.kind != "hopper" or schedule.problem.attention != "sparse":
             raise InputError(f"schedule {schedule.name!r} is not a hopper attention = "
@@ -61,11 +64,11 @@ def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None) -> S
             raise InputError(f"schedule {schedule.name!r} reads {schedule.problem.kv} caches, "
                              f"this k_cache is {kv}")
         return defaults.canonical(schedule)
-    rows = 16 if h_q <= 16 else 32
+    rows = 16 if h_q <= 16 else 32 if h_q <= 32 or kv != "bf16" else 64
     return defaults.canonical(Schedule.build(
         name=f"hopper_sparse_{kv}", target="hopper", dtype="bf16", kv_format=kv,
         attention="sparse", topk=2048, causal=False, rows_per_tile=rows, block_kv=64,
-        buffers=2, warps=4, mainloop="wgmma"))
+        buffers=2, warps=8 if rows == 64 else 4, mainloop="wgmma"))
 
 
 @functools.lru_cache(maxsize=64)

@@ -32,6 +32,18 @@
 // [0, num_blocks) is out of the tensor map's bounds, so TMA fills zeros, the piece's
 // output is NaN and the device error flag (MlaParams::error) is set; so is a negative length.
 //
+// Token-sparse rows (SP = 1, attention = "sparse"): the producer warpgroup's 128 threads
+// gather each block's 64 keys by their slots (mla_sparse.cuh) slice by slice with
+// zero-filled cp.async into the same swizzled stages (each slice's full barrier takes the
+// 128 threads' cp.async arrivals), in the order slice_at and under the empty barriers as
+// the TMA producer; the consumers fence the async proxy after each wait (cp.async writes
+// through the generic proxy, wgmma reads through the async one).  WG1 masks a key whose
+// slot names none to -inf (a block's validity mask by two ballots a warp, no shared
+// memory); a slot past the cache makes the piece NaN and sets kErrorBadPage.  No tail
+// zeroing (unnamed keys are zeros), no cluster merge (not built for sparse yet), any page
+// size (no tensor map).  setmaxnreg 240 / 208 / 56: the gather's addresses need more than
+// the TMA thread's 24.
+//
 // Shared memory: Q 72 KiB (the epilogue's staging once a piece's S is done) | 2 K stages x
 // 72 KiB | P 8 KiB | alpha, l (64 floats each) | mbarriers; 1024-byte aligned tiles (the
 // swizzle atom).
@@ -43,6 +55,7 @@
 #include "mla_fp16_scale.cuh"
 #include "mla_scheduler.cuh"
 #include "mla_sm90.cuh"
+#include "mla_sparse.cuh"
 
 namespace mlagen {
 namespace hopper {
@@ -165,9 +178,18 @@ __device__ __forceinline__ bool piece_has_bad_page(const MlaParams& p, const Pie
 // MERGE: the instance launched in clusters of 2 (the cluster merge, merge_out); the other
 // carries none of its code (a 57 % larger kernel ran the rows without clusters 2-4 %
 // slower).
-template <typename T, int FAULT, bool MERGE>
+template <typename T, int FAULT, bool MERGE, int SP = 0>
 struct WgmmaKernel {
   using C = WgmmaConfig;
+  static constexpr bool kSparse = SP != 0;
+  static_assert(!(kSparse && MERGE), "sparse: no cluster merge");
+  // setmaxnreg: sparse, a producer warpgroup of 128 gathering threads (56: offsets of 4
+  // keys, the slice loop), from the consumers' 256 / 224
+  static constexpr int kProducerRegs = kSparse ? 56 : C::kProducerRegs;
+  static constexpr int kScoreRegs = kSparse ? 240 : C::kScoreRegs;
+  static constexpr int kValueRegs = kSparse ? 208 : C::kValueRegs;
+  static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
+  static constexpr uint64_t kAllKeys = ~0ull;
 
   struct Smem {
     unsigned char* q;
@@ -225,6 +247,43 @@ struct WgmmaKernel {
           sm90::mbar_wait(&empty[j], ((it >> 1) & 1) ^ 1);
           sm90::mbar_arrive_expect_tx(&full[j], C::kSliceBytes);
           sm90::tma_load_3d(dst + j * C::kSliceBytes, &wp.tmap_k, &full[j], j * 64, off, page);
+        }
+      }
+    }
+  }
+
+  // ------------------------------------------ sparse producer (a warpgroup, 4 x 32 lanes)
+  // The dense producer's order and barriers, the TMA box replaced by the gather of
+  // mla_sparse.cuh: per block each lane takes its 4 keys' offsets once, then per slice
+  // (slice_at order) waits for the slice to be free, copies its 4 chunks and arrives on
+  // its full barrier (cp.async.mbarrier.arrive.noinc: 128 arrivals, each once the thread's
+  // copies so far have landed).
+  static __device__ void sparse_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
+    const MlaParams& p = wp.p;
+    const int warp = pt / 32, lane = pt % 32;
+    const unsigned char* kc = static_cast<const unsigned char*>(p.k);
+    const int64_t sb = p.k_stride_block * static_cast<int64_t>(sizeof(T));
+    const int64_t st = p.k_stride_token * static_cast<int64_t>(sizeof(T));
+    const uint32_t kbase = sm90::smem_addr(sm.k);
+    int it = 0, req = 0;
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+#pragma unroll 1
+      for (int i = 0; i < n; ++i, ++it) {
+        const int s = it & 1;
+        const int t0 = pc.start + i * C::kBlock;
+        int64_t o[4];
+        sparse_lane_keys(sparse_key_offset(p, row, t0, pc.end, warp, lane, sb, st), lane, o);
+        uint64_t* full = sm.full + s * C::kSlices;
+        uint64_t* empty = sm.empty + s * C::kSlices;
+#pragma unroll 1
+        for (int q = 0; q < C::kSlices; ++q) {
+          const int j = C::slice_at(q);
+          sm90::mbar_wait(&empty[j], ((it >> 1) & 1) ^ 1);
+          sparse_copy_slice(kc, o, kbase + (s * C::kSlices + j) * C::kSliceBytes, j, warp, lane);
+          sm90::cp_async_mbar_arrive(&full[j]);
         }
       }
     }
@@ -290,6 +349,7 @@ struct WgmmaKernel {
     for (int q = 0; q < C::kSlices; ++q) {   // the slices in the order they are refilled
       const int j = C::slice_at(q);
       sm90::mbar_wait(&full[j], parity);
+      if constexpr (kSparse) sm90::fence_proxy_async();   // cp.async's writes, for wgmma
       sm90::wgmma_fence();   // (after a wait ptxas wants a fresh warpgroup.arrive: C7519)
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -351,7 +411,7 @@ struct WgmmaKernel {
     const uint32_t parity = (it >> 1) & 1;
     unsigned char* kt = sm.k + st * C::kTileBytes;
     uint64_t* full = sm.full + st * C::kSlices;
-    if (FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock) {
+    if (!kSparse && FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock) {
       for (int j = 0; j < C::kSlices; ++j) sm90::mbar_wait(&full[j], parity);
       zero_tail(kt, end - t0, t);
     }
@@ -379,7 +439,9 @@ struct WgmmaKernel {
       }
       const float scale = FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2;
       load_q(p, sm, pc.req, row0, rows_total, t);
-      const bool bad_mine = piece_has_bad_page(p, pc, t, 128);   // beside Q's load
+      // beside Q's load (sparse: the slots are checked block by block, sparse_block_mask)
+      const bool bad_mine = !kSparse && piece_has_bad_page(p, pc, t, 128);
+      const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
       cp_async_wait<0>();
       sm90::fence_proxy_async();
       bool bad = sm90::bar_sync_or(C::kBarWg1, 128, bad_mine);
@@ -404,6 +466,9 @@ struct WgmmaKernel {
       for (int i = 0; n > 0; ++i) {
         const int bit = it + i, st = bit & 1;
         const int t0 = pc.start + i * C::kBlock;
+        // sparse: which of the block's keys are named (read while S is in flight)
+        uint64_t vmask = kAllKeys;
+        if constexpr (kSparse) vmask = sparse_block_mask(p, row, t0, pc.end, lane, bad);
         // in flight: S of this block and, behind it, the two halves of P V of the previous
         sm90::wgmma_wait<2>();
         sm90::reg_fence(s);
@@ -420,15 +485,18 @@ struct WgmmaKernel {
         // (into another array: ptxas serializes every wgmma of the kernel (C7515) when
         // non-wgmma instructions write the scores' accumulator registers)
         float xs[32];
-        if (t0 + C::kBlock <= min(lim[0], lim[1])) {
+        if (t0 + C::kBlock <= min(lim[0], lim[1]) && vmask == kAllKeys) {
 #pragma unroll
           for (int e = 0; e < 32; ++e) xs[e] = s[e];
         } else {
 #pragma unroll
           for (int j = 0; j < 8; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              xs[4 * j + e] = t0 + 8 * j + c2 + (e & 1) < lim[e >> 1] ? s[4 * j + e] : -INFINITY;
+            for (int e = 0; e < 4; ++e) {
+              const int k = 8 * j + c2 + (e & 1);   // the key in the block
+              const bool named = (vmask >> k) & 1;
+              xs[4 * j + e] = t0 + k < lim[e >> 1] && named ? s[4 * j + e] : -INFINITY;
+            }
         }
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -831,6 +899,7 @@ struct WgmmaKernel {
         // this warpgroup's V slices (4-7) of the stage
 #pragma unroll
         for (int j = 4; j < 8; ++j) sm90::mbar_wait(&sm.full[st * C::kSlices + j], (it >> 1) & 1);
+        if constexpr (kSparse) sm90::fence_proxy_async();   // cp.async's writes, for wgmma
         sm90::bar_sync(C::kBarPFull, 256);
         const uint32_t abase = sm90::smem_addr(sm.alpha);
         const float a0 = sm90::ld_shared_f32(abase + r0 * 4);
@@ -869,7 +938,8 @@ struct WgmmaKernel {
     const Smem sm = carve(raw);
     if (threadIdx.x == 0) {
       for (int s = 0; s < C::kStages * C::kSlices; ++s) {
-        sm90::mbar_init(&sm.full[s], 1);
+        // the TMA thread's expect_tx, or sparse: the producer warpgroup's 128 cp.async arrivals
+        sm90::mbar_init(&sm.full[s], kSparse ? 128 : 1);
         sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices));
       }
       if (MERGE) {   // the cluster merge's barriers (merge_out)
@@ -886,23 +956,26 @@ struct WgmmaKernel {
     if (MERGE) sm90::cluster_wait();
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-      sm90::setmaxnreg_inc<C::kScoreRegs>();
+      sm90::setmaxnreg_inc<kScoreRegs>();
       scores_wg(wp.p, sm);
     } else if (wg == 1) {
-      sm90::setmaxnreg_inc<C::kValueRegs>();
+      sm90::setmaxnreg_inc<kValueRegs>();
       values_wg(wp.p, sm);
     } else {
-      sm90::setmaxnreg_dec<C::kProducerRegs>();
-      if (threadIdx.x == 256) producer(wp, sm);
+      sm90::setmaxnreg_dec<kProducerRegs>();
+      if constexpr (kSparse)
+        sparse_producer(wp, sm, threadIdx.x - 256);
+      else if (threadIdx.x == 256)
+        producer(wp, sm);
     }
   }
 };
 
-template <typename T, int FAULT, bool MERGE>
+template <typename T, int FAULT, bool MERGE, int SP = 0>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, 1)
 mla_split_wgmma_kernel(const __grid_constant__ WgmmaParams wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaKernel<T, FAULT, MERGE>::run(wp, smem);
+  WgmmaKernel<T, FAULT, MERGE, SP>::run(wp, smem);
 }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda link).
@@ -964,22 +1037,22 @@ cudaError_t wgmma_params(const MlaParams& p, WgmmaParams* wp) {
   return cudaSuccess;
 }
 
-template <typename T, int FAULT, bool MERGE>
+template <typename T, int FAULT, bool MERGE, int SP = 0>
 cudaError_t prepare_split_wgmma() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T, FAULT, MERGE>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T, FAULT, MERGE, SP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        WgmmaConfig::kSmem);
   done = e == cudaSuccess;
   return e;
 }
 
-template <typename T, int FAULT>
+template <typename T, int FAULT, int SP = 0>
 cudaError_t split_wgmma_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma<T, FAULT, false>();
+  cudaError_t e = prepare_split_wgmma<T, FAULT, false, SP>();
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T, FAULT, false>,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T, FAULT, false, SP>,
                                                        WgmmaConfig::kThreads, WgmmaConfig::kSmem);
 }
 
@@ -1027,24 +1100,33 @@ int split_wgmma_cluster(int batch, int num_parts) {
   return sched_cluster(batch, num_parts, WgmmaConfig::kMaxCluster, resident);
 }
 
-template <typename T, int FAULT>
+template <typename T, int FAULT, int SP = 0>
 cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
-  WgmmaParams wp;
-  cudaError_t e = wgmma_params<T>(p, &wp);
-  if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid =
       split_grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
-  if (split_wgmma_cluster<T, FAULT>(p.batch, p.num_parts) == 2) {
-    e = prepare_split_wgmma<T, FAULT, true>();
+  if constexpr (SP != 0) {   // sparse: cp.async of any page size, no tensor map, no cluster
+    WgmmaParams wp{};
+    wp.p = p;
+    cudaError_t e = prepare_split_wgmma<T, FAULT, false, SP>();
     if (e != cudaSuccess) return e;
-    return launch_dependent(mla_split_wgmma_kernel<T, FAULT, true>, grid, WgmmaConfig::kThreads,
-                            WgmmaConfig::kSmem, stream, 2, wp);
+    return launch_dependent(mla_split_wgmma_kernel<T, FAULT, false, SP>, grid,
+                            WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream, 1, wp);
+  } else {
+    WgmmaParams wp;
+    cudaError_t e = wgmma_params<T>(p, &wp);
+    if (e != cudaSuccess) return e;
+    if (split_wgmma_cluster<T, FAULT>(p.batch, p.num_parts) == 2) {
+      e = prepare_split_wgmma<T, FAULT, true>();
+      if (e != cudaSuccess) return e;
+      return launch_dependent(mla_split_wgmma_kernel<T, FAULT, true>, grid,
+                              WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream, 2, wp);
+    }
+    e = prepare_split_wgmma<T, FAULT, false>();
+    if (e != cudaSuccess) return e;
+    return launch_dependent(mla_split_wgmma_kernel<T, FAULT, false>, grid, WgmmaConfig::kThreads,
+                            WgmmaConfig::kSmem, stream, 1, wp);
   }
-  e = prepare_split_wgmma<T, FAULT, false>();
-  if (e != cudaSuccess) return e;
-  return launch_dependent(mla_split_wgmma_kernel<T, FAULT, false>, grid, WgmmaConfig::kThreads,
-                          WgmmaConfig::kSmem, stream, 1, wp);
 }
 
 }  // namespace hopper

@@ -45,6 +45,7 @@
 #pragma once
 #include "mla_wgmma.cuh"   // WgmmaParams, Piece, next_piece, wgmma_params
 #include "mla_fp8.cuh"     // FP8 caches: the raw layout and the conversion
+#include "mla_sparse.cuh"  // token-sparse rows: the gather by index
 
 namespace mlagen {
 namespace hopper {
@@ -129,18 +130,6 @@ struct WgmmaFp8Params {
 template <int KV>
 using RowsParams = typename std::conditional<KV == kKvNative, WgmmaParams, WgmmaFp8Params>::type;
 
-// A sparse row's cache slot at position pos of its index row, or -1 where it names no key
-// (pos at or past the piece's end, a negative entry, an entry at or past the cache's slots;
-// bad: that last case, an error).
-__device__ __forceinline__ int sparse_slot(const MlaParams& p, const int* row, int pos, int end,
-                                           bool& bad) {
-  if (pos >= end) return -1;
-  const int e = row[pos];
-  const bool out = static_cast<int64_t>(e) >= static_cast<int64_t>(p.num_blocks) * p.page_size;
-  bad |= out;
-  return out ? -1 : e;
-}
-
 template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2,
           int SP = 0>
 struct WgmmaRowsKernel {
@@ -223,15 +212,11 @@ struct WgmmaRowsKernel {
   // ---------------------------------------------------------------- producer (one thread)
   // Blocks in order, whichever warpgroup takes them.
   // ------------------------------------------ sparse producer (a warpgroup, 4 x 32 lanes)
-  // Per 64-key block, warp w takes keys [16 w, 16 w + 16): lane l < 16 reads the slot of
-  // key 16 w + l from the row's index list and turns it into the key's byte offset in the
-  // cache (-1: no key); then key by key (the offset broadcast from its lane) the warp copies
-  // the key's bytes with 16-byte cp.async, zero-filled where there is no key.  bf16: 72
-  // chunks of 1152 bytes straight into the 9 swizzled slices (chunk c of key r at chunk
-  // (c % 8) ^ (r % 8) of slice c / 8, what the TMA boxes write); FP8: the raw block's layout
-  // (Fp8Layout: the 512 latent bytes of each key, then its tail), the converter unchanged.
-  // Every producer thread arrives on the block's full barriers once its copies land
-  // (cp.async.mbarrier.arrive.noinc: 128 arrivals).
+  // Per 64-key block the gather of mla_sparse.cuh (warp w: keys [16 w, 16 w + 16)).  bf16:
+  // 72 chunks of 1152 bytes straight into the 9 swizzled slices (what the TMA boxes
+  // write); FP8: the raw block's layout (Fp8Layout: the 512 latent bytes of each key, then
+  // its tail), the converter unchanged.  Every producer thread arrives on the block's full
+  // barriers once its copies land (cp.async.mbarrier.arrive.noinc: 128 arrivals).
   static __device__ void sparse_producer(const Params& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
@@ -249,41 +234,26 @@ struct WgmmaRowsKernel {
 #pragma unroll 1
       for (int i = 0; i < n; ++i) {
         const int t0 = pc.start + i * C::kBlock;
-        bool bad = false;   // the consumer flags it
-        const int e = sparse_slot(p, row, t0 + 16 * warp + (lane & 15), pc.end, bad);
-        const int64_t off = e < 0 ? -1 : (e / p.page_size) * sb + (e % p.page_size) * st;
+        const int64_t off = sparse_key_offset(p, row, t0, pc.end, warp, lane, sb, st);
         const int slot0 = rg.slot;
-        uint32_t raw = 0;
         if constexpr (C::kFp8) {
           sm90::mbar_wait(&sm.raw_empty[rr.slot], (rr.lap & 1) ^ 1);
-          raw = rbase + rr.slot * C::kRawBytes;
-        } else {
-#pragma unroll 1
-          for (int j = 0; j < C::kSlices; ++j) wait_slot(sm, rg.slot, rg.lap, j);
-        }
-#pragma unroll 4
-        for (int k = 0; k < 16; ++k) {
-          const int r = 16 * warp + k;
-          const int64_t o = __shfl_sync(0xffffffffu, off, k);
-          const bool ok = o >= 0;
-          const unsigned char* src = kc + (ok ? o : 0);
-          if constexpr (C::kFp8) {
+          const uint32_t raw = rbase + rr.slot * C::kRawBytes;
+          sparse_gather_keys(kc, off, warp, [&](int r, const unsigned char* src, bool ok) {
             sm90::cp_async16_to(raw + r * 512 + lane * 16, src + lane * 16, ok);
             if (lane < L::kTailRow / 16)
               sm90::cp_async16_to(raw + L::kLatentBytes + r * L::kTailRow + lane * 16,
                                   src + 512 + lane * 16, ok);
-          } else {
-#pragma unroll
-            for (int c = lane; c < 8 * C::kSlices; c += 32)
-              sm90::cp_async16_to(slice_addr(kbase, slot0, c >> 3) + r * 128 +
-                                      (((c & 7) ^ (r & 7)) << 4),
-                                  src + c * 16, ok);
-          }
-        }
-        if constexpr (C::kFp8) {
+          });
           sm90::cp_async_mbar_arrive(&sm.raw_full[rr.slot]);
           rr.next();
         } else {
+#pragma unroll 1
+          for (int j = 0; j < C::kSlices; ++j) wait_slot(sm, rg.slot, rg.lap, j);
+          const auto slice = [&](int j) { return slice_addr(kbase, slot0, j); };
+          sparse_gather_keys(kc, off, warp, [&](int r, const unsigned char* src, bool ok) {
+            sparse_copy_bf16_row(slice, r, src, ok, lane);
+          });
 #pragma unroll 1
           for (int j = 0; j < C::kSlices; ++j) {
             const int sl = slot0 + j;

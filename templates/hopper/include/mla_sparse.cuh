@@ -1,0 +1,107 @@
+// Token-sparse rows (attention = "sparse"): each row's keys are named by its index list
+// (the block table's row, entries page * page_size + offset), gathered key by key with
+// 16-byte cp.async.  Shared by the few-rows kernel (mla_wgmma_rows.cuh, SP = 1) and the
+// 64-row kernel (mla_wgmma.cuh, SP = 1): a producer warpgroup of 4 warps, warp w taking
+// keys [16 w, 16 w + 16) of each 64-key block.
+//
+// Lane l < 16 of warp w reads the slot of key 16 w + l once a block and turns it into the
+// key's byte offset in the cache (-1: no key); then key by key (the offset broadcast from
+// its lane) the warp copies the key's bytes, zero-filled (src-size 0) where there is no key,
+// so that NaN bytes of unnamed slots never enter shared memory.  A slot names no key when
+// it is at or past the piece's end, negative, or at or past num_blocks * page_size (that
+// last one an error: the consumer makes the row NaN and sets kErrorBadPage).
+#pragma once
+#include "mla_common.cuh"
+#include "mla_sm90.cuh"
+
+namespace mlagen {
+namespace hopper {
+
+// A sparse row's cache slot at position pos of its index row, or -1 where it names no key
+// (pos at or past the piece's end, a negative entry, an entry at or past the cache's slots;
+// bad: that last case, an error).
+__device__ __forceinline__ int sparse_slot(const MlaParams& p, const int* row, int pos, int end,
+                                           bool& bad) {
+  if (pos >= end) return -1;
+  const int e = row[pos];
+  const bool out = static_cast<int64_t>(e) >= static_cast<int64_t>(p.num_blocks) * p.page_size;
+  bad |= out;
+  return out ? -1 : e;
+}
+
+// The byte offset in the cache of the key this lane announces for its warp's 16 keys of the
+// block at t0 (lanes l and l + 16 alike: key 16 warp + l % 16), -1 where there is none.
+// sb, st: the block and token strides in bytes.
+__device__ __forceinline__ int64_t sparse_key_offset(const MlaParams& p, const int* row, int t0,
+                                                     int end, int warp, int lane, int64_t sb,
+                                                     int64_t st) {
+  bool bad = false;   // the consumer flags it
+  const int e = sparse_slot(p, row, t0 + 16 * warp + (lane & 15), end, bad);
+  return e < 0 ? int64_t(-1) : (e / p.page_size) * sb + (e % p.page_size) * st;
+}
+
+// This warp's 16 keys of a block: key row r = 16 warp + k, its cache bytes at kc + off of
+// lane k (sparse_key_offset), handed with its validity to copy(r, src, ok), which issues
+// the row's cp.async (zero-filled where !ok).
+template <typename Copy>
+__device__ __forceinline__ void sparse_gather_keys(const unsigned char* kc, int64_t off,
+                                                   int warp, Copy copy) {
+#pragma unroll 4
+  for (int k = 0; k < 16; ++k) {
+    const int r = 16 * warp + k;
+    const int64_t o = __shfl_sync(0xffffffffu, off, k);
+    const bool ok = o >= 0;
+    copy(r, kc + (ok ? o : 0), ok);
+  }
+}
+
+// A bf16 key row's 72 chunks of 16 bytes into 9 swizzled slices of [64 keys][128 bytes]
+// (chunk c of row r at chunk (c % 8) ^ (r % 8) of slice c / 8, what the TMA boxes write),
+// lane l taking chunks l, l + 32, l + 64; slice(j): the shared address of slice j.
+template <typename Slice>
+__device__ __forceinline__ void sparse_copy_bf16_row(Slice slice, int r, const unsigned char* src,
+                                                     bool ok, int lane) {
+#pragma unroll
+  for (int c = lane; c < kChunks; c += 32)
+    sm90::cp_async16_to(slice(c >> 3) + r * 128 + (((c & 7) ^ (r & 7)) << 4), src + c * 16, ok);
+}
+
+// Slice by slice (the 64-row kernel: each slice completes on its own barrier, so S starts
+// on the first while the others land): lane l of warp w copies chunk l % 8 of keys
+// 16 w + 4 i + l / 8, i < 4, of each slice.  The keys' offsets once a block (off: lane k's
+// is key 16 w + k's, sparse_key_offset):
+__device__ __forceinline__ void sparse_lane_keys(int64_t off, int lane, int64_t (&o)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) o[i] = __shfl_sync(0xffffffffu, off, 4 * i + (lane >> 3));
+}
+// then slice j (bytes [128 j, 128 j + 128) of each bf16 key) into the swizzled slice at
+// dst ([64 keys][128 bytes], chunk c of row r at chunk c ^ (r % 8)), zero-filled where a
+// key has no offset.
+__device__ __forceinline__ void sparse_copy_slice(const unsigned char* kc, const int64_t (&o)[4],
+                                                  uint32_t dst, int j, int warp, int lane) {
+  const int c = lane & 7;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = 16 * warp + 4 * i + (lane >> 3);
+    const bool ok = o[i] >= 0;
+    sm90::cp_async16_to(dst + r * 128 + ((c ^ (r & 7)) << 4),
+                        kc + (ok ? o[i] : 0) + j * 128 + c * 16, ok);
+  }
+}
+
+// The valid keys of the 64-key block at t0 as a mask (bit k: key t0 + k names a key), the
+// same in every lane of the warp: lane l reads keys l and l + 32.  bad: a slot past the
+// cache in this block (the same in every lane).
+__device__ __forceinline__ uint64_t sparse_block_mask(const MlaParams& p, const int* row, int t0,
+                                                      int end, int lane, bool& bad) {
+  bool b = false;
+  const int e0 = sparse_slot(p, row, t0 + lane, end, b);
+  const int e1 = sparse_slot(p, row, t0 + 32 + lane, end, b);
+  const uint32_t lo = __ballot_sync(0xffffffffu, e0 >= 0);
+  const uint32_t hi = __ballot_sync(0xffffffffu, e1 >= 0);
+  bad |= __any_sync(0xffffffffu, b);
+  return static_cast<uint64_t>(hi) << 32 | lo;
+}
+
+}  // namespace hopper
+}  // namespace mlagen
