@@ -19,7 +19,8 @@ SPARSE = dict(target="hopper", attention="sparse", topk=2048, causal=False, bloc
               buffers=2, warps=4, mainloop="wgmma")
 
 
-@pytest.mark.parametrize("kv,rows", [("", 16), ("fp8_ds_mla", 32), ("", 32), ("", 64)])
+@pytest.mark.parametrize("kv,rows", [("", 16), ("fp8_ds_mla", 32), ("", 32), ("", 64),
+                                     ("fp8_ds_mla", 64)])
 def test_sparse_schedules_are_legal(kv, rows):
     s = Schedule.build(**{**SPARSE, "warps": 8 if rows == 64 else 4}, kv_format=kv,
                        rows_per_tile=rows, page_size=1)
@@ -31,7 +32,6 @@ def test_sparse_schedules_are_legal(kv, rows):
     (dict(kv_format="fp8_e4m3"), "kv_format"),
     (dict(dtype="fp16"), "kv_format"),
     (dict(extra_topk=64), "extra_topk"),
-    (dict(rows_per_tile=64, warps=8, kv_format="fp8_ds_mla"), "rows_per_tile"),   # no FP8 at 64
     (dict(rows_per_tile=64, warps=4), "warps"),
     (dict(mainloop="mma_sync", block_kv=32), "mainloop"),
 ])
@@ -48,10 +48,10 @@ def test_runtime_fields_share_one_library():
                                    page_size=16))
     assert a.variant_name() == b.variant_name()
     assert sparse.sparse_schedule(17, "bf16").mapping.rows_per_tile == 32
-    # beyond 32 heads: the 64-row kernel's sparse mode for bf16, 32-row tiles for fp8_ds_mla
-    assert (sparse.sparse_schedule(33, "bf16").mapping.rows_per_tile,
-            sparse.sparse_schedule(128, "bf16").mapping.warps) == (64, 8)
-    assert sparse.sparse_schedule(128, "fp8_ds_mla").mapping.rows_per_tile == 32
+    # beyond 32 heads: the 64-row kernel's sparse mode (two consumer warpgroups)
+    for kv in ("bf16", "fp8_ds_mla"):
+        assert (sparse.sparse_schedule(33, kv).mapping.rows_per_tile,
+                sparse.sparse_schedule(128, kv).mapping.warps) == (64, 8)
 
 
 def test_sparse_64_row_render_takes_the_64_row_kernel_with_sp():
@@ -60,6 +60,15 @@ def test_sparse_64_row_render_takes_the_64_row_kernel_with_sp():
     assert '#include "mla_wgmma.cuh"' in src
     assert "launch_split_wgmma_impl<__nv_bfloat16, kFault, 1>" in src
     assert "split_cluster(int, int) { return 1; }" in src
+    ds = hopper.render(sparse.sparse_schedule(128, "fp8_ds_mla")).files["split.cu"]
+    assert "launch_split_wgmma_impl<__nv_bfloat16, kFault, 1, 2>" in ds   # kKvDsMla
+
+
+def test_fp8_dense_stays_off_the_64_row_kernel():
+    with pytest.raises(ScheduleError) as e:
+        check(Schedule.build(target="hopper", kv_format="fp8_ds_mla", rows_per_tile=64,
+                             warps=8, block_kv=64, buffers=2, mainloop="wgmma"))
+    assert "rows_per_tile" in e.value.message
 
 
 def _args(**over):

@@ -16,7 +16,8 @@ ROWS2 = ("hopper_wgmma_r16_w8", "hopper_wgmma_r32_w8")          # two, merged pe
 MMA = ("hopper_h200", "hopper_tp8_r16")
 SPLITS = ("hopper_h200", "hopper_wgmma")                        # partials through the combine
 SPARSE = ("hopper_sparse_bf16", "hopper_sparse_ds_mla")         # attention = "sparse"
-SPARSE64 = ("hopper_sparse_bf16_r64",)                           # sparse, 64-row tiles
+SPARSE64 = ("hopper_sparse_bf16_r64", "hopper_sparse_ds_mla_r64")  # sparse, 64-row tiles
+DS64 = ("hopper_sparse_ds_mla_r64",)                # the 64-row producer's fp8_ds_mla convert
 FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, k_descale
 FP8D = ("hopper_fp8_ds_mla",)                                    # e4m3 tiles with fp32 scales
 
@@ -91,6 +92,16 @@ MUTANTS = (
            "for (int i = 0; i < 4; ++i) o[i] = __shfl_sync(0xffffffffu, off, (4 * i + (lane >> 3)) ^ 1);",
            "the slice gather writes each key into its neighbour's row (the mask stays the "
            "key's)", SPARSE64),
+    Mutant("wgmma_ds_scale_first_tile", "hopper", "mla_wgmma.cuh",
+           "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];",
+           "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q & 2];",
+           "fp8_ds_mla (64-row producer): latent tiles 1 and 3 take the scale of tiles 0 "
+           "and 2", DS64, FP8_SCALE),
+    Mutant("wgmma_ds_rope_offset", "hopper", "mla_wgmma.cuh",
+           "kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);",
+           "kc + (ok ? o[i] : 0) + L::kTokenBytes - 144 + c * 16, ok);",
+           "fp8_ds_mla (64-row producer): the RoPE read 16 bytes early (the scales as its "
+           "first 8 values)", DS64),
     # ---- the combine
     Mutant("combine_half_scale", "hopper", "mla_combine.cuh",
            "const float wj = j < kCombineVec / 2 ? w.x : w.y;", "const float wj = w.x;",

@@ -95,12 +95,15 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
     if m.fp8_mma == "mma":
         yield "schedule", "fp8_mma", ("fp8_mma = \"mma\" (e4m3 MMAs) has no kernel yet on "
                                       "hopper; use \"dequant\"")
-    if m.mainloop != "wgmma" or m.rows_per_tile not in (16, 32):
+    # fp8_ds_mla sparse rows also in the 64-row kernel (its producer converts, mla_wgmma.cuh)
+    rows = (16, 32, 64) if p.kv == "fp8_ds_mla" and p.attention == "sparse" else (16, 32)
+    if m.mainloop != "wgmma" or m.rows_per_tile not in rows:
         key = "mainloop" if m.mainloop != "wgmma" else "rows_per_tile"
         yield "schedule", key, (f"kv_format = {p.kv!r} is read by the few-rows wgmma kernel "
                                 "alone: mainloop = \"wgmma\" with rows_per_tile = 16 or 32 "
+                                "(and 64 for attention = \"sparse\" over fp8_ds_mla) "
                                 f"(this schedule: {m.mainloop}, {m.rows_per_tile} rows)")
-    elif m.warps != 4:
+    elif m.rows_per_tile < 64 and m.warps != 4:
         yield "schedule", "warps", (f"warps = {m.warps}: kv_format = {p.kv!r} takes one "
                                     "consumer warpgroup (warps = 4; the converter warpgroup "
                                     "has the other's registers)")
@@ -113,8 +116,8 @@ SPARSE_FORMATS = ("bf16", "fp8_ds_mla")
 
 
 def hopper_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
-    """attention = "sparse": the wgmma kernels' sparse modes (mla_wgmma_rows.cuh and, bf16
-    caches at 64 rows, mla_wgmma.cuh, SP: a producer warpgroup gathers the named keys with
+    """attention = "sparse": the wgmma kernels' sparse modes (mla_wgmma_rows.cuh for 16 / 32
+    rows, mla_wgmma.cuh for 64, SP: a producer warpgroup gathers the named keys with
     cp.async), one pool (the second, extra_topk, has no kernel yet)."""
     p, m = s.problem, s.mapping
     if p.attention != "sparse":
@@ -126,14 +129,12 @@ def hopper_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "problem", "extra_topk", (f"extra_topk = {p.extra_topk}: a second pool of keys "
                                         "has no hopper kernel yet (one pool: extra_topk = 0)")
     # rows 16 / 32: the few-rows kernel (one consumer warpgroup); 64: the 64-row kernel's
-    # sparse mode (mla_wgmma.cuh SP, bf16 caches: it has no FP8 converter)
-    rows = (16, 32, 64) if p.kv == "bf16" else (16, 32)
-    if m.mainloop != "wgmma" or m.rows_per_tile not in rows:
+    # sparse mode (mla_wgmma.cuh SP; fp8_ds_mla converted by its producer warpgroup)
+    if m.mainloop != "wgmma" or m.rows_per_tile not in (16, 32, 64):
         key = "mainloop" if m.mainloop != "wgmma" else "rows_per_tile"
-        yield "schedule", key, (f"attention = \"sparse\" over {p.kv} caches is read by the "
-                                "wgmma kernels' sparse modes: mainloop = \"wgmma\" with "
-                                f"rows_per_tile = {' or '.join(map(str, rows))} (this "
-                                f"schedule: {m.mainloop}, {m.rows_per_tile} rows)")
+        yield "schedule", key, ("attention = \"sparse\" is read by the wgmma kernels' sparse "
+                                "modes: mainloop = \"wgmma\" with rows_per_tile = 16, 32 or 64 "
+                                f"(this schedule: {m.mainloop}, {m.rows_per_tile} rows)")
     elif m.rows_per_tile < 64 and m.warps != 4:
         yield "schedule", "warps", (f"warps = {m.warps}: attention = \"sparse\" with "
                                     f"rows_per_tile = {m.rows_per_tile} takes one consumer "

@@ -1,4 +1,5 @@
-// FP8 KV caches in the few-rows wgmma kernel (mla_wgmma_rows.cuh), "dequantize" mode: the
+// FP8 KV caches in the few-rows wgmma kernel (mla_wgmma_rows.cuh; fp8_ds_mla sparse rows
+// also in the 64-row kernel, mla_wgmma.cuh), "dequantize" mode: the
 // cache's raw bytes come in by TMA, converter warps turn them into the bf16 (or fp16) K
 // slices the consumer warpgroup reads, in the 128-byte-swizzled layout TMA would have
 // written, and the consumer's code stays the bf16 kernel's.
@@ -105,6 +106,25 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t a, uint32_t
                                              uint32_t d) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n"
                ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
+// 16 converted values (o: 8 words, from 16 raw bytes at chunk k8 of a 128-byte tile row)
+// into key row r of the swizzled slice pair: slice 2 q + k8 / 4 (row at `row`, chunk c of
+// row r at chunk c ^ (r % 8)), chunks 2 (k8 % 4) and + 1.  The odd slice's lanes store
+// their second chunk first, so that the 8 lanes of a key row cover 8 distinct chunk columns
+// in each store (selects, not a branch: both halves of the warp store in one instruction).
+__device__ __forceinline__ void st_converted16(uint32_t row, const uint32_t (&o)[8], int k8,
+                                               int r) {
+  const int odd = k8 >> 2, c = 2 * (k8 & 3);
+  const int c1 = (c + odd) ^ (r & 7), c2 = (c + 1 - odd) ^ (r & 7);
+  uint32_t a[4], b[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    a[e] = odd ? o[4 + e] : o[e];
+    b[e] = odd ? o[e] : o[4 + e];
+  }
+  st_shared_v4(row + (c1 << 4), a[0], a[1], a[2], a[3]);
+  st_shared_v4(row + (c2 << 4), b[0], b[1], b[2], b[3]);
 }
 
 }  // namespace fp8

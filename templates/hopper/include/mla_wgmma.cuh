@@ -55,6 +55,7 @@
 #include "mla_fp16_scale.cuh"
 #include "mla_scheduler.cuh"
 #include "mla_sm90.cuh"
+#include "mla_fp8.cuh"
 #include "mla_sparse.cuh"
 
 namespace mlagen {
@@ -178,16 +179,22 @@ __device__ __forceinline__ bool piece_has_bad_page(const MlaParams& p, const Pie
 // MERGE: the instance launched in clusters of 2 (the cluster merge, merge_out); the other
 // carries none of its code (a 57 % larger kernel ran the rows without clusters 2-4 %
 // slower).
-template <typename T, int FAULT, bool MERGE, int SP = 0>
+template <typename T, int FAULT, bool MERGE, int SP = 0, int KV = kKvNative>
 struct WgmmaKernel {
   using C = WgmmaConfig;
   static constexpr bool kSparse = SP != 0;
   static_assert(!(kSparse && MERGE), "sparse: no cluster merge");
+  // fp8_ds_mla (sparse rows only): the producer warpgroup converts what it gathered
+  static constexpr bool kFp8 = KV != kKvNative;
+  static_assert(!kFp8 || (kSparse && KV == kKvDsMla && std::is_same<T, __nv_bfloat16>::value),
+                "8-bit caches: fp8_ds_mla sparse rows, bf16");
   // setmaxnreg: sparse, a producer warpgroup of 128 gathering threads (56: offsets of 4
-  // keys, the slice loop), from the consumers' 256 / 224
-  static constexpr int kProducerRegs = kSparse ? 56 : C::kProducerRegs;
+  // keys, the slice loop; fp8_ds_mla 80: also a key's raw chunks and 4 keys' scales), from
+  // the consumers' 256 / 224 (ptxas -v: no spills at 56 / 240 / 208 and 80 / 240 / 184;
+  // WG1 spills at 232, the FP8 producer at 72 beside WG1's 240 and WG2's 192)
+  static constexpr int kProducerRegs = kFp8 ? 80 : kSparse ? 56 : C::kProducerRegs;
   static constexpr int kScoreRegs = kSparse ? 240 : C::kScoreRegs;
-  static constexpr int kValueRegs = kSparse ? 208 : C::kValueRegs;
+  static constexpr int kValueRegs = kFp8 ? 184 : kSparse ? 208 : C::kValueRegs;
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
   static constexpr uint64_t kAllKeys = ~0ull;
 
@@ -287,6 +294,118 @@ struct WgmmaKernel {
         }
       }
     }
+  }
+
+  // ------------------------------ sparse fp8_ds_mla producer (a warpgroup): gather, convert
+  // No room for a raw ring beside Q and the two stages, so a block's raw bytes land in its
+  // own stage: lane l of warp w gathers its 4 keys r = 16 w + 4 i + l / 8 (as the bf16
+  // gather), chunk c = l % 8 of each 128-byte row: the RoPE's bf16 bytes [528, 656) straight
+  // into the swizzled slice 8 (full on the 128 cp.async arrivals), the latent's 128-column
+  // tile q (e4m3 bytes [128 q, 128 q + 128)) unswizzled into slice 4 + q (the right V half,
+  // which the consumers let go first).  Then, one block behind the gather (so a block's
+  // bytes are in flight while the previous one is converted), the same lane converts the
+  // chunks it gathered: per key, its 4 raw chunks to registers, __syncwarp (the key's 8
+  // lanes are in this warp and its row is all they overwrite), 4 x 16 values times the
+  // tile's scale (read from the cache, 16 bytes a key) into slices 2 q + c / 4
+  // (st_converted16), then fence, and each warp's lane 0 arrives on full[0..7] (count 4).
+  static __device__ __forceinline__ void ds_gather(const Smem& sm, const unsigned char* kc,
+                                                   const int64_t (&o)[4], int it, int warp,
+                                                   int lane) {
+    using L = Fp8Layout<kKvDsMla>;
+    const int s = it & 1, c = lane & 7;
+    const uint32_t par = ((it >> 1) & 1) ^ 1;
+    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
+    uint64_t* full = sm.full + s * C::kSlices;
+    uint64_t* empty = sm.empty + s * C::kSlices;
+    sm90::mbar_wait(&empty[8], par);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 16 * warp + 4 * i + (lane >> 3);
+      const bool ok = o[i] >= 0;
+      sm90::cp_async16_to(tile + 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4),
+                          kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);
+    }
+    sm90::cp_async_mbar_arrive(&full[8]);
+#pragma unroll 1
+    for (int q = 0; q < 4; ++q) {
+      sm90::mbar_wait(&empty[4 + q], par);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 16 * warp + 4 * i + (lane >> 3);
+        const bool ok = o[i] >= 0;
+        sm90::cp_async16_to(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16,
+                            kc + (ok ? o[i] : 0) + q * 128 + c * 16, ok);
+      }
+    }
+    cp_async_commit();
+  }
+  template <int PENDING>   // cp.async groups that may stay in flight (the next block's)
+  static __device__ __forceinline__ void ds_convert(const Smem& sm, const unsigned char* kc,
+                                                    const int64_t (&o)[4], int it, int warp,
+                                                    int lane) {
+    const int s = it & 1, c = lane & 7;
+    const uint32_t par = ((it >> 1) & 1) ^ 1;
+    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
+    uint64_t* full = sm.full + s * C::kSlices;
+    uint64_t* empty = sm.empty + s * C::kSlices;
+    // the 4 tile scales of each key (fp32 powers of two after the latent; none: 0)
+    float4 sc[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      sc[i] = o[i] >= 0 ? __ldg(reinterpret_cast<const float4*>(kc + o[i] + 512))
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+    cp_async_wait<PENDING>();   // this lane's own chunks have landed
+#pragma unroll 1
+    for (int q = 0; q < 4; ++q) sm90::mbar_wait(&empty[q], par);   // the left V half
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 16 * warp + 4 * i + (lane >> 3);
+      uint4 v[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        v[q] = fp8::ld_shared_v4(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16);
+      __syncwarp();   // every lane of key r has read its raw chunks
+      const float f[4] = {sc[i].x, sc[i].y, sc[i].z, sc[i].w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t w[8];
+        const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
+        fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[q], fp8::scale_bf16x2(scale), w);
+        fp8::st_converted16(tile + (2 * q + (c >> 2)) * C::kSliceBytes + r * 128, w, c, r);
+      }
+    }
+    sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
+    __syncwarp();
+    if (lane == 0) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sm90::mbar_arrive(&full[j]);
+    }
+  }
+  static __device__ void sparse_ds_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
+    const MlaParams& p = wp.p;
+    const int warp = pt / 32, lane = pt % 32;
+    const unsigned char* kc = static_cast<const unsigned char*>(p.k);
+    const int64_t sb = p.k_stride_block, st = p.k_stride_token;   // bytes: an element is one
+    int it = 0, req = 0, pend = -1;   // pend: the block gathered and not converted yet
+    int64_t po[4] = {-1, -1, -1, -1};
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+#pragma unroll 1
+      for (int i = 0; i < n; ++i, ++it) {
+        int64_t o[4];
+        sparse_lane_keys(
+            sparse_key_offset(p, row, pc.start + i * C::kBlock, pc.end, warp, lane, sb, st),
+            lane, o);
+        ds_gather(sm, kc, o, it, warp, lane);
+        if (pend >= 0) ds_convert<1>(sm, kc, po, pend, warp, lane);
+        pend = it;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) po[k] = o[k];
+      }
+    }
+    if (pend >= 0) ds_convert<0>(sm, kc, po, pend, warp, lane);
   }
 
   // Descriptors.  Tiles are 9 slices of [64 rows][128 bytes], 128-byte swizzle; each
@@ -938,8 +1057,10 @@ struct WgmmaKernel {
     const Smem sm = carve(raw);
     if (threadIdx.x == 0) {
       for (int s = 0; s < C::kStages * C::kSlices; ++s) {
-        // the TMA thread's expect_tx, or sparse: the producer warpgroup's 128 cp.async arrivals
-        sm90::mbar_init(&sm.full[s], kSparse ? 128 : 1);
+        // the TMA thread's expect_tx, or sparse: the producer warpgroup's 128 cp.async
+        // arrivals (fp8_ds_mla: those for the RoPE slice, a converter warp's for the others)
+        const bool rope = s % C::kSlices == C::kSlices - 1;
+        sm90::mbar_init(&sm.full[s], kFp8 && !rope ? 4 : kSparse ? 128 : 1);
         sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices));
       }
       if (MERGE) {   // the cluster merge's barriers (merge_out)
@@ -963,7 +1084,9 @@ struct WgmmaKernel {
       values_wg(wp.p, sm);
     } else {
       sm90::setmaxnreg_dec<kProducerRegs>();
-      if constexpr (kSparse)
+      if constexpr (kFp8)
+        sparse_ds_producer(wp, sm, threadIdx.x - 256);
+      else if constexpr (kSparse)
         sparse_producer(wp, sm, threadIdx.x - 256);
       else if (threadIdx.x == 256)
         producer(wp, sm);
@@ -971,11 +1094,11 @@ struct WgmmaKernel {
   }
 };
 
-template <typename T, int FAULT, bool MERGE, int SP = 0>
+template <typename T, int FAULT, bool MERGE, int SP = 0, int KV = kKvNative>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, 1)
 mla_split_wgmma_kernel(const __grid_constant__ WgmmaParams wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaKernel<T, FAULT, MERGE, SP>::run(wp, smem);
+  WgmmaKernel<T, FAULT, MERGE, SP, KV>::run(wp, smem);
 }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda link).
@@ -1037,22 +1160,22 @@ cudaError_t wgmma_params(const MlaParams& p, WgmmaParams* wp) {
   return cudaSuccess;
 }
 
-template <typename T, int FAULT, bool MERGE, int SP = 0>
+template <typename T, int FAULT, bool MERGE, int SP = 0, int KV = kKvNative>
 cudaError_t prepare_split_wgmma() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T, FAULT, MERGE, SP>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_kernel<T, FAULT, MERGE, SP, KV>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        WgmmaConfig::kSmem);
   done = e == cudaSuccess;
   return e;
 }
 
-template <typename T, int FAULT, int SP = 0>
+template <typename T, int FAULT, int SP = 0, int KV = kKvNative>
 cudaError_t split_wgmma_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma<T, FAULT, false, SP>();
+  cudaError_t e = prepare_split_wgmma<T, FAULT, false, SP, KV>();
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T, FAULT, false, SP>,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, mla_split_wgmma_kernel<T, FAULT, false, SP, KV>,
                                                        WgmmaConfig::kThreads, WgmmaConfig::kSmem);
 }
 
@@ -1100,7 +1223,7 @@ int split_wgmma_cluster(int batch, int num_parts) {
   return sched_cluster(batch, num_parts, WgmmaConfig::kMaxCluster, resident);
 }
 
-template <typename T, int FAULT, int SP = 0>
+template <typename T, int FAULT, int SP = 0, int KV = kKvNative>
 cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid =
@@ -1108,9 +1231,9 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   if constexpr (SP != 0) {   // sparse: cp.async of any page size, no tensor map, no cluster
     WgmmaParams wp{};
     wp.p = p;
-    cudaError_t e = prepare_split_wgmma<T, FAULT, false, SP>();
+    cudaError_t e = prepare_split_wgmma<T, FAULT, false, SP, KV>();
     if (e != cudaSuccess) return e;
-    return launch_dependent(mla_split_wgmma_kernel<T, FAULT, false, SP>, grid,
+    return launch_dependent(mla_split_wgmma_kernel<T, FAULT, false, SP, KV>, grid,
                             WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream, 1, wp);
   } else {
     WgmmaParams wp;

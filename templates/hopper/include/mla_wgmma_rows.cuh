@@ -349,7 +349,7 @@ struct WgmmaRowsKernel {
         for (int q = 0; q < 4; ++q) {
           wait_slot(sm, slot0, lap0, 2 * q);
           wait_slot(sm, slot0, lap0, 2 * q + 1);
-          const int k8 = t % 8, odd = k8 >> 2, c = 2 * (k8 & 3);
+          const int k8 = t % 8, odd = k8 >> 2;
           const int tile = FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q;
           uint4 v[4];
           uint32_t sc[4] = {0u, 0u, 0u, 0u};
@@ -366,17 +366,7 @@ struct WgmmaRowsKernel {
             const int r = (t + kT * it) >> 3;
             uint32_t o[8];
             fp8::convert16<T, kScaled, FAULT == kFaultScaleTwice>(v[it], sc[it], o);
-            const uint32_t row = dst0 + r * 128;
-            const int c1 = (c + odd) ^ (r & 7), c2 = (c + 1 - odd) ^ (r & 7);
-            // selects, not a branch: both halves of the warp store in the same instruction
-            uint32_t a[4], b[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              a[e] = odd ? o[4 + e] : o[e];
-              b[e] = odd ? o[e] : o[4 + e];
-            }
-            fp8::st_shared_v4(row + (c1 << 4), a[0], a[1], a[2], a[3]);
-            fp8::st_shared_v4(row + (c2 << 4), b[0], b[1], b[2], b[3]);
+            fp8::st_converted16(dst0 + r * 128, o, k8, r);
           }
           sm90::fence_proxy_async();
           __syncwarp();
