@@ -1,4 +1,4 @@
-"""Token-sparse decode through the Hopper API on a GPU (the rows kernel's sparse mode):
+"""Token-sparse decode through the Hopper API on a GPU (the wgmma kernels' sparse modes):
 against mlagen.reference.sparse_attention over hypothesis-drawn h_q 1..128, s_q 1..8, topk
 (1, not a multiple of 64, several blocks), page sizes 1..256, invalid (-1) and repeated
 indices, topk_length (0 included), sinks (±inf included), all-invalid rows, NaN in every

@@ -42,7 +42,11 @@
 // memory); a slot past the cache makes the piece NaN and sets kErrorBadPage.  No tail
 // zeroing (unnamed keys are zeros), no cluster merge (not built for sparse yet), any page
 // size (no tensor map).  setmaxnreg 240 / 208 / 56: the gather's addresses need more than
-// the TMA thread's 24.
+// the TMA thread's 24.  fp8_ds_mla (KV = kKvDsMla): the same producer warpgroup also
+// converts: a block's raw e4m3 tiles land in its own stage's right V half, one block ahead,
+// and become bf16 slices in place (sparse_ds_producer): no converter warpgroup (the register
+// file has none to spare beside two 64-row consumers) and no raw ring (Q and the two stages
+// leave 1.2 KiB).
 //
 // Shared memory: Q 72 KiB (the epilogue's staging once a piece's S is done) | 2 K stages x
 // 72 KiB | P 8 KiB | alpha, l (64 floats each) | mbarriers; 1024-byte aligned tiles (the
