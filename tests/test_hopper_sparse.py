@@ -48,10 +48,11 @@ def test_runtime_fields_share_one_library():
                                    page_size=16))
     assert a.variant_name() == b.variant_name()
     assert sparse.sparse_schedule(17, "bf16").mapping.rows_per_tile == 32
-    # beyond 32 heads: the 64-row kernel's sparse mode (two consumer warpgroups)
-    for kv in ("bf16", "fp8_ds_mla"):
-        assert (sparse.sparse_schedule(33, kv).mapping.rows_per_tile,
-                sparse.sparse_schedule(128, kv).mapping.warps) == (64, 8)
+    # beyond 32 heads: the 64-row kernel's sparse mode for bf16 (two consumer warpgroups);
+    # fp8_ds_mla stays on 32-row tiles by default (its 64-row mode is reached by a schedule)
+    assert (sparse.sparse_schedule(33, "bf16").mapping.rows_per_tile,
+            sparse.sparse_schedule(128, "bf16").mapping.warps) == (64, 8)
+    assert sparse.sparse_schedule(128, "fp8_ds_mla").mapping.rows_per_tile == 32
 
 
 def test_sparse_64_row_render_takes_the_64_row_kernel_with_sp():
@@ -60,7 +61,9 @@ def test_sparse_64_row_render_takes_the_64_row_kernel_with_sp():
     assert '#include "mla_wgmma.cuh"' in src
     assert "launch_split_wgmma_impl<__nv_bfloat16, kFault, 1>" in src
     assert "split_cluster(int, int) { return 1; }" in src
-    ds = hopper.render(sparse.sparse_schedule(128, "fp8_ds_mla")).files["split.cu"]
+    ds = hopper.render(Schedule.build(
+        target="hopper", kv_format="fp8_ds_mla", attention="sparse", topk=2048, causal=False,
+        rows_per_tile=64, warps=8, block_kv=64, buffers=2, mainloop="wgmma")).files["split.cu"]
     assert "launch_split_wgmma_impl<__nv_bfloat16, kFault, 1, 2>" in ds   # kKvDsMla
 
 

@@ -44,7 +44,7 @@ def inputs(kv, seqlens, s_q, h_q, topk, page=64, seed=0, invalid=0.0, repeats=0.
                               infinite_sinks=infinite_sinks, device="cuda")
 
 
-def run(inp, sched=None):
+def run(inp, sched=None, schedule=None):
     a = api()
     pool = inp.pools[0]
     if sched is None:
@@ -53,14 +53,14 @@ def run(inp, sched=None):
                                     softmax_scale=inp.softmax_scale,
                                     is_fp8_kvcache=pool.k_cache.dtype != torch.bfloat16,
                                     indices=pool.indices, attn_sink=inp.attn_sink,
-                                    topk_length=pool.topk_length)
+                                    topk_length=pool.topk_length, schedule=schedule)
 
 
-def check(inp, sched=None):
+def check(inp, sched=None, schedule=None):
     """out within abs 2^-8 max|V| OR rel 2.01/128 with cos-diff < 5e-6 of the float64
     reference (P rounded to bf16 in the kernel), lse within 1e-6 OR 8.01/65536; NaN and
     inf masks equal."""
-    out, lse = run(inp, sched)
+    out, lse = run(inp, sched, schedule)
     torch.cuda.synchronize()
     ref_o, ref_l = sparse_attention(inp.q, inp.pools, softmax_scale=inp.softmax_scale,
                                     attn_sink=inp.attn_sink, dtype=torch.float64)
@@ -87,6 +87,25 @@ def check(inp, sched=None):
 ])
 def test_cases(kv, seqlens, s_q, h_q, topk, page):
     check(inputs(kv, seqlens, s_q, h_q, topk, page, seed=1, invalid=0.2, repeats=0.1))
+
+
+@pytest.mark.parametrize("seqlens,s_q,h_q,topk,page,length", [
+    ([5000, 70], 2, 128, 2048, 64, False),
+    ([64, 0], 2, 64, 130, 32, False),
+    ([2500, 3000, 1, 900], 3, 100, 700, 100, True),
+    ([300], 1, 40, 1, 1, True),
+])
+def test_fp8_ds_mla_in_the_64_row_kernel(seqlens, s_q, h_q, topk, page, length):
+    """The 64-row kernel's fp8_ds_mla mode (its producer converts), by an explicit schedule
+    while the default for fp8_ds_mla stays on 32-row tiles."""
+    from mlagen.backends.hopper import sparse
+    from mlagen.schedule.records import Schedule
+    s = Schedule.build(target="hopper", dtype="bf16", kv_format="fp8_ds_mla",
+                       attention="sparse", topk=2048, causal=False, rows_per_tile=64,
+                       block_kv=64, buffers=2, warps=8, mainloop="wgmma")
+    check(inputs("fp8_ds_mla", seqlens, s_q, h_q, topk, page, seed=5, invalid=0.2,
+                 repeats=0.1, topk_length=length), schedule=s)
+    assert sparse.sparse_schedule(h_q, "fp8_ds_mla", s).mapping.rows_per_tile == 64
 
 
 @pytest.mark.parametrize("kv", FORMATS)

@@ -617,7 +617,7 @@ struct WgmmaKernel {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int k = 8 * j + c2 + (e & 1);   // the key in the block
-              const bool named = (vmask >> k) & 1;
+              const bool named = !kSparse || ((vmask >> k) & 1);   // (dense: no shifts)
               xs[4 * j + e] = t0 + k < lim[e >> 1] && named ? s[4 * j + e] : -INFINITY;
             }
         }
