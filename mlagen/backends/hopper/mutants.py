@@ -16,6 +16,7 @@ ROWS2 = ("hopper_wgmma_r16_w8", "hopper_wgmma_r32_w8")          # two, merged pe
 MMA = ("hopper_h200", "hopper_tp8_r16")
 SPLITS = ("hopper_h200", "hopper_wgmma")                        # partials through the combine
 SPARSE = ("hopper_sparse_bf16", "hopper_sparse_ds_mla")         # attention = "sparse"
+SPARSE_SINKS = ("hopper_sparse_ds_mla",)                         # sinks = true: drawn sinks
 FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, k_descale
 FP8D = ("hopper_fp8_ds_mla",)                                    # e4m3 tiles with fp32 scales
 
@@ -79,6 +80,11 @@ MUTANTS = (
            "const int64_t o = __shfl_sync(0xffffffffu, off, k ^ 1);",
            "the gather writes each key into its neighbour's row (the mask stays the key's)",
            SPARSE),
+    Mutant("rows_sink_on_partials", "hopper", "mla_wgmma_rows.cuh",
+           "const float keep = pc.direct && p.sink != nullptr && gr < rows_total",
+           "const float keep = p.sink != nullptr && gr < rows_total",
+           "a split row's partial is scaled by the sink too (then the combine scales it again)",
+           SPARSE_SINKS),
     # ---- the combine
     Mutant("combine_half_scale", "hopper", "mla_combine.cuh",
            "const float wj = j < kCombineVec / 2 ? w.x : w.y;", "const float wj = w.x;",
@@ -87,6 +93,10 @@ MUTANTS = (
     Mutant("combine_max_skips_last", "hopper", "mla_combine.cuh",
            "for (int i = lane; i < n; i += 32) {", "for (int i = lane; i < n - 1; i += 32) {",
            "the max over the splits' lse leaves the last split out", SPLITS, MAX_MOVES),
+    Mutant("combine_sink_dropped", "hopper", "mla_combine.cuh",
+           "const float keep = p.sink != nullptr ? sink_keep(lse, p.sink[gr % p.h_q]) : 1.f;",
+           "const float keep = 1.f;",
+           "a combined (split) row is not scaled by its head's sink", SPARSE_SINKS),
     Mutant("combine_empty_lse", "hopper", "mla_combine.cuh",
            "nan ? NAN : (sum > 0.f ? mx + logf(sum) : INFINITY);",
            "nan ? NAN : mx + logf(sum);",

@@ -820,12 +820,15 @@ struct WgmmaRowsKernel {
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int col = 8 * (c >> 1) + c2 + (c & 1), gr = row0 + col;
+        const float empty = pc.direct ? INFINITY : -INFINITY;
+        const float lse = bad || l[c] != l[c] ? NAN
+                                              : (l[c] > 0.f ? (m[c] + log2f(l[c])) * kLn2 : empty);
+        // a direct row is final: its sink scales it here (a split row's, in the combine)
+        const float keep = pc.direct && p.sink != nullptr && gr < rows_total
+                               ? sink_keep(lse, p.sink[gr % p.h_q]) : 1.f;
         // a NaN sum is a NaN row, not an empty one (fmaxf skips NaN scores)
-        inv[c] = bad || l[c] != l[c] ? NAN : (l[c] > 0.f ? o_scale / l[c] : 0.f);
+        inv[c] = bad || l[c] != l[c] ? NAN : (l[c] > 0.f ? o_scale / l[c] * keep : 0.f);
         if (warp == 0 && lane < 4 && gr < rows_total) {
-          const float empty = pc.direct ? INFINITY : -INFINITY;
-          const float lse = bad || l[c] != l[c] ? NAN
-                                                : (l[c] > 0.f ? (m[c] + log2f(l[c])) * kLn2 : empty);
           if (pc.direct) {
             const int sq = gr / p.h_q, hq = gr % p.h_q;
             p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;
