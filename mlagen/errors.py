@@ -54,11 +54,6 @@ class InputError(MlagenError, ValueError):
     """A tensor handed to a kernel is wrong (dtype, shape, device, stride, index range)."""
 
 
-class ExperimentalPathError(InputError):
-    """A kernel path that is off until a known fault of it is fixed: the call is refused
-    before launch, and the environment switch the message names turns the path on."""
-
-
 class EmulatorError(MlagenError, RuntimeError):
     """An emulated target caught a protocol violation (a read before its DMA, a capacity
     overflow, a DMA into a buffer in use)."""

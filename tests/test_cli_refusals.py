@@ -296,7 +296,6 @@ def test_bench_shapes_are_checked_before_the_device(clean, capsys):
     ("MLAGEN_COMMIT", "a\nb", "must be one short line"),
     ("MLAGEN_HOPPER_FASTCALL", "yes", "must be 0 (off) or 1 (on)"),
     ("MLAGEN_HOPPER_STRICT", "on", "must be 0 (off) or 1 (on)"),
-    ("MLAGEN_HOPPER_SPARSE", "2", "must be 0 (off) or 1 (on)"),
     ("MLAGEN_HOPPER_TUNE_TABLE", "{dir}", "is a folder, not a file"),
     ("MLAGEN_HOPPER_TUNE_TABLE", "~nosuchuser/t.json", "does not expand"),
 ])

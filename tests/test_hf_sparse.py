@@ -225,11 +225,10 @@ def test_visible_slots_and_compact():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("kv", [None, "fp8_ds_mla"], ids=["bf16", "fp8_ds_mla"])
-def test_sparse_generation_on_the_gpu_matches_eager(kv, monkeypatch):
+def test_sparse_generation_on_the_gpu_matches_eager(kv):
     """Decode steps through mlagen.flash_mla_with_kvcache(..., indices=) (FlashMLA's sparse
-    call, the experimental kernel switched on), the prefill through the torch operator on the
+    call), the prefill through the torch operator on the
     GPU; tokens equal eager's."""
-    monkeypatch.setenv("MLAGEN_HOPPER_SPARSE", "1")
     model = tiny_v32_model(topk=TOPK).cuda()
     ids, mask = (t.cuda() for t in prompts())
     want, _ = _generate(model, ids, mask)

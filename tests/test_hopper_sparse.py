@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from mlagen.errors import ExperimentalPathError, InputError, MlagenError, ScheduleError
+from mlagen.errors import InputError, MlagenError, ScheduleError
 from mlagen.schedule.records import Schedule
 from mlagen.schedule.rules import check
 
@@ -85,21 +85,8 @@ def test_argument_checks(over, words):
     assert words in str(e.value)
 
 
-def test_cpu_tensors_are_refused_after_the_shape_checks(monkeypatch):
-    monkeypatch.setenv(sparse.ENABLE_VAR, "1")
+def test_cpu_tensors_are_refused_after_the_shape_checks():
     with pytest.raises(InputError, match="CUDA"):
-        api.flash_mla_with_kvcache(**_args())
-
-
-def test_the_experimental_kernel_is_off_unless_switched_on(monkeypatch):
-    """Well-formed inputs are refused before launch, in one line naming the switch, until the
-    kernel's known out-of-bounds read is fixed; a malformed switch is named too."""
-    monkeypatch.delenv(sparse.ENABLE_VAR, raising=False)
-    with pytest.raises(ExperimentalPathError) as e:
-        api.flash_mla_with_kvcache(**_args())
-    assert f"set {sparse.ENABLE_VAR}=1" in str(e.value) and "\n" not in str(e.value)
-    monkeypatch.setenv(sparse.ENABLE_VAR, "yes")
-    with pytest.raises(MlagenError, match=f"{sparse.ENABLE_VAR}: .*must be 0"):
         api.flash_mla_with_kvcache(**_args())
 
 
@@ -116,6 +103,17 @@ def test_row_lengths_clip_and_repeat():
     got = sparse.row_lengths(tl, 3, 2, 100, "cpu")
     assert got.tolist() == [0, 0, 5, 5, 100, 100] and got.dtype == torch.int32
     assert sparse.row_lengths(None, 2, 3, 7, "cpu").tolist() == [7] * 6
+
+
+@pytest.mark.parametrize("b", [1, 2, 5])
+@pytest.mark.parametrize("s_q", [1, 6])
+def test_row_lengths_own_every_int_the_scheduler_reads(b, s_q):
+    """The scheduler kernel reads b * s_q ints by pointer: a stride-0 view (expand + reshape
+    of one sequence's length) made it read past a 4-byte storage on the H200."""
+    got = sparse.row_lengths(torch.arange(b, dtype=torch.int32) + 3, b, s_q, 100, "cpu")
+    assert got.is_contiguous() and got.stride() == (1,)
+    assert got.untyped_storage().nbytes() >= 4 * b * s_q
+    assert got.tolist() == [3 + i for i in range(b) for _ in range(s_q)]
 
 
 def test_sink_scaling_matches_the_reference_rule():

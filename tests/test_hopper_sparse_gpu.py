@@ -29,12 +29,6 @@ pytestmark = [pytest.mark.cuda,
 FORMATS = ("bf16", "fp8_ds_mla")
 
 
-@pytest.fixture(autouse=True)
-def _sparse_kernel_on(monkeypatch):
-    """The experimental kernel (sparse.check_enabled) is what these tests exercise."""
-    monkeypatch.setenv("MLAGEN_HOPPER_SPARSE", "1")
-
-
 def api():
     from mlagen.backends.hopper import api as a
     return a

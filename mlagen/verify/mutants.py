@@ -169,10 +169,6 @@ def run_one(mutant: Mutant, schedule_name: str, profile: str, examples: Optional
         except MlagenError as e:       # a build failure: the mutant's, not a catch
             return Outcome(mutant.name, schedule_name, profile, False,
                            error=str(e).splitlines()[0], seconds=time.perf_counter() - t0)
-    if r.failure is not None and "ExperimentalPathError" in r.failure.message:
-        # the path is switched off (its message names the switch): not reached, not a catch
-        return Outcome(mutant.name, schedule_name, profile, False, _how(r), r.examples_run,
-                       time.perf_counter() - t0, error=r.failure.message.splitlines()[0][:200])
     if r.failure is not None and "BuildError" in r.failure.message:
         # a family member that does not build: the mutant's fault, not a catch
         return Outcome(mutant.name, schedule_name, profile, False, _how(r), r.examples_run,

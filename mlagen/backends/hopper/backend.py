@@ -46,7 +46,6 @@ class HopperBackend(Backend):
         check_overrides()            # the knob tables' overrides, MLAGEN_HOPPER_CLUSTER
         switch("MLAGEN_HOPPER_STRICT", False)
         switch("MLAGEN_HOPPER_FASTCALL", True)
-        switch("MLAGEN_HOPPER_SPARSE", False)   # the experimental sparse kernel (sparse.py)
         user_table()                 # MLAGEN_HOPPER_TUNE_TABLE
 
     def device_check(self):

@@ -21,8 +21,7 @@ from typing import Optional
 
 import torch
 
-from mlagen.envvars import switch
-from mlagen.errors import ExperimentalPathError, InputError
+from mlagen.errors import InputError
 from mlagen.schedule.records import Schedule
 from mlagen.schedule.rules import plan_of
 
@@ -33,7 +32,6 @@ _SPARSE_FORMATS = {576: "bf16", 656: "fp8_ds_mla"}   # the cache's last dimensio
 _BYTE_DTYPES = (torch.float8_e4m3fn, torch.uint8)
 _PLANS: dict = {}
 _PLAN_LIMIT = 4096
-ENABLE_VAR = "MLAGEN_HOPPER_SPARSE"   # check_enabled: the experimental sparse kernel on
 
 
 @dataclass
@@ -149,19 +147,6 @@ def check_sparse_inputs(q, k_cache, indices, topk_length, attn_sink, head_dim_v,
     return kv
 
 
-def check_enabled() -> None:
-    """The sparse kernel is off unless MLAGEN_HOPPER_SPARSE=1: on the H200 its drawn GPU test
-    hits an out-of-bounds read of an index row in the producer (compute-sanitizer memcheck:
-    sparse_slot, from sparse_producer) on some drawn shapes with topk_length, both formats;
-    until that is fixed a call is refused before launch rather than risk the process's CUDA
-    context (docs/hopper.md, "Token-sparse decode")."""
-    if not switch(ENABLE_VAR, False):
-        raise ExperimentalPathError(
-            f"token-sparse decode on hopper is experimental (a known out-of-bounds read on "
-            f"some drawn inputs, docs/hopper.md \"Token-sparse decode\"): set {ENABLE_VAR}=1 "
-            "to run it")
-
-
 def _on_one_cuda(named: dict) -> None:
     dev = None
     for name, t in named.items():
@@ -178,10 +163,12 @@ def _on_one_cuda(named: dict) -> None:
 def row_lengths(topk_length: Optional[torch.Tensor], b: int, s_q: int, topk: int,
                 device) -> torch.Tensor:
     """The kernel's length of each flattened row: topk_length[b] clipped to topk, or topk
-    (device ops only: no sync)."""
+    (device ops only: no sync).  A new contiguous tensor of b * s_q ints: the scheduler
+    reads it by pointer (an expand + reshape is a stride-0 view when b = 1, and the kernel
+    read past its one int)."""
     if topk_length is None:
         return torch.full((b * s_q,), topk, dtype=torch.int32, device=device)
-    return topk_length.clamp(max=topk)[:, None].expand(b, s_q).reshape(-1).to(torch.int32)
+    return torch.repeat_interleave(topk_length.clamp(max=topk).to(torch.int32), s_q)
 
 
 def apply_sink(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor) -> torch.Tensor:
@@ -209,7 +196,6 @@ def sparse_decode(q, k_cache, indices, topk_length, attn_sink, sched: FlashMLASc
     if plan is None:
         kv = check_sparse_inputs(q, k_cache, indices, topk_length, attn_sink, head_dim_v,
                                  causal, is_fp8_kvcache, softmax_scale)
-        check_enabled()
         _on_one_cuda({"q": q, "k_cache": k_cache, "indices": indices,
                       "topk_length": topk_length, "attn_sink": attn_sink})
         b, s_q, h_q, _ = q.shape
