@@ -225,13 +225,13 @@ struct WgmmaRowsKernel {
   // ------------------------------------------ sparse producer (a warpgroup, 4 x 32 lanes)
   // Per 64-key block, warp w takes keys [16 w, 16 w + 16): lane l < 16 reads the slot of
   // key 16 w + l from the row's index list and turns it into the key's byte offset in the
-  // cache (-1: no key); then key by key (the offset broadcast from its lane) the warp copies
-  // the key's bytes with 16-byte cp.async, zero-filled where there is no key.  bf16: 72
-  // chunks of 1152 bytes straight into the 9 swizzled slices (chunk c of key r at chunk
-  // (c % 8) ^ (r % 8) of slice c / 8, what the TMA boxes write); FP8: the raw block's layout
-  // (Fp8Layout: the 512 latent bytes of each key, then its tail), the converter unchanged.
-  // Every producer thread arrives on the block's full barriers once its copies land
-  // (cp.async.mbarrier.arrive.noinc: 128 arrivals).
+  // cache (-1: no key); the copies are 16-byte cp.async, zero-filled where there is no key.
+  // bf16: slice by slice, each slot waited for on its own (as the TMA producer), a warp
+  // instruction 4 keys' 128-byte rows of the slice (chunk c of key r at chunk c ^ (r % 8),
+  // what the TMA boxes write); FP8: key by key (the offset broadcast from its lane) into the
+  // raw block's layout (Fp8Layout: the 512 latent bytes of each key, then its tail), the
+  // converter unchanged.  Every producer thread arrives on a slice's (a raw block's) full
+  // barrier once its copies land (cp.async.mbarrier.arrive.noinc: 128 arrivals).
   static __device__ void sparse_producer(const Params& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
