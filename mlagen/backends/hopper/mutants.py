@@ -79,7 +79,12 @@ MUTANTS = (
            "const int64_t o = __shfl_sync(0xffffffffu, off, k);",
            "const int64_t o = __shfl_sync(0xffffffffu, off, k ^ 1);",
            "the gather writes each key into its neighbour's row (the mask stays the key's)",
-           SPARSE),
+           ("hopper_sparse_ds_mla",)),
+    Mutant("rows_sparse_key_row_bf16", "hopper", "mla_wgmma_rows.cuh",
+           "o4[i] = __shfl_sync(0xffffffffu, off, 4 * i + (lane >> 3));",
+           "o4[i] = __shfl_sync(0xffffffffu, off, (4 * i + (lane >> 3)) ^ 1);",
+           "the bf16 gather writes each key into its neighbour's row (the mask stays the "
+           "key's)", ("hopper_sparse_bf16",)),
     Mutant("rows_sink_on_partials", "hopper", "mla_wgmma_rows.cuh",
            "const float keep = pc.direct && p.sink != nullptr && gr < rows_total",
            "const float keep = p.sink != nullptr && gr < rows_total",

@@ -225,13 +225,13 @@ struct WgmmaRowsKernel {
   // ------------------------------------------ sparse producer (a warpgroup, 4 x 32 lanes)
   // Per 64-key block, warp w takes keys [16 w, 16 w + 16): lane l < 16 reads the slot of
   // key 16 w + l from the row's index list and turns it into the key's byte offset in the
-  // cache (-1: no key); then key by key (the offset broadcast from its lane) the warp copies
-  // the key's bytes with 16-byte cp.async, zero-filled where there is no key.  bf16: 72
-  // chunks of 1152 bytes straight into the 9 swizzled slices (chunk c of key r at chunk
-  // (c % 8) ^ (r % 8) of slice c / 8, what the TMA boxes write); FP8: the raw block's layout
-  // (Fp8Layout: the 512 latent bytes of each key, then its tail), the converter unchanged.
-  // Every producer thread arrives on the block's full barriers once its copies land
-  // (cp.async.mbarrier.arrive.noinc: 128 arrivals).
+  // cache (-1: no key); the copies are 16-byte cp.async, zero-filled where there is no key.
+  // bf16: slice by slice, each slot waited for on its own (as the TMA producer), a warp
+  // instruction 4 keys' 128-byte rows of the slice (chunk c of key r at chunk c ^ (r % 8),
+  // what the TMA boxes write); FP8: key by key (the offset broadcast from its lane) into the
+  // raw block's layout (Fp8Layout: the 512 latent bytes of each key, then its tail), the
+  // converter unchanged.  Every producer thread arrives on a slice's (a raw block's) full
+  // barrier once its copies land (cp.async.mbarrier.arrive.noinc: 128 arrivals).
   static __device__ void sparse_producer(const Params& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
@@ -252,42 +252,44 @@ struct WgmmaRowsKernel {
         bool bad = false;   // the consumer flags it
         const int e = sparse_slot(p, row, t0 + 16 * warp + (lane & 15), pc.end, bad);
         const int64_t off = e < 0 ? -1 : (e / p.page_size) * sb + (e % p.page_size) * st;
-        const int slot0 = rg.slot;
-        uint32_t raw = 0;
+        const int slot0 = rg.slot, lap0 = rg.lap;
         if constexpr (C::kFp8) {
           sm90::mbar_wait(&sm.raw_empty[rr.slot], (rr.lap & 1) ^ 1);
-          raw = rbase + rr.slot * C::kRawBytes;
-        } else {
-#pragma unroll 1
-          for (int j = 0; j < C::kSlices; ++j) wait_slot(sm, rg.slot, rg.lap, j);
-        }
+          const uint32_t raw = rbase + rr.slot * C::kRawBytes;
 #pragma unroll 4
-        for (int k = 0; k < 16; ++k) {
-          const int r = 16 * warp + k;
-          const int64_t o = __shfl_sync(0xffffffffu, off, k);
-          const bool ok = o >= 0;
-          const unsigned char* src = kc + (ok ? o : 0);
-          if constexpr (C::kFp8) {
+          for (int k = 0; k < 16; ++k) {
+            const int r = 16 * warp + k;
+            const int64_t o = __shfl_sync(0xffffffffu, off, k);
+            const bool ok = o >= 0;
+            const unsigned char* src = kc + (ok ? o : 0);
             sm90::cp_async16_to(raw + r * 512 + lane * 16, src + lane * 16, ok);
             if (lane < L::kTailRow / 16)
               sm90::cp_async16_to(raw + L::kLatentBytes + r * L::kTailRow + lane * 16,
                                   src + 512 + lane * 16, ok);
-          } else {
-#pragma unroll
-            for (int c = lane; c < 8 * C::kSlices; c += 32)
-              sm90::cp_async16_to(slice_addr(kbase, slot0, c >> 3) + r * 128 +
-                                      (((c & 7) ^ (r & 7)) << 4),
-                                  src + c * 16, ok);
           }
-        }
-        if constexpr (C::kFp8) {
           sm90::cp_async_mbar_arrive(&sm.raw_full[rr.slot]);
           rr.next();
         } else {
+          // slice by slice, each on its own empty barrier (as the TMA producer): the slots
+          // left over beside two blocks (25 - 18 for 16 rows) fill while the consumer still
+          // holds the oldest block.  Lane l copies chunk l % 8 of keys 4 i + l / 8 (i < 4)
+          // of the warp's 16: a warp instruction is 4 keys' 128-byte rows of the slice
+          int64_t o4[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o4[i] = __shfl_sync(0xffffffffu, off, 4 * i + (lane >> 3));
+          const int c8 = lane & 7;
 #pragma unroll 1
           for (int j = 0; j < C::kSlices; ++j) {
-            const int sl = slot0 + j;
-            sm90::cp_async_mbar_arrive(&sm.full[sl >= C::kSlots ? sl - C::kSlots : sl]);
+            wait_slot(sm, slot0, lap0, j);
+            const uint32_t dst = slice_addr(kbase, slot0, j);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int r = 16 * warp + 4 * i + (lane >> 3);
+              const bool ok = o4[i] >= 0;
+              sm90::cp_async16_to(dst + r * 128 + ((c8 ^ (r & 7)) << 4),
+                                  kc + (ok ? o4[i] : 0) + j * 128 + c8 * 16, ok);
+            }
+            fill_slot_async(sm, slot0, j);
           }
           rg.skip_block();
         }
@@ -352,6 +354,11 @@ struct WgmmaRowsKernel {
     int sl = slot0 + j, lap = lap0;
     if (sl >= C::kSlots) sl -= C::kSlots, ++lap;
     sm90::mbar_wait(&sm.empty[sl], (lap & 1) ^ 1);
+  }
+  // sparse: this thread's arrival on slice j's full barrier once its cp.async land
+  static __device__ __forceinline__ void fill_slot_async(const Smem& sm, int slot0, int j) {
+    const int sl = slot0 + j;
+    sm90::cp_async_mbar_arrive(&sm.full[sl >= C::kSlots ? sl - C::kSlots : sl]);
   }
   static __device__ __forceinline__ void fill_slot(const Smem& sm, int slot0, int j) {
     const int sl = slot0 + j;
