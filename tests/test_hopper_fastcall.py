@@ -19,14 +19,14 @@ from mlagen.backends.hopper import fastcall
 
 STUB = r"""
 #include <string.h>
-long long g_shape[32]; const void* g_ptr[10]; const void* g_descale[2]; float g_scale;
+long long g_shape[32]; const void* g_ptr[10]; const void* g_descale[3]; float g_scale;
 void* g_stream; int g_calls; int g_code;
 int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
-    const float* k_descale, const float* q_descale,
+    const float* k_descale, const float* q_descale, const float* sink,
     const int* bt, const int* sl, const int* sched, const int* ns, void* out, float* lse,
     float* ws, int* error, float scale_log2, void* stream) {
   memcpy(g_shape, shape, sizeof(g_shape));
-  g_descale[0] = k_descale; g_descale[1] = q_descale;
+  g_descale[0] = k_descale; g_descale[1] = q_descale; g_descale[2] = sink;
   const void* p[10] = {q, k, bt, sl, sched, ns, out, lse, ws, error};
   memcpy(g_ptr, p, sizeof(p));
   g_scale = scale_log2; g_stream = stream; ++g_calls;
@@ -100,7 +100,7 @@ def test_a_matching_call_reaches_the_entry_with_everything(ext):
     assert ptrs == [t.data_ptr() for t in args] + [out.data_ptr(), lse.data_ptr(),
                                                    ws.data_ptr(), 0x1230]
     # the C++ path serves 16-bit caches alone: no descales
-    assert [p or 0 for p in (ctypes.c_void_p * 2).in_dll(stub, "g_descale")] == [0, 0]
+    assert [p or 0 for p in (ctypes.c_void_p * 3).in_dll(stub, "g_descale")] == [0, 0, 0]
     assert ctypes.c_float.in_dll(stub, "g_scale").value == pytest.approx(0.1, rel=1e-7)
     assert ctypes.c_void_p.in_dll(stub, "g_stream").value == 0xABC0
     out2, _ = plan.run(*args, 0xABC0, ws)   # fresh outputs each call

@@ -46,7 +46,7 @@ int mlagen_hopper_metadata(const int* seqlens, int batch, int num_parts, int fix
 // sequence: k_descale_stride 0 or 1), null for the other formats; q_descale: q's (8-bit
 // caches; null: 1), likewise.
 int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
-                         const float* k_descale, const float* q_descale,
+                         const float* k_descale, const float* q_descale, const float* sink,
                          const int* block_table, const int* seqlens, const int* sched,
                          const int* num_splits, void* out, float* lse, float* workspace,
                          int* error, float scale_log2, void* stream) {
@@ -55,6 +55,7 @@ int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
   p.k = k;
   p.k_descale = k_descale;
   p.q_descale = q_descale;
+  p.sink = sink;
   p.block_table = block_table;
   p.seqlens = seqlens;
   p.sched = sched;

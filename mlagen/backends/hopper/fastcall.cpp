@@ -24,7 +24,7 @@ namespace py = pybind11;
 namespace {
 
 using DecodeFn = int (*)(const long long* shape, const void* q, const void* k,
-                         const float* k_descale, const float* q_descale,
+                         const float* k_descale, const float* q_descale, const float* sink,
                          const int* block_table, const int* seqlens, const int* sched,
                          const int* num_splits, void* out, float* lse, float* workspace,
                          int* error, float scale_log2, void* stream);
@@ -92,8 +92,10 @@ class DecodePlan {
       return py::none();
     at::Tensor out = at::empty(out_shape_, q.options());
     at::Tensor lse = at::empty(lse_shape_, q.options().dtype(at::kFloat));
-    // 16-bit caches only (no descales): 8-bit ones take the Python path
+    // 16-bit caches only (no descales), no sinks: 8-bit ones and sparse calls take the
+    // Python path
     const int code = decode_(shape_.data(), q.data_ptr(), k.data_ptr(), nullptr, nullptr,
+                             nullptr,
                              block_table.data_ptr<int>(), seqlens.data_ptr<int>(),
                              sched.data_ptr<int>(), num_splits.data_ptr<int>(), out.data_ptr(),
                              lse.data_ptr<float>(), workspace.data_ptr<float>(), error_,

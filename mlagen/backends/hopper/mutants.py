@@ -16,6 +16,7 @@ ROWS2 = ("hopper_wgmma_r16_w8", "hopper_wgmma_r32_w8")          # two, merged pe
 MMA = ("hopper_h200", "hopper_tp8_r16")
 SPLITS = ("hopper_h200", "hopper_wgmma")                        # partials through the combine
 SPARSE = ("hopper_sparse_bf16", "hopper_sparse_ds_mla")         # attention = "sparse"
+SPARSE_SINKS = ("hopper_sparse_ds_mla",)                         # sinks = true: drawn sinks
 SPARSE64 = ("hopper_sparse_bf16_r64", "hopper_sparse_ds_mla_r64")  # sparse, 64-row tiles
 DS64 = ("hopper_sparse_ds_mla_r64",)                # the 64-row producer's fp8_ds_mla convert
 FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, k_descale
@@ -80,18 +81,30 @@ MUTANTS = (
            "const int64_t o = __shfl_sync(0xffffffffu, off, k);",
            "const int64_t o = __shfl_sync(0xffffffffu, off, k ^ 1);",
            "the gather writes each key into its neighbour's row (the mask stays the key's)",
-           SPARSE),
-    # ---- the 64-row kernel's token-sparse mode (bf16, 64-row tiles)
+           ("hopper_sparse_ds_mla",)),
+    Mutant("rows_sink_on_partials", "hopper", "mla_wgmma_rows.cuh",
+           "const float keep = pc.direct && p.sink != nullptr && gr < rows_total",
+           "const float keep = p.sink != nullptr && gr < rows_total",
+           "a split row's partial is scaled by the sink too (then the combine scales it again)",
+           SPARSE_SINKS),
+    # ---- the slice gather (mla_sparse.cuh: the rows kernel's bf16 mode and the 64-row
+    # kernel's sparse modes)
+    Mutant("sparse_slice_key_row", "hopper", "mla_sparse.cuh",
+           "for (int i = 0; i < 4; ++i) o[i] = __shfl_sync(0xffffffffu, off, 4 * i + (lane >> 3));",
+           "for (int i = 0; i < 4; ++i) o[i] = __shfl_sync(0xffffffffu, off, (4 * i + (lane >> 3)) ^ 1);",
+           "the slice gather writes each key into its neighbour's row (the mask stays the "
+           "key's)", ("hopper_sparse_bf16",) + SPARSE64),
+    # ---- the 64-row kernel's token-sparse mode (64-row tiles)
     Mutant("wgmma_sparse_unmasked", "hopper", "mla_wgmma.cuh",
            "xs[4 * j + e] = t0 + k < lim[e >> 1] && named ? s[4 * j + e] : -INFINITY;",
            "xs[4 * j + e] = t0 + k < lim[e >> 1] ? s[4 * j + e] : -INFINITY;",
            "a key whose slot names none (-1) is not masked: its zero-filled row scores 0",
            SPARSE64),
-    Mutant("wgmma_sparse_key_row", "hopper", "mla_sparse.cuh",
-           "for (int i = 0; i < 4; ++i) o[i] = __shfl_sync(0xffffffffu, off, 4 * i + (lane >> 3));",
-           "for (int i = 0; i < 4; ++i) o[i] = __shfl_sync(0xffffffffu, off, (4 * i + (lane >> 3)) ^ 1);",
-           "the slice gather writes each key into its neighbour's row (the mask stays the "
-           "key's)", SPARSE64),
+    Mutant("wgmma_sink_on_partials", "hopper", "mla_wgmma.cuh",
+           "if (pc.direct && p.sink != nullptr && gr < rows_total && l > 0.f)",
+           "if (p.sink != nullptr && gr < rows_total && l > 0.f)",
+           "a split row's partial is scaled by the sink too (then the combine scales it again)",
+           SPARSE64),
     Mutant("wgmma_ds_scale_first_tile", "hopper", "mla_wgmma.cuh",
            "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];",
            "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q & 2];",
@@ -110,6 +123,10 @@ MUTANTS = (
     Mutant("combine_max_skips_last", "hopper", "mla_combine.cuh",
            "for (int i = lane; i < n; i += 32) {", "for (int i = lane; i < n - 1; i += 32) {",
            "the max over the splits' lse leaves the last split out", SPLITS, MAX_MOVES),
+    Mutant("combine_sink_dropped", "hopper", "mla_combine.cuh",
+           "const float keep = p.sink != nullptr ? sink_keep(lse, p.sink[gr % p.h_q]) : 1.f;",
+           "const float keep = 1.f;",
+           "a combined (split) row is not scaled by its head's sink", SPARSE_SINKS),
     Mutant("combine_empty_lse", "hopper", "mla_combine.cuh",
            "nan ? NAN : (sum > 0.f ? mx + logf(sum) : INFINITY);",
            "nan ? NAN : mx + logf(sum);",

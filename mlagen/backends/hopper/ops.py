@@ -43,7 +43,7 @@ class KernelLib:
         lib.mlagen_hopper_metadata.restype = I
         lib.mlagen_hopper_metadata.argtypes = [P, I, I, I, I, P, P, P]
         lib.mlagen_hopper_decode.restype = I
-        lib.mlagen_hopper_decode.argtypes = ([ctypes.POINTER(LL)] + [P] * 12 + [F, P])
+        lib.mlagen_hopper_decode.argtypes = ([ctypes.POINTER(LL)] + [P] * 13 + [F, P])
         self.lib = lib
         self._ctas_per_sm: int | None = None
         self.rows_per_tile = lib.mlagen_hopper_rows_per_tile()
@@ -319,7 +319,8 @@ class DecodePlan:
         return ws
 
     def run(self, q, k_cache, block_table, cache_seqlens, sched, num_splits, out=None,
-            lse=None, k_descale=None, q_descale=None) -> tuple[torch.Tensor, torch.Tensor]:
+            lse=None, k_descale=None, q_descale=None, sink=None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
         qp, kp = q.data_ptr(), k_cache.data_ptr()
         if kp % 16:
             raise InputError("k_cache's data must start on a 16-byte boundary")
@@ -329,7 +330,7 @@ class DecodePlan:
         if torch.cuda.current_device() != self.idx:
             with torch.cuda.device(self.idx):
                 return self.run(q, k_cache, block_table, cache_seqlens, sched, num_splits,
-                                out, lse, k_descale, q_descale)
+                                out, lse, k_descale, q_descale, sink)
         # new_empty: q's dtype and device without parsing them again (~0.5 us a tensor)
         if out is None:
             out = q.new_empty(self.out_shape)
@@ -340,6 +341,7 @@ class DecodePlan:
         code = self.lib.lib.mlagen_hopper_decode(
             self.shape, qp, kp, None if k_descale is None else k_descale.data_ptr(),
             None if q_descale is None else q_descale.data_ptr(),
+            None if sink is None else sink.data_ptr(),
             block_table.data_ptr(), cache_seqlens.data_ptr(),
             sched.data_ptr(), num_splits.data_ptr(), out.data_ptr(), lse.data_ptr(),
             ws.data_ptr(), self.error, self.scale_log2, stream)

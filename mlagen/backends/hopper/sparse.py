@@ -9,9 +9,9 @@ topk_length[b] clipped to topk (or topk), s_q = 1.  The split scheduler and the 
 unchanged over those lengths.  A slot at or past the cache's num_blocks * page_size makes
 its row NaN and sets device error flag 1 (no host sync); a negative one names no key.
 
-attn_sink scales the output by exp(lse) / (exp(lse) + exp(sink[h])) after the kernel (a few
-elementwise ops on the GPU; lse unchanged; +inf gives 0); a row with no key gets out 0 and
-lse +inf.
+attn_sink scales the output by exp(lse) / (exp(lse) + exp(sink[h])) in the kernel, where the
+row is still fp32 (the direct epilogue or the combine; lse unchanged; +inf gives 0); a row
+with no key gets out 0 and lse +inf.
 """
 
 from __future__ import annotations
@@ -175,14 +175,6 @@ def row_lengths(topk_length: Optional[torch.Tensor], b: int, s_q: int, topk: int
     return torch.repeat_interleave(topk_length.clamp(max=topk).to(torch.int32), s_q)
 
 
-def apply_sink(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor) -> torch.Tensor:
-    """out [b, s_q, h, 512] * exp(lse) / (exp(lse) + exp(sink)) = sigmoid(lse - sink), lse
-    [b, h, s_q]; a row with no key (lse +inf, out 0) stays 0 whatever the sink."""
-    l = lse.transpose(1, 2)                                         # [b, s_q, h]
-    keep = torch.where(torch.isinf(l) & (l > 0), 0.0, torch.sigmoid(l - attn_sink))
-    return (out.float() * keep[..., None]).to(out.dtype)
-
-
 def sparse_decode(q, k_cache, indices, topk_length, attn_sink, sched: FlashMLASchedMeta,
                   head_dim_v=DV, softmax_scale=None, causal=False, is_fp8_kvcache=False,
                   schedule: Optional[Schedule] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -255,11 +247,10 @@ class _SparsePlan:
                                  f"call is {self.config}: one FlashMLASchedMeta per shape "
                                  "(get_mla_metadata() again)")
             md, ns = sched.tile_scheduler_metadata, sched.num_splits
-        out, lse = self.decode.run(q1, k_cache, i1, lens, md, ns)
+        sink = None if attn_sink is None else attn_sink.contiguous()   # read by pointer
+        out, lse = self.decode.run(q1, k_cache, i1, lens, md, ns, sink=sink)
         out = out.view(b, s_q, h_q, DV)
         lse = lse.view(b, s_q, h_q).transpose(1, 2)
         if s_q > 1:
             lse = lse.contiguous()
-        if attn_sink is not None:
-            out = apply_sink(out, lse, attn_sink)
         return out, lse

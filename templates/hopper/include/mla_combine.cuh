@@ -157,7 +157,9 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
     }
     sum = warp_sum(sum);
   }
-  const float inv = nan ? NAN : (sum > 0.f ? 1.f / sum : 0.f);
+  const float lse = nan ? NAN : (sum > 0.f ? mx + logf(sum) : INFINITY);
+  const float keep = p.sink != nullptr ? sink_keep(lse, p.sink[gr % p.h_q]) : 1.f;
+  const float inv = nan ? NAN : (sum > 0.f ? keep / sum : 0.f);
   using P2 = typename Pair<T>::type;
   T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(req) * rows_total + gr) * kDV + 4 * lane;
 #pragma unroll
@@ -168,8 +170,7 @@ mla_combine_kernel(const __grid_constant__ MlaParams p) {
   }
   if (lane == 0) {
     const int s = gr / p.h_q, h = gr % p.h_q;
-    p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] =
-        nan ? NAN : (sum > 0.f ? mx + logf(sum) : INFINITY);
+    p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = lse;
   }
 }
 

@@ -58,6 +58,10 @@ struct MlaParams {
   const float* k_descale;    // fp8_e4m3: [1] or [b] fp32, entry req * k_descale_stride
   const float* q_descale;    // 8-bit caches: q's [1] or [b] fp32 descale (vLLM's descale_q),
                              // or null (1)
+  const float* sink;         // [h_q] fp32 attention sinks, or null: the final output row of
+                             // head h is scaled by exp(lse) / (exp(lse) + exp(sink[h]))
+                             // (lse unchanged), where it is written in fp32 (direct
+                             // epilogue, combine): the sink costs no second bf16 rounding
   const int* block_table;    // [b, max_blocks]
   const int* seqlens;        // [b]
   const int* sched;          // [num_parts, 8] (see mla_scheduler.cuh)
@@ -80,6 +84,13 @@ struct MlaParams {
   int num_sms;               // SMs of the device (the host reads it once per device)
   int* error;                // device error flags (kError*), or null: set, never cleared
 };
+
+// The attention sink's factor on a final output row of log-sum-exp lse (natural log):
+// exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + exp(sink - lse)); sink +inf gives 0, -inf 1
+// (a row with no key, lse +inf, has out 0 whatever the factor).
+__device__ __forceinline__ float sink_keep(float lse, float sink) {
+  return 1.f / (1.f + __expf(sink - lse));
+}
 
 // Device-side error flags (MlaParams::error): what the split kernel found instead of a host
 // check with a sync.  The sequence concerned gets NaN out and lse.

@@ -193,12 +193,12 @@ struct WgmmaKernel {
   static_assert(!kFp8 || (kSparse && KV == kKvDsMla && std::is_same<T, __nv_bfloat16>::value),
                 "8-bit caches: fp8_ds_mla sparse rows, bf16");
   // setmaxnreg: sparse, a producer warpgroup of 128 gathering threads (56: offsets of 4
-  // keys, the slice loop; fp8_ds_mla 80: also a key's raw chunks and 4 keys' scales), from
-  // the consumers' 256 / 224 (ptxas -v: no spills at 56 / 240 / 208 and 80 / 240 / 184;
-  // WG1 spills at 232, the FP8 producer at 72 beside WG1's 240 and WG2's 192)
-  static constexpr int kProducerRegs = kFp8 ? 80 : kSparse ? 56 : C::kProducerRegs;
+  // keys, the slice loop; fp8_ds_mla 88: also a key's raw chunks and 4 keys' scales), from
+  // the consumers' 256 / 224 (ptxas -v: no spills at 56 / 240 / 208 and 88 / 240 / 176;
+  // WG1 spills at 232, the FP8 producer at 80)
+  static constexpr int kProducerRegs = kFp8 ? 88 : kSparse ? 56 : C::kProducerRegs;
   static constexpr int kScoreRegs = kSparse ? 240 : C::kScoreRegs;
-  static constexpr int kValueRegs = kFp8 ? 184 : kSparse ? 208 : C::kValueRegs;
+  static constexpr int kValueRegs = kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
   static constexpr uint64_t kAllKeys = ~0ull;
 
@@ -732,12 +732,18 @@ struct WgmmaKernel {
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         lsum[h] = bad ? NAN : l;
         const int r = r0 + 8 * h, gr = row0 + r;
+        const float empty = pc.direct ? INFINITY : -INFINITY;
+        // a NaN sum is a NaN row, not an empty one (fmaxf skips NaN scores)
+        const float lse = bad || l != l ? NAN : (l > 0.f ? (m[h] + log2f(l)) * kLn2 : empty);
+        if constexpr (kSparse) {
+          // a direct row is final: its sink scales it here, O / (l / keep) for both
+          // warpgroups (a split row's: the combine; keep 0, sink +inf: l / 0 = inf, out 0)
+          if (pc.direct && p.sink != nullptr && gr < rows_total && l > 0.f)
+            lsum[h] /= sink_keep(lse, p.sink[gr % p.h_q]);
+        }
         if (lane % 4 == 0 && !merge) {
           sm.l[r] = lsum[h];
           if (gr < rows_total) {
-            const float empty = pc.direct ? INFINITY : -INFINITY;
-            // a NaN sum is a NaN row, not an empty one (fmaxf skips NaN scores)
-            const float lse = bad || l != l ? NAN : (l > 0.f ? (m[h] + log2f(l)) * kLn2 : empty);
             if (pc.direct) {
               const int sq = gr / p.h_q, hq = gr % p.h_q;
               p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;

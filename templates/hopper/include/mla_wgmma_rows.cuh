@@ -212,11 +212,16 @@ struct WgmmaRowsKernel {
   // ---------------------------------------------------------------- producer (one thread)
   // Blocks in order, whichever warpgroup takes them.
   // ------------------------------------------ sparse producer (a warpgroup, 4 x 32 lanes)
-  // Per 64-key block the gather of mla_sparse.cuh (warp w: keys [16 w, 16 w + 16)).  bf16:
-  // 72 chunks of 1152 bytes straight into the 9 swizzled slices (what the TMA boxes
-  // write); FP8: the raw block's layout (Fp8Layout: the 512 latent bytes of each key, then
-  // its tail), the converter unchanged.  Every producer thread arrives on the block's full
-  // barriers once its copies land (cp.async.mbarrier.arrive.noinc: 128 arrivals).
+  // Per 64-key block, warp w takes keys [16 w, 16 w + 16): lane l < 16 reads the slot of
+  // key 16 w + l from the row's index list and turns it into the key's byte offset in the
+  // cache (-1: no key); the copies are 16-byte cp.async, zero-filled where there is no key
+  // (the gather's pieces in mla_sparse.cuh, shared with the 64-row kernel).
+  // bf16: slice by slice, each slot waited for on its own (as the TMA producer), a warp
+  // instruction 4 keys' 128-byte rows of the slice (chunk c of key r at chunk c ^ (r % 8),
+  // what the TMA boxes write); FP8: key by key (the offset broadcast from its lane) into the
+  // raw block's layout (Fp8Layout: the 512 latent bytes of each key, then its tail), the
+  // converter unchanged.  Every producer thread arrives on a slice's (a raw block's) full
+  // barrier once its copies land (cp.async.mbarrier.arrive.noinc: 128 arrivals).
   static __device__ void sparse_producer(const Params& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
@@ -235,7 +240,7 @@ struct WgmmaRowsKernel {
       for (int i = 0; i < n; ++i) {
         const int t0 = pc.start + i * C::kBlock;
         const int64_t off = sparse_key_offset(p, row, t0, pc.end, warp, lane, sb, st);
-        const int slot0 = rg.slot;
+        const int slot0 = rg.slot, lap0 = rg.lap;
         if constexpr (C::kFp8) {
           sm90::mbar_wait(&sm.raw_empty[rr.slot], (rr.lap & 1) ^ 1);
           const uint32_t raw = rbase + rr.slot * C::kRawBytes;
@@ -248,16 +253,18 @@ struct WgmmaRowsKernel {
           sm90::cp_async_mbar_arrive(&sm.raw_full[rr.slot]);
           rr.next();
         } else {
-#pragma unroll 1
-          for (int j = 0; j < C::kSlices; ++j) wait_slot(sm, rg.slot, rg.lap, j);
-          const auto slice = [&](int j) { return slice_addr(kbase, slot0, j); };
-          sparse_gather_keys(kc, off, warp, [&](int r, const unsigned char* src, bool ok) {
-            sparse_copy_bf16_row(slice, r, src, ok, lane);
-          });
+          // slice by slice, each on its own empty barrier (as the TMA producer): the slots
+          // left over beside two blocks (25 - 18 for 16 rows) fill while the consumer still
+          // holds the oldest block.  Lane l copies chunk l % 8 of keys 4 i + l / 8 (i < 4)
+          // of the warp's 16: a warp instruction is 4 keys' 128-byte rows of the slice
+          // (mla_sparse.cuh's slice gather, as the 64-row kernel's)
+          int64_t o4[4];
+          sparse_lane_keys(off, lane, o4);
 #pragma unroll 1
           for (int j = 0; j < C::kSlices; ++j) {
-            const int sl = slot0 + j;
-            sm90::cp_async_mbar_arrive(&sm.full[sl >= C::kSlots ? sl - C::kSlots : sl]);
+            wait_slot(sm, slot0, lap0, j);
+            sparse_copy_slice(kc, o4, slice_addr(kbase, slot0, j), j, warp, lane);
+            fill_slot_async(sm, slot0, j);
           }
           rg.skip_block();
         }
@@ -322,6 +329,11 @@ struct WgmmaRowsKernel {
     int sl = slot0 + j, lap = lap0;
     if (sl >= C::kSlots) sl -= C::kSlots, ++lap;
     sm90::mbar_wait(&sm.empty[sl], (lap & 1) ^ 1);
+  }
+  // sparse: this thread's arrival on slice j's full barrier once its cp.async land
+  static __device__ __forceinline__ void fill_slot_async(const Smem& sm, int slot0, int j) {
+    const int sl = slot0 + j;
+    sm90::cp_async_mbar_arrive(&sm.full[sl >= C::kSlots ? sl - C::kSlots : sl]);
   }
   static __device__ __forceinline__ void fill_slot(const Smem& sm, int slot0, int j) {
     const int sl = slot0 + j;
@@ -780,12 +792,15 @@ struct WgmmaRowsKernel {
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int col = 8 * (c >> 1) + c2 + (c & 1), gr = row0 + col;
+        const float empty = pc.direct ? INFINITY : -INFINITY;
+        const float lse = bad || l[c] != l[c] ? NAN
+                                              : (l[c] > 0.f ? (m[c] + log2f(l[c])) * kLn2 : empty);
+        // a direct row is final: its sink scales it here (a split row's, in the combine)
+        const float keep = pc.direct && p.sink != nullptr && gr < rows_total
+                               ? sink_keep(lse, p.sink[gr % p.h_q]) : 1.f;
         // a NaN sum is a NaN row, not an empty one (fmaxf skips NaN scores)
-        inv[c] = bad || l[c] != l[c] ? NAN : (l[c] > 0.f ? o_scale / l[c] : 0.f);
+        inv[c] = bad || l[c] != l[c] ? NAN : (l[c] > 0.f ? o_scale / l[c] * keep : 0.f);
         if (warp == 0 && lane < 4 && gr < rows_total) {
-          const float empty = pc.direct ? INFINITY : -INFINITY;
-          const float lse = bad || l[c] != l[c] ? NAN
-                                                : (l[c] > 0.f ? (m[c] + log2f(l[c])) * kLn2 : empty);
           if (pc.direct) {
             const int sq = gr / p.h_q, hq = gr % p.h_q;
             p.lse[(static_cast<int64_t>(pc.req) * p.h_q + hq) * p.s_q + sq] = lse;
