@@ -1,13 +1,14 @@
 // Token-sparse rows (attention = "sparse"): each row's keys are named by its index list
-// (the block table's row, entries page * page_size + offset), gathered key by key with
-// 16-byte cp.async.  Shared by the few-rows kernel (mla_wgmma_rows.cuh, SP = 1) and the
+// (the block table's row, entries page * page_size + offset), gathered with 16-byte
+// cp.async.  Shared by the few-rows kernel (mla_wgmma_rows.cuh, SP = 1) and the
 // 64-row kernel (mla_wgmma.cuh, SP = 1): a producer warpgroup of 4 warps, warp w taking
 // keys [16 w, 16 w + 16) of each 64-key block.
 //
 // Lane l < 16 of warp w reads the slot of key 16 w + l once a block and turns it into the
-// key's byte offset in the cache (-1: no key); then key by key (the offset broadcast from
-// its lane) the warp copies the key's bytes, zero-filled (src-size 0) where there is no key,
-// so that NaN bytes of unnamed slots never enter shared memory.  A slot names no key when
+// key's byte offset in the cache (-1: no key); then the warp copies the keys' bytes (slice
+// by slice for bf16, key by key into the rows kernel's FP8 raw layout; the offsets broadcast
+// from their lanes), zero-filled (src-size 0) where there is no key, so that NaN bytes of
+// unnamed slots never enter shared memory.  A slot names no key when
 // it is at or past the piece's end, negative, or at or past num_blocks * page_size (that
 // last one an error: the consumer makes the row NaN and sets kErrorBadPage).
 #pragma once
@@ -40,9 +41,9 @@ __device__ __forceinline__ int64_t sparse_key_offset(const MlaParams& p, const i
   return e < 0 ? int64_t(-1) : (e / p.page_size) * sb + (e % p.page_size) * st;
 }
 
-// This warp's 16 keys of a block: key row r = 16 warp + k, its cache bytes at kc + off of
-// lane k (sparse_key_offset), handed with its validity to copy(r, src, ok), which issues
-// the row's cp.async (zero-filled where !ok).
+// Key by key (the rows kernel's FP8 raw layout): this warp's 16 keys of a block, key row
+// r = 16 warp + k, its cache bytes at kc + off of lane k (sparse_key_offset), handed with
+// its validity to copy(r, src, ok), which issues the row's cp.async (zero-filled where !ok).
 template <typename Copy>
 __device__ __forceinline__ void sparse_gather_keys(const unsigned char* kc, int64_t off,
                                                    int warp, Copy copy) {
@@ -55,19 +56,8 @@ __device__ __forceinline__ void sparse_gather_keys(const unsigned char* kc, int6
   }
 }
 
-// A bf16 key row's 72 chunks of 16 bytes into 9 swizzled slices of [64 keys][128 bytes]
-// (chunk c of row r at chunk (c % 8) ^ (r % 8) of slice c / 8, what the TMA boxes write),
-// lane l taking chunks l, l + 32, l + 64; slice(j): the shared address of slice j.
-template <typename Slice>
-__device__ __forceinline__ void sparse_copy_bf16_row(Slice slice, int r, const unsigned char* src,
-                                                     bool ok, int lane) {
-#pragma unroll
-  for (int c = lane; c < kChunks; c += 32)
-    sm90::cp_async16_to(slice(c >> 3) + r * 128 + (((c & 7) ^ (r & 7)) << 4), src + c * 16, ok);
-}
-
-// Slice by slice (the 64-row kernel: each slice completes on its own barrier, so S starts
-// on the first while the others land): lane l of warp w copies chunk l % 8 of keys
+// bf16 slice by slice (each slice completes on its own barrier, so the consumer starts on
+// the first while the others land): lane l of warp w copies chunk l % 8 of keys
 // 16 w + 4 i + l / 8, i < 4, of each slice.  The keys' offsets once a block (off: lane k's
 // is key 16 w + k's, sparse_key_offset):
 __device__ __forceinline__ void sparse_lane_keys(int64_t off, int lane, int64_t (&o)[4]) {
