@@ -232,10 +232,12 @@ def test_bench_rows_put_the_floor_beside_the_time():
     from mlagen.backends.sc11.sparse_bench import POINTS, sparse_rows, sparse_table
 
     rows = sparse_rows([pt for pt in POINTS if pt[1] == 2])
-    assert {r.schedule for r in rows} == set(EXAMPLES)
+    assert {r.schedule for r in rows} == set(EXAMPLES) | {"sc11_sparse_v4_fp8"}
     for r in rows:
         assert r.floor_s > 0 and r.time_s >= r.floor_s      # nothing beats the floor
-        assert r.descriptors == r.batch * r.s_q * r.keys * (8 if r.scheme == "heads" else 1)
+        pieces = 2 if formats.get(r.kv).paged else 1         # paged: data row + scale row
+        assert r.descriptors == r.batch * r.s_q * r.keys * pieces * \
+            (8 if r.scheme == "heads" else 1)
         assert r.time_s == min(r.times.values())
     text = sparse_table(rows)
     assert "| sc11_sparse_ds_mla | 2 | 2 | 2048 |" in text and "floor (us)" in text

@@ -17,10 +17,11 @@ class Sc11Backend(Backend):
     run_point = (128, 512)            # the seed's point
     foreign_why = {"split_kv": " (its multi-core scheme splits sequences; see scheme)"}
     # SDMA / GDMA move the format's bytes, the BDC dequantizes (templates/sc11/runtime/mla.h)
-    kv_formats = ("bf16", "fp16", "fp8_e4m3", "fp8_ds_mla")
+    # (fp8_ue8m0_paged: the sparse path only, rules.py)
+    kv_formats = ("bf16", "fp16", "fp8_e4m3", "fp8_ds_mla", "fp8_ue8m0_paged")
     # token-sparse attention-only kernels (mla.h's sparse path: per-token SDMA gathers)
     attentions = ("dense", "sparse")
-    sparse_kv_formats = ("bf16", "fp16", "fp8_ds_mla")
+    sparse_kv_formats = ("bf16", "fp16", "fp8_ds_mla", "fp8_ue8m0_paged")
 
     def rules(self):
         return rules.RULES

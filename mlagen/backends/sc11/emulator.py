@@ -217,7 +217,7 @@ class Sc11Runner:
         if sparse:
             from .sparse import sparse_args
 
-            args = sparse_args(_Args, inp, c, out, lse, SCHEME_IDS[scheme], threads)
+            args = sparse_args(_Args, inp, c, out, lse, SCHEME_IDS[scheme], threads, p)
         else:
             args = self._dense_args(inp, c, out, lse, scheme, threads, dry)
         res = _Result()

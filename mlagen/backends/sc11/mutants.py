@@ -10,6 +10,7 @@ SC11 = ("sc11_attn", "sc11_fused_tp4")
 SC11_FUSED = ("sc11_fused_tp4",)
 SPARSE = ("sc11_sparse_ds_mla", "sc11_sparse_two_pools")
 SPARSE_TWO_POOLS = ("sc11_sparse_two_pools",)     # the one with an extra pool and sinks
+SPARSE_PAGED = ("sc11_sparse_v4_fp8",)           # fp8_ue8m0_paged pools
 
 
 MUTANTS = (
@@ -86,6 +87,15 @@ MUTANTS = (
            "const int64_t own = pg;", "const int64_t own = XPAGE;",
            "the main pool's slots split into page and offset by the extra pool's page size",
            SPARSE_TWO_POOLS, "two pools of different page sizes"),
+    # fp8_ue8m0_paged: the token's two pieces of its page, and its scales
+    Mutant("paged_scale_region_off_by_row", "sc11", "mla.h",
+           "if (scales) *scales = pg0 + pg * ROW_B + row * SCALE_B;",
+           "if (scales) *scales = pg0 + (pg - 1) * ROW_B + row * SCALE_B;",
+           "a page's scale rows looked for one data row early (the last token's data read "
+           "as scales)", SPARSE_PAGED),
+    Mutant("paged_scale_wrong_group", "sc11", "mla.h",
+           "const int e = ue8m0[g];", "const int e = ue8m0[(g + 1) % (LAT / kPagedTile)];",
+           "a 64-value group takes the next group's UE8M0 scale", SPARSE_PAGED),
 )
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Iterator
 
 from ...errors import clip
+from ...formats import PAGED_ALIGN
 from ...schedule.records import Schedule
 from ...targets import Target
 from .knobs import SCHEMES
 
 Violation = tuple[str, str, str]
+# fp8_ue8m0_paged's token on sc11: a data row of kv_lora_rank e4m3 and rope_dim bf16 values
+# exactly one page-alignment unit (448 + 2 * 64 = 576 bytes), the shape its layout is for
+PAGED_SHAPE = (448, 64)
 
 
 def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
@@ -45,26 +49,35 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "problem", "v_dim", (f"v_dim = {p.v_dim}: sc11's fused operator attends with "
                                    f"V = the whole latent (v_dim = 0 or kv_lora_rank = "
                                    f"{p.kv_lora_rank})")
-    if p.kv == "fp8_ds_mla" and p.dtype != "bf16":
+    if p.kv in ("fp8_ds_mla", "fp8_ue8m0_paged") and p.dtype != "bf16":
         # its rope values are bf16, and e4m3 times a power-of-two scale is exact in bf16 only
-        yield "problem", "kv_format", (f"kv_format = \"fp8_ds_mla\" needs dtype = \"bf16\" "
+        yield "problem", "kv_format", (f"kv_format = \"{p.kv}\" needs dtype = \"bf16\" "
                                        f"on sc11 (its dequantized tile is bf16), got "
                                        f"{p.dtype!r}")
 
 
 def sc11_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
-    """What the sparse path (mla.h) reads: attention-only, 16-bit or fp8_ds_mla pools,
-    both pools in one format (one token size in the L2 tile)."""
+    """What the sparse path (mla.h) reads: attention-only, 16-bit, fp8_ds_mla or
+    fp8_ue8m0_paged pools (the last in its one shape), both pools in one format (one token
+    size in the L2 tile).  fp8_ue8m0_paged is read by the sparse path only."""
     p = s.problem
     if p.attention != "sparse":
+        if p.kv == "fp8_ue8m0_paged":
+            yield "problem", "kv_format", ("kv_format = \"fp8_ue8m0_paged\": sc11 reads it "
+                                           "on the sparse path only (attention = \"sparse\")")
         return
     if p.fused:
         yield "problem", "fused", ("attention = \"sparse\" on sc11 is attention-only: the "
                                    "fused operator has no sparse path (fused = false)")
-    readable = ("bf16", "fp16", "fp8_ds_mla")
+    readable = ("bf16", "fp16", "fp8_ds_mla", "fp8_ue8m0_paged")
     if p.kv not in readable:
         yield "problem", "kv_format", (f"kv_format = {p.kv!r}: sc11's sparse path reads "
                                        f"{', '.join(readable)} pools")
+    elif p.kv == "fp8_ue8m0_paged" and (p.kv_lora_rank, p.rope_dim) != PAGED_SHAPE:
+        yield "problem", "kv_format", (
+            f"kv_format = \"fp8_ue8m0_paged\" on sc11 needs kv_lora_rank = {PAGED_SHAPE[0]} "
+            f"and rope_dim = {PAGED_SHAPE[1]} (its {PAGED_ALIGN}-byte data row, d = "
+            f"{sum(PAGED_SHAPE)}), got {p.kv_lora_rank} + {p.rope_dim}")
     if p.extra_topk and p.extra_kv != p.kv:
         yield "problem", "extra_kv_format", (
             f"extra_kv_format = {p.extra_kv!r} differs from kv_format = {p.kv!r}: sc11 "

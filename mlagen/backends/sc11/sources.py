@@ -33,7 +33,7 @@ FAULT_ENUMS = {"none": "FAULT_NONE", "causal_off_by_one": "FAULT_CAUSAL_OFF_BY_O
 DTYPE_CLASSES = {"bf16": "Bf16", "fp16": "Fp16"}
 # mlagen.formats names -> mla.h's KvFormat
 KV_ENUMS = {"bf16": "KV_PLAIN", "fp16": "KV_PLAIN", "fp8_e4m3": "KV_E4M3",
-            "fp8_ds_mla": "KV_DS_MLA"}
+            "fp8_ds_mla": "KV_DS_MLA", "fp8_ue8m0_paged": "KV_UE8M0_PAGED"}
 
 
 def render(plan: Plan | Schedule) -> SourceSet:

@@ -81,23 +81,41 @@ def validate_sparse(s: Schedule, inp: SparseInputs) -> None:
         need(inp.attn_sink is None, "attn_sink given but the schedule has sinks = false")
 
 
+def kernel_cache(kc: torch.Tensor, fmt_name: str, rank: int) -> torch.Tensor:
+    """A pool's cache as the kernel addresses it: the tensor itself, or for a page-major
+    format (fp8_ue8m0_paged) its pages uint8 [blocks, page bytes rounded up to 576], each
+    page's data rows then its scale rows (kvformat.paged_rows), whatever the caller's block
+    stride."""
+    if not kvformat.get(fmt_name).paged:
+        return kc
+    blocks, page, _, width = kc.shape
+    stride = -(-page * width // kvformat.PAGED_ALIGN) * kvformat.PAGED_ALIGN
+    data, scales = kvformat.paged_rows(kc, rank)
+    buf = torch.zeros(blocks, stride, dtype=torch.uint8)
+    n = data.shape[1] * data.shape[2]
+    buf[:, :n] = data.reshape(blocks, n)
+    buf[:, n:n + scales.shape[1] * scales.shape[2]] = scales.reshape(blocks, -1)
+    return buf
+
+
 def sparse_args(args_type, inp: SparseInputs, c, out, lse, scheme_id: int,
-                threads) -> object:
+                threads, problem) -> object:
     """The C ABI's argument record of a sparse run; c(t) keeps a contiguous copy alive and
-    returns its address."""
+    returns its address.  problem: the schedule's (its pools' formats and kv_lora_rank)."""
     main = inp.pools[0]
     extra = inp.pools[1] if len(inp.pools) > 1 else None
     b, s_q = inp.q.shape[:2]
+    rank = problem.kv_lora_rank
     ptr = lambda t: None if t is None else t.data_ptr()   # noqa: E731
     return args_type(
         batch=b, s_q=s_q, num_blocks=main.k_cache.shape[0], max_blocks=0, scheme=scheme_id,
         causal=0, threads=int(threads or 0), scale=float(inp.softmax_scale),
         rope_rows=0, rope_layout=0, rope_cos=None, rope_sin=None,
         q=c(inp.q), q_lora=None, w_uq=None, w_uk=None, w_uv=None,
-        k_cache=c(main.k_cache), block_table=None, seqlens=None,
+        k_cache=c(kernel_cache(main.k_cache, problem.kv, rank)), block_table=None, seqlens=None,
         out=ptr(out), lse=ptr(lse), k_descale=None, descale_n=0,
         indices=c(main.indices), topk_length=c(main.topk_length),
-        extra_k_cache=c(extra.k_cache) if extra else None,
+        extra_k_cache=c(kernel_cache(extra.k_cache, problem.extra_kv, rank)) if extra else None,
         extra_indices=c(extra.indices) if extra else None,
         extra_topk_length=c(extra.topk_length) if extra else None,
         extra_num_blocks=extra.k_cache.shape[0] if extra else 0,

@@ -32,6 +32,8 @@ POINTS = (
     ("sc11_sparse_ds_mla", 64, 2, 32768, 0),
     ("sc11_sparse_two_pools", 2, 2, 32768, 8192),   # a window-like main pool + a second one
     ("sc11_sparse_two_pools", 64, 2, 32768, 8192),
+    ("sc11_sparse_v4_fp8", 2, 2, 32768, 8192),      # the same in fp8_ue8m0_paged pools
+    ("sc11_sparse_v4_fp8", 64, 2, 32768, 8192),
 )
 
 
@@ -118,6 +120,7 @@ def sparse_table(rows) -> str:
                    f"{r.ratio:.2f} | {r.gathered_mb:.2f} | {r.descriptors} | "
                    f"{r.descriptor_s * us:.1f} |")
     out += ["", "Each query row gathers its keys token by token (one SDMA descriptor each, "
-            "`dma_descriptor_cycles` in targets/sc11.toml, assumed); the floor counts the "
+            "two for fp8_ue8m0_paged: a token's data row and its scale row are two pieces of "
+            "its page; `dma_descriptor_cycles` in targets/sc11.toml, assumed); the floor counts the "
             "DDR bytes and matmul FLOPs only."]
     return "\n".join(out)

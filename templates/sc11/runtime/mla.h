@@ -55,8 +55,15 @@ enum KvFormat : int {
   KV_PLAIN = 0,    // D values in the dtype (bf16 / fp16)
   KV_E4M3 = 1,     // D e4m3 values; value = stored * k_descale (per cache or per sequence)
   KV_DS_MLA = 2,   // DV e4m3 latent values, DV / 128 fp32 scales, ROPE bf16 values
+  // fp8_ue8m0_paged, page-major: a page holds every token's data row (LAT e4m3, ROPE bf16)
+  // and then every token's scale row (LAT / 64 UE8M0 bytes, 2^(byte - 127), and one pad
+  // byte), the page padded to a multiple of 576 bytes.  A gathered token is packed in L2 as
+  // its data row followed by its scale row (KV_BYTES).
+  KV_UE8M0_PAGED = 3,
 };
-constexpr int kDsTile = 128;   // latent values per fp8_ds_mla scale
+constexpr int kDsTile = 128;      // latent values per fp8_ds_mla scale
+constexpr int kPagedTile = 64;    // latent values per fp8_ue8m0_paged scale
+constexpr int64_t kPagedAlign = 576;   // fp8_ue8m0_paged pages are padded to this multiple
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -77,12 +84,18 @@ class Mla {
   static_assert(KVF != KV_E4M3 || KVB == D, "an e4m3 token is D bytes");
   static_assert(KVF != KV_DS_MLA || (LAT % kDsTile == 0 && KVB == LAT + 4 * (LAT / kDsTile) + 2 * ROPE),
                 "an fp8_ds_mla token is LAT e4m3, LAT / 128 fp32 scales and ROPE bf16 values");
+  static constexpr bool PAGED = KVF == KV_UE8M0_PAGED;
+  static constexpr int64_t ROW_B = LAT + 2 * ROPE;        // paged: a token's data row
+  static constexpr int64_t SCALE_B = LAT / kPagedTile + 1;  // paged: its scale row
+  static_assert(!PAGED || (LAT % kPagedTile == 0 && KVB == ROW_B + SCALE_B),
+                "an fp8_ue8m0_paged token is a data row (LAT e4m3, ROPE bf16) and LAT / 64 + 1 scale bytes");
   // token-sparse: a "sequence" of phase B is one query row (b, s) and its keys are the
   // valid entries of its index lists (main pool, then extra pool), gathered token by token
   static constexpr bool SPARSE = Cfg::SPARSE, SINKS = Cfg::SINKS;
   static constexpr int TOPK = Cfg::TOPK, XTOPK = Cfg::EXTRA_TOPK, XPAGE = Cfg::EXTRA_PAGE;
   static_assert(!(SPARSE && Cfg::FUSED), "the sparse path is attention-only");
-  static_assert(!SPARSE || KVF != KV_E4M3, "the sparse path reads 16-bit and fp8_ds_mla pools");
+  static_assert(!SPARSE || KVF != KV_E4M3, "the sparse path reads 16-bit, fp8_ds_mla and paged pools");
+  static_assert(!PAGED || SPARSE, "fp8_ue8m0_paged pools are read by the sparse path only");
 
   // Per-core buffers (LMEM rings are re-laid out at each phase; L2 rings live throughout).
   struct Bufs {
@@ -210,8 +223,13 @@ class Mla {
     if (slot < 0 && Cfg::FAULT == FAULT_SPARSE_INVALID_READ) slot = 0;
     return slot >= 0;
   }
-  // The bytes of a pool's slot: its page (a pool's own page size) and the offset in it.
-  const uint8_t* token(int pool, int64_t slot) const {
+  // Bytes of one page of a pool of page size pg (paged: padded to a multiple of 576).
+  static int64_t page_bytes(int64_t pg) {
+    return PAGED ? (pg * KVB + kPagedAlign - 1) / kPagedAlign * kPagedAlign : pg * KVB;
+  }
+  // The bytes of a pool's slot: its page (a pool's own page size) and the offset in it;
+  // paged: the token's data row, and its scale row through `scales`.
+  const uint8_t* token(int pool, int64_t slot, const uint8_t** scales = nullptr) const {
     const int64_t pg = pool ? XPAGE : PAGE;
     const int64_t own = pg;   // a slot splits into page and offset by its own pool's page
     const int64_t split = !pool && Cfg::FAULT == FAULT_EXTRA_PAGE_FOR_MAIN ? XPAGE : own;
@@ -221,7 +239,12 @@ class Mla {
     // validate() checked every slot; only a planted fault's address can leave the cache,
     // and it wraps (reads another token) instead of leaving the emulator's memory
     const int64_t at = ((page * pg + off) % cap + cap) % cap;
-    return (const uint8_t*)(pool ? a_.extra_k_cache : a_.k_cache) + at * KVB;
+    const uint8_t* base = (const uint8_t*)(pool ? a_.extra_k_cache : a_.k_cache);
+    if (!PAGED) return base + at * KVB;
+    const uint8_t* pg0 = base + at / pg * page_bytes(pg);
+    const int64_t row = at % pg;
+    if (scales) *scales = pg0 + pg * ROW_B + row * SCALE_B;   // after the page's data rows
+    return pg0 + row * ROW_B;
   }
   int64_t valid_in(int64_t v, int64_t t0, int64_t t1) const {
     int64_t n = 0, slot;
@@ -456,7 +479,8 @@ class Mla {
   }
 
   // SDMA, sparse: the step's valid entries, one descriptor (one token's bytes) each, from
-  // their pools' pages DDR -> packed in the L2 slot.
+  // their pools' pages DDR -> packed in the L2 slot (paged: two descriptors a token, its
+  // data row and its scale row, two pieces of its page).
   void sdma_gather_sparse(Core& c, Bufs& B, const Piece& pc, const Step& st, int64_t step) {
     Slot& s = B.l2kv[step];
     const int64_t dep = c.begin_fill(s, step);
@@ -467,7 +491,14 @@ class Mla {
     int pool;
     for (int64_t e = st.t0; e < st.t1; ++e)
       if (entry(pc.seq, e, pool, slot)) {
-        cp(dst ? dst + n * KVB : nullptr, token(pool, slot), KVB);
+        if (PAGED) {
+          const uint8_t* scales = nullptr;
+          const uint8_t* row = token(pool, slot, &scales);
+          cp(dst ? dst + n * KVB : nullptr, row, ROW_B);
+          cp(dst ? dst + n * KVB + ROW_B : nullptr, scales, SCALE_B);
+        } else {
+          cp(dst ? dst + n * KVB : nullptr, token(pool, slot), KVB);
+        }
         ++n;
       }
     const int64_t ev = c.gather(SDMA, DDR, L2, cp, {dep, ev_idx});
@@ -594,13 +625,13 @@ class Mla {
   }
 
   // Vector operations the BDC spends turning nb tokens into 16-bit values: one conversion a
-  // value (fp8_ds_mla: and one multiply by its tile's scale per latent value).
+  // value (fp8_ds_mla, paged: and one multiply by its tile's scale per latent value).
   static int64_t dequant_ops(int nb) {
-    return (int64_t)nb * (KVF == KV_DS_MLA ? 2 * LAT + ROPE : D);
+    return (int64_t)nb * (KVF == KV_DS_MLA || PAGED ? 2 * LAT + ROPE : D);
   }
 
   // One stored token -> its D values as the cube reads them (exact: an e4m3 value, times a
-  // power of two for fp8_ds_mla, is a bf16 value).  fp8_e4m3's descale is not applied here
+  // power of two for fp8_ds_mla and paged, is a bf16 value).  fp8_e4m3's descale is not applied here
   // (compute folds it into the scores, finalize into the output) but for the planted fault.
   void decode(const uint8_t* row, float* out, float ds) const {
     if (KVF == KV_PLAIN) {
@@ -611,6 +642,16 @@ class Mla {
     if (KVF == KV_E4M3) {
       const float twice = Cfg::FAULT == FAULT_KV_SCALE_TWICE ? ds : 1.0f;
       for (int d = 0; d < D; ++d) out[d] = e4m3[row[d]] * twice;
+      return;
+    }
+    if (PAGED) {   // the packed token: data row, then its UE8M0 scale bytes
+      const uint8_t* ue8m0 = row + ROW_B;
+      for (int g = 0; g < LAT / kPagedTile; ++g) {
+        const int e = ue8m0[g];
+        const float s = e == 255 ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, e - 127);
+        for (int d = g * kPagedTile; d < (g + 1) * kPagedTile; ++d) out[d] = e4m3[row[d]] * s;
+      }
+      for (int i = 0; i < ROPE; ++i) out[LAT + i] = Bf16::to_f32(u16_at(row + LAT + 2 * i));
       return;
     }
     constexpr int TILES = LAT / kDsTile;
