@@ -42,6 +42,14 @@ def nan_unnamed(inp: SparseInputs, rank: int) -> SparseInputs:
             for s in range(s_n):
                 named[adversarial._named(pool, b, s)] = True
         fmt = kvformat.get(pool.kv_format or "bf16")
+        if fmt.paged:   # a slot's bytes are two rows of its page: data, then scales
+            data, scales = kvformat.paged_rows(c, rank)     # views, written in place
+            off = ~named.view(c.shape[0], c.shape[1])
+            data[off, :rank] = 0x7F                 # e4m3 NaN
+            data[off, rank + 1::2] = 0x7F           # rope: bf16 0x7FC0, NaN
+            data[off, rank::2] = 0xC0
+            scales[off, :-1] = 0xFF                 # UE8M0 NaN
+            continue
         flat = c.view(slots, c.shape[-1])
         if not fmt.quantized:
             flat[~named] = float("nan")
