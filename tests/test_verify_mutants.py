@@ -118,6 +118,48 @@ def test_cli_lists_and_refuses_bad_usage(capsys):
     assert "no sc11 mutant named no_such_mutant" in err
 
 
+def _fake_runs(monkeypatch, baseline_fails):
+    """run_one stood in: the unmutated run fails (or passes) its check, every mutant run
+    fails it; the calls are recorded."""
+    calls = []
+
+    def fake(m, n, prof, examples=None, time_budget_s=None):
+        calls.append(m.name)
+        failed = baseline_fails if m.name == harness.UNMUTATED else True
+        return harness.Outcome(m.name, n, prof, failed,
+                               "crash: ExampleCrashed: the kernel raised" if failed else "")
+    monkeypatch.setattr(harness, "run_one", fake)
+    return calls
+
+
+@pytest.mark.parametrize("baseline_fails", [True, False])
+def test_a_check_that_fails_unmutated_counts_no_catch(monkeypatch, baseline_fails):
+    """A schedule whose verify fails with nothing planted (a crash at example 0) would
+    "catch" every mutant: the harness runs the baseline first and does not count those."""
+    calls = _fake_runs(monkeypatch, baseline_fails)
+    name = harness.mutants_for("sc11")[0].name
+    rep = harness.run("sc11", ["smoke"], only=[name], first_schedule=True, isolate=False)
+    assert calls == [harness.UNMUTATED, name]
+    assert [b.caught for b in rep.baselines] == [baseline_fails]
+    (o,) = rep.outcomes
+    if baseline_fails:
+        assert not o.caught and o.error.startswith("not counted: the unmutated schedule fails")
+        assert rep.per_mutant() == {} and not rep.ok()
+        assert "FAILS unmutated" in rep.summary()
+    else:
+        assert o.caught and not o.error and rep.per_mutant() == {name: True} and rep.ok()
+    assert json.loads(json.dumps(rep.to_json()))["baselines"][0]["mutant"] == harness.UNMUTATED
+
+
+def test_the_unmutated_name_runs_the_baselines_alone(monkeypatch):
+    calls = _fake_runs(monkeypatch, False)
+    rep = harness.run("sc11", ["smoke"], only=[harness.UNMUTATED], schedules=["sc11_attn"],
+                      isolate=False)
+    assert calls == [harness.UNMUTATED] and not rep.baselines
+    assert [(o.mutant, o.schedule, o.caught) for o in rep.outcomes] == [
+        (harness.UNMUTATED, "sc11_attn", False)]
+
+
 # ---------------------------------------------------------------- real mutants, SC11 ---
 @pytest.mark.parametrize("name", ["merged_empty_lse", "q_row_stride"])
 def test_verify_smoke_catches_the_sc11_escape_class_mutants(name):

@@ -24,11 +24,12 @@ check that ran it (or, --compile-only, every mutant compiles), 1 otherwise, 2 ba
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
@@ -94,11 +95,24 @@ class Outcome:
                                 # the drawn examples it did not reach might have)
 
 
+# The baseline run's name: verify on the schedule with nothing planted.  A check that fails
+# unmutated (a crash at example 0, say) would "catch" every mutant run under it: those
+# outcomes are not counted (Report.baselines, run's baseline).
+UNMUTATED = "unmutated"
+
+
+@dataclass(frozen=True)
+class _Unmutated:
+    target: str
+    name: str = UNMUTATED
+
+
 @dataclass
 class Report:
     target: str
     outcomes: list[Outcome] = field(default_factory=list)
     compile_failures: dict[str, str] = field(default_factory=dict)
+    baselines: list[Outcome] = field(default_factory=list)   # caught = the check failed
 
     def per_check(self) -> dict[str, tuple[int, int]]:
         """check (profile on schedule) -> (caught, run)."""
@@ -126,10 +140,15 @@ class Report:
         return {"target": self.target, "per_check": {k: {"caught": c, "run": n}
                                                       for k, (c, n) in self.per_check().items()},
                 "per_mutant": self.per_mutant(), "compile_failures": self.compile_failures,
+                "baselines": [asdict(o) for o in self.baselines],
                 "outcomes": [asdict(o) for o in self.outcomes]}
 
     def summary(self) -> str:
         lines = [f"mutants, target {self.target}:"]
+        for b in self.baselines:
+            state = "FAILS unmutated" if b.caught else b.error or "passes unmutated"
+            lines.append(f"  baseline verify --profile {b.profile} {b.schedule}: {state}"
+                         + (f" ({b.how})" if b.caught and b.how else ""))
         for k, (c, n) in self.per_check().items():
             lines.append(f"  {k}: {c}/{n} caught")
         for name, why in self.compile_failures.items():
@@ -161,7 +180,7 @@ def run_one(mutant: Mutant, schedule_name: str, profile: str, examples: Optional
 
     s = load_example(schedule_name)
     t0 = time.perf_counter()
-    with planted(mutant):
+    with planted(mutant) if mutant.name != UNMUTATED else contextlib.nullcontext():
         try:
             r = verify(s, examples=examples, profile=profile, progress=False,
                        time_budget_s=time_budget_s, shrink_budget_s=shrink_budget_s,
@@ -215,8 +234,8 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
         schedules: Sequence[str] = (), examples: Optional[int] = None,
         time_budget_s: Optional[float] = None, jobs: int = 0, log=None,
         prebuild_all: Optional[bool] = None, first_schedule: bool = False,
-        parallel: int = 1, isolate: bool = True, wall_limit_s: Optional[float] = None
-        ) -> Report:
+        parallel: int = 1, isolate: bool = True, wall_limit_s: Optional[float] = None,
+        baseline: bool = True) -> Report:
     """Every mutant of `target` (or those named in `only`) against verify on its example
     schedules (or `schedules`; with first_schedule, each mutant's first only), under each
     profile.  prebuild_all: build every run's schedule in parallel first (default: on GPU
@@ -226,13 +245,20 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
     reading past its cache -- kills that run's process only, and counts as caught by a
     crash, as it is when a user runs verify on it).  wall_limit_s: past it (from the start,
     builds included) no run starts and the running ones are stopped; each is reported
-    not reached (an error, neither caught nor escaped), so the report is written in time."""
+    not reached (an error, neither caught nor escaped), so the report is written in time.
+    baseline: first verify each (schedule, profile) with nothing planted; a mutant outcome
+    under a check that fails so is not counted (only = [UNMUTATED]: the baselines of
+    `schedules` alone, as outcomes)."""
     t_start = time.perf_counter()
     from ..backends import backend
 
-    chosen = [m for m in mutants_for(target) if not only or m.name in only]
     report = Report(target)
-    plan = []
+    if list(only) == [UNMUTATED]:
+        chosen, plan = [], [(_Unmutated(target), n) for n in schedules]
+        baseline = False
+    else:
+        chosen = [m for m in mutants_for(target) if not only or m.name in only]
+        plan = []
     for m in chosen:
         names = list(schedules) or list(m.schedules)
         plan += [(m, n) for n in (names[:1] if first_schedule else names)]
@@ -243,7 +269,8 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
         # the schedule itself; its family's other members build when verify reaches them
         from .profiles import PROFILES
 
-        report.compile_failures = prebuild([(m, load_example(n)) for m, n in plan], jobs,
+        report.compile_failures = prebuild([(m, load_example(n)) for m, n in plan
+                                            if m.name != UNMUTATED], jobs,
                                            families=any(PROFILES[p].family for p in profiles))
     todo = [(m, n, prof) for m, n in plan if m.name not in report.compile_failures
             for prof in profiles]
@@ -257,13 +284,30 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
                   f"{': ' + o.how if o.how else ''}"
                   f"{' ' + o.error if o.error else ''}", file=log, flush=True)
 
-    if not isolate:
-        for m, n, prof in todo:
-            say(run_one(m, n, prof, examples, time_budget_s))
-    else:
-        deadline = None if wall_limit_s is None else t_start + wall_limit_s
-        for o in _in_processes(todo, max(1, parallel), examples, time_budget_s, deadline):
-            say(o)
+    deadline = None if wall_limit_s is None else t_start + wall_limit_s
+
+    def outcomes(items):
+        if not isolate:
+            return (run_one(m, n, prof, examples, time_budget_s) for m, n, prof in items)
+        return _in_processes(items, max(1, parallel), examples, time_budget_s, deadline)
+
+    failing = {}
+    if baseline and todo:
+        checks = dict.fromkeys((n, prof) for _, n, prof in todo)
+        for b in outcomes([(_Unmutated(target), n, prof) for n, prof in checks]):
+            report.baselines.append(b)
+            if log:
+                print(f"baseline {b.schedule} ({b.profile}, {b.seconds:.1f} s): "
+                      f"{'FAILS unmutated: ' + b.how if b.caught else b.error or 'passes'}",
+                      file=log, flush=True)
+            if b.caught:
+                failing[(b.schedule, b.profile)] = b.how
+    for o in outcomes(todo):
+        if (o.schedule, o.profile) in failing and not o.error:
+            o = replace(o, caught=False,
+                        error=f"not counted: the unmutated schedule fails this check "
+                              f"({failing[(o.schedule, o.profile)][:120]})")
+        say(o)
     return report
 
 
@@ -389,7 +433,7 @@ def main(argv=None) -> int:
     if args.target is None:
         print(f"mlagen: give --target ({' or '.join(kinds())}) or --list", file=sys.stderr)
         return 2
-    known = {m.name for m in mutants_for(args.target)}
+    known = {m.name for m in mutants_for(args.target)} | {UNMUTATED}
     bad = [n for n in args.only if n not in known]
     if bad:
         print(f"mlagen: no {args.target} mutant named {', '.join(bad)}", file=sys.stderr)
