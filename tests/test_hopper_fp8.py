@@ -135,8 +135,10 @@ def test_example_schedules_reach_both_formats():
 # ------------------------------------------ the converter's arithmetic (CPU mirror) -----
 
 def _placed(code: int) -> int:
-    """mla_fp8.cuh e4m3x4_placed for one byte: sign to bit 15, the 7 low bits to 4..10."""
-    return ((code & 0x80) << 8) | ((code & 0x7F) << 4)
+    """mla_fp8.cuh e4m3x4_placed, then e4m3_nan_halves, for one byte: sign to bit 15, the
+    7 low bits to 4..10, and a bf16 NaN ORed over e4m3's NaN (S.1111.111)."""
+    nan = 0x7FC0 if ((code & 0x7F) + 1) & 0x80 else 0
+    return ((code & 0x80) << 8) | ((code & 0x7F) << 4) | nan
 
 
 def test_bit_placement_times_2_to_120_is_every_e4m3_value_exactly():
@@ -150,24 +152,36 @@ def test_bit_placement_times_2_to_120_is_every_e4m3_value_exactly():
     assert torch.equal(got[finite], want[finite])
     # a subnormal e4m3 (exponent field 0) is a subnormal bf16: exact as well
     assert float(got[1]) == 2.0 ** -9
-    # e4m3's NaN (S.1111.111) reads as +-480 (documented; no quantizer writes it in use)
-    assert float(got[0x7F]) == 480.0 and float(got[0xFF]) == -480.0
+    # e4m3's NaN (S.1111.111), both signs, is a bf16 NaN: and only it
+    assert torch.equal(torch.isnan(got), ~finite)
+
+
+def _byte_perm(x, y, s):
+    """prmt.b32's default mode: selector nibble i picks byte (s_i & 7) of y:x, and with
+    s_i & 8 replicates that byte's sign bit over the result byte."""
+    b = [(x >> (8 * i)) & 0xFF for i in range(4)] + [(y >> (8 * i)) & 0xFF for i in range(4)]
+    out = 0
+    for i in range(4):
+        n = (s >> (4 * i)) & 0xF
+        v = b[n & 7]
+        out |= ((0xFF if v & 0x80 else 0) if n & 8 else v) << (8 * i)
+    return out
 
 
 def test_bit_placement_of_four_bytes_matches_byte_perm_order():
     """The u32 form: bytes b0..b3 (little-endian, b0 the first column) to (lo, hi) =
-    (b1:b0, b3:b2) as bf16x2 words, the low half the first column."""
-    def byte_perm(x, y, s):
-        b = [(x >> (8 * i)) & 0xFF for i in range(4)] + [(y >> (8 * i)) & 0xFF for i in range(4)]
-        return sum(b[(s >> (4 * i)) & 7] << (8 * i) for i in range(4))
-
-    w = 0x8A017F38
-    m = w & 0x7F7F7F7F
-    lo = (byte_perm(w, 0, 0x1404) & 0x80008000) | (byte_perm(m, 0, 0x1404) >> 4)
-    hi = (byte_perm(w, 0, 0x3424) & 0x80008000) | (byte_perm(m, 0, 0x3424) >> 4)
-    b = [(w >> (8 * i)) & 0xFF for i in range(4)]
-    assert lo == _placed(b[0]) | (_placed(b[1]) << 16)
-    assert hi == _placed(b[2]) | (_placed(b[3]) << 16)
+    (b1:b0, b3:b2) as bf16x2 words, the low half the first column; NaN bytes at each place."""
+    words = [0x8A017F38, 0x7F00FF01, 0xFF7F7E80, 0x00000000, 0x7F7F7F7F, 0xFFFFFFFF]
+    words += [c * 0x01010101 for c in range(256)] + [0x80 << (8 * i) for i in range(4)]
+    for w in words:
+        nan = (w & 0x7F7F7F7F) + 0x01010101
+        lo = (((_byte_perm(w, 0, 0x9180) << 4) & 0x87F087F0)
+              | (_byte_perm(nan, 0, 0x9988) & 0x7FC07FC0))
+        hi = (((_byte_perm(w, 0, 0xB3A2) << 4) & 0x87F087F0)
+              | (_byte_perm(nan, 0, 0xBBAA) & 0x7FC07FC0))
+        b = [(w >> (8 * i)) & 0xFF for i in range(4)]
+        assert lo == _placed(b[0]) | (_placed(b[1]) << 16), hex(w)
+        assert hi == _placed(b[2]) | (_placed(b[3]) << 16), hex(w)
 
 
 # ----------------------------------------------------------------- nvcc -----

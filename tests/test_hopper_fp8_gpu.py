@@ -126,6 +126,21 @@ def test_unused_slots_are_nan_in_the_workload():
     assert torch.isnan(vals).any()
 
 
+@pytest.mark.parametrize("kv", FORMATS)
+@pytest.mark.parametrize("col", [0, 1, 2, 3, 130, 511])
+def test_nan_byte_in_a_used_slot_propagates(kv, col):
+    """An e4m3 NaN (0x7f) in a token every row sees: that sequence's output is NaN, the
+    other sequence's is untouched (the converter's NaN path, at each byte of a 4-byte word
+    and in a later 128-value tile)."""
+    inp = inputs(kv, 2, [100, 100], 1, 16, edges=False)
+    blk = int(inp.block_table[0, 0])
+    inp.k_cache.view(torch.uint8)[blk, 37, 0, col] = 0x7F
+    out, _ = run(inp)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[0]).all()
+    assert torch.isfinite(out[1]).all()
+
+
 def _spread_tiles(inp):
     """fp8_ds_mla with each 128-value tile of a token at another magnitude (scales 4x apart),
     so that a scale taken from the wrong tile or applied twice changes the result."""

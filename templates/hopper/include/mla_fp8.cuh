@@ -37,15 +37,39 @@ struct Fp8Layout {
 
 namespace fp8 {
 
+// prmt.b32 with a zero second word: a selector nibble of 8 + i replicates byte i's sign bit
+// over the result byte (PTX ISA, prmt's default mode).
+__device__ __forceinline__ uint32_t prmt0(uint32_t a, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(d) : "r"(a), "r"(sel));
+  return d;
+}
+
 // 4 e4m3 bytes (little-endian in w) -> 2 bf16x2 words holding each value times 2^-120,
 // exactly: the sign to bit 15 and the 7 exponent-mantissa bits to bits 4..10 make a bf16
 // with e4m3's exponent field (bias 7 instead of 127) and its 3 mantissa bits on top, a bf16
-// subnormal for an e4m3 subnormal.  (e4m3's NaN, S.1111.111, reads as +-480 * 2^-120: no
-// quantizer writes it into a token in use.)
+// subnormal for an e4m3 subnormal.  prmt makes each half the byte sign-extended to 16 bits;
+// shifted left by 4, the mask keeps the sign (bit 15) and the low 7 bits (4..10) and drops
+// the byte's own sign bit (now bit 11) and what the low half pushed into the high one.
+// e4m3's NaN (S.1111.111) reads as +-480 * 2^-120 here: convert16 ORs NaN over it.
 __device__ __forceinline__ void e4m3x4_placed(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  const uint32_t m = w & 0x7f7f7f7fu;
-  lo = (__byte_perm(w, 0u, 0x1404) & 0x80008000u) | (__byte_perm(m, 0u, 0x1404) >> 4);
-  hi = (__byte_perm(w, 0u, 0x3424) & 0x80008000u) | (__byte_perm(m, 0u, 0x3424) >> 4);
+  lo = (prmt0(w, 0x9180u) << 4) & 0x87f087f0u;
+  hi = (prmt0(w, 0xb3a2u) << 4) & 0x87f087f0u;
+}
+
+// Bit 7 of each byte of the result is set iff that e4m3 byte is NaN: its 7 low bits are
+// all ones, so adding 1 carries into bit 7 (and no further: each byte's sum is <= 0x80).
+__device__ __forceinline__ uint32_t e4m3_nan_bits(uint32_t w) {
+  return (w & 0x7f7f7f7fu) + 0x01010101u;
+}
+
+// A bf16 NaN (0x7fc0) ORed over the placed halves of w's NaN bytes: prmt replicates each
+// byte's bit 7 over the half it fills (a NaN in a token in use propagates, as
+// docs/conventions.md promises).
+__device__ __forceinline__ void e4m3_nan_halves(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  const uint32_t nan = e4m3_nan_bits(w);
+  lo |= prmt0(nan, 0x9988u) & 0x7fc07fc0u;
+  hi |= prmt0(nan, 0xbbaau) & 0x7fc07fc0u;
 }
 
 __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
@@ -54,30 +78,42 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
   return d;
 }
 constexpr uint32_t kTwo120 = 0x7B807B80u;   // bf16x2 (2^120, 2^120)
+constexpr uint32_t kMaxFusedExp = 134u << 7;  // bf16 exponent field of 2^7
 
 // 16 e4m3 bytes -> 16 values of T (8 words), each times `scale2` (a bf16x2 power of two;
 // ds_mla's tile scale) unless SCALED is false.  TWICE: the planted fault, the scale twice.
+// bf16: the placed values times 2^120 * scale in one multiply, exact (a power of two), where
+// that factor is a finite bf16 (scale <= 2^7, the quantizer's scales by far); else (a huge,
+// infinite or NaN scale) times 2^120, then the scale.  The NaN path is a branch taken only
+// where one of the 16 bytes is NaN (hostile input: the quantizers saturate at 448).
 template <typename T, bool SCALED, bool TWICE>
 __device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint32_t (&o)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    uint32_t f = kTwo120, after = 0u;
+    if constexpr (SCALED) {
+      if ((scale2 & 0x7f80u) <= kMaxFusedExp) f = mul_bf16x2(scale2, kTwo120);
+      else after = scale2;
+    }
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      uint32_t lo, hi;
-      e4m3x4_placed(w[i], lo, hi);
-      lo = mul_bf16x2(lo, kTwo120);
-      hi = mul_bf16x2(hi, kTwo120);
+    for (int i = 0; i < 4; ++i) e4m3x4_placed(w[i], o[2 * i], o[2 * i + 1]);
+    const uint32_t any = (e4m3_nan_bits(w[0]) | e4m3_nan_bits(w[1]) | e4m3_nan_bits(w[2])
+                          | e4m3_nan_bits(w[3])) & 0x80808080u;
+    if (any) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) e4m3_nan_halves(w[i], o[2 * i], o[2 * i + 1]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      o[i] = mul_bf16x2(o[i], f);
       if constexpr (SCALED) {
-        lo = mul_bf16x2(lo, scale2);
-        hi = mul_bf16x2(hi, scale2);
-        if constexpr (TWICE) {
-          lo = mul_bf16x2(lo, scale2);
-          hi = mul_bf16x2(hi, scale2);
-        }
+        if (after) o[i] = mul_bf16x2(o[i], after);
+        if constexpr (TWICE) o[i] = mul_bf16x2(o[i], scale2);
       }
-      o[2 * i] = lo;
-      o[2 * i + 1] = hi;
-    } else {
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
       // fp16 (fp8_e4m3 only: e4m3 is exact in fp16; the hardware conversion)
       static_assert(!SCALED, "fp8_ds_mla needs bf16 (its RoPE values are bf16)");
       uint32_t lo, hi;
