@@ -169,6 +169,10 @@ MUTANTS = (
            "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * dq;",
            "fp8_e4m3: the k descale left out of the scores' scale (kept in O)", FP8E,
            FP8_SCALE),
+    Mutant("fp8_nan_high_half_dropped", "hopper", "mla_fp8.cuh",
+           "hi |= prmt0(nan, 0xbbaau) & 0x7fc07fc0u;", "",
+           "e4m3 NaN bytes in the upper half of each 4-byte word read as +-480 (the "
+           "converter's NaN path kept for the lower half only)", FP8E + FP8D),
     Mutant("fp8_descale_first_seq", "hopper", "mla_wgmma_rows.cuh",
            "dk = p.k_descale[pc.req * p.k_descale_stride];", "dk = p.k_descale[0];",
            "fp8_e4m3: every sequence takes the first's descale (a per-sequence descale "
