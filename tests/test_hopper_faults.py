@@ -115,3 +115,21 @@ def test_verify_reaches_the_cluster_merge_and_catches_its_fault():
     rf = verify(s.with_fault("bad_split_merge"), examples=1, progress=False, bounds=BOUNDS,
                 shrink_budget_s=5, save_failures=False)
     assert not rf.ok and rf.failure.case_fields["batch"] == b, rf.summary()
+
+
+def test_sparse_64_row_schedules_get_no_dense_cluster_merge_case(monkeypatch):
+    """The cluster-merge batch is a dense case for the dense 64-row kernel; the sparse 64-row
+    kernel makes no cluster merge (mla_wgmma.cuh), and that dense case on its 16-token pages
+    was rejected before launch, so verify's first example raised on a sparse r64 schedule."""
+    import mlagen.backends.hopper.ops as ops
+    from mlagen.backends import backend
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ops, "sm_count", lambda device: 132)
+    be = backend("hopper")
+    dense = be.verify_paths(load(SCHEDULES_DIR / "hopper_wgmma.toml"), "cuda")
+    assert [n for n, _ in dense] == ["the cluster merge"]
+    for name in ("hopper_sparse_bf16_r64", "hopper_sparse_ds_mla_r64"):
+        s = load(SCHEDULES_DIR / f"{name}.toml")
+        assert s.mapping.rows_per_tile == 64 and s.problem.attention == "sparse"
+        assert be.verify_paths(s, "cuda") == []

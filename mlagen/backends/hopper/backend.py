@@ -93,8 +93,10 @@ class HopperBackend(Backend):
 
     def verify_paths(self, s, device):
         # the 64-row kernel's cluster merge: batches of parts/4 < b <= parts/2 near-equal
-        # requests (the profiles draw at most 8)
-        if s.mapping.mainloop != "wgmma" or s.mapping.rows_per_tile != 64:
+        # requests (the profiles draw at most 8); the sparse kernel makes no cluster merge
+        # (mla_wgmma.cuh), and a dense case would not fit its pages
+        if (s.mapping.mainloop != "wgmma" or s.mapping.rows_per_tile != 64
+                or s.problem.attention == "sparse"):
             return []
         import torch
 
