@@ -321,10 +321,28 @@ def sparse_attention(q: torch.Tensor, pools: list[SparsePool], dv: int = 512,
                                   or tuple(attn_sink.shape) != (h_q,)):
         raise InputError(f"attn_sink must be fp32 [h_q = {h_q}], got {attn_sink.dtype} "
                          f"{tuple(attn_sink.shape)}")
-    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
     dev = q.device
     out = torch.zeros(b, s_q, h_q, dv, dtype=dtype, device=dev)
     lse = torch.full((b, h_q, s_q), math.inf, dtype=dtype, device=dev)
+    for lo, hi, p, row_lse, v in sparse_weights(q, pools, dv, softmax_scale, dtype, round_p,
+                                                rope_dim):
+        lse[lo:hi] = row_lse
+        out[lo:hi] = torch.einsum("chst,cstv->cshv", p, v)
+    if attn_sink is not None:
+        out = out * sink_keep(lse, attn_sink)[..., None]
+    return out, lse
+
+
+def sparse_weights(q: torch.Tensor, pools: list[SparsePool], dv: int = 512,
+                   softmax_scale: Optional[float] = None, dtype: torch.dtype = torch.float32,
+                   round_p: Optional[torch.dtype] = None, rope_dim: int = 64):
+    """sparse_attention's softmax, batch rows lo:hi at a time (inputs it has checked):
+    yields (lo, hi, p [c, h_q, s_q, T], lse [c, h_q, s_q], v [c, s_q, T, dv]) with T the
+    pools' entries side by side (zero keys and weights where an entry names none); out is
+    p @ v, before the sink."""
+    b, s_q, h_q, d = q.shape
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    dev = q.device
     per_row = s_q * sum(p.indices.shape[-1] for p in pools) * d
     step = max(1, _CHUNK_ELEMENTS // max(1, per_row))
     for lo in range(0, b, step):
@@ -333,14 +351,16 @@ def sparse_attention(q: torch.Tensor, pools: list[SparsePool], dv: int = 512,
         keys = torch.cat([k for k, _ in parts], dim=2)              # [c, s_q, T, d]
         valid = torch.cat([v for _, v in parts], dim=2)             # [c, s_q, T]
         scores = torch.einsum("cshd,cstd->chst", q[lo:hi].to(dtype), keys) * scale
-        p, lse[lo:hi] = _softmax(scores, valid, round_p)
-        out[lo:hi] = torch.einsum("chst,cstv->cshv", p, keys[..., :dv])
-    if attn_sink is not None:
-        sink = attn_sink.to(dev, dtype)
-        l = lse.transpose(1, 2)                                     # [b, s_q, h_q]
-        keep = torch.where(torch.isinf(l) & (l > 0), 0.0, torch.sigmoid(l - sink[None, None]))
-        out = out * keep[..., None]
-    return out, lse
+        p, row_lse = _softmax(scores, valid, round_p)
+        yield lo, hi, p, row_lse, keys[..., :dv]
+
+
+def sink_keep(lse: torch.Tensor, attn_sink: torch.Tensor) -> torch.Tensor:
+    """[b, s_q, h_q]: the factor exp(lse) / (exp(lse) + exp(sink)) an attention sink
+    scales a row's output by (0 for a row with no key, lse +inf)."""
+    sink = attn_sink.to(lse.device, lse.dtype)
+    l = lse.transpose(1, 2)                                         # [b, s_q, h_q]
+    return torch.where(torch.isinf(l) & (l > 0), 0.0, torch.sigmoid(l - sink[None, None]))
 
 
 # ---- RoPE ------------------------------------------------------------------------------
