@@ -97,7 +97,7 @@ def test_cases(kv, seqlens, s_q, h_q, topk, page):
 ])
 def test_fp8_ds_mla_in_the_64_row_kernel(seqlens, s_q, h_q, topk, page, length):
     """The 64-row kernel's fp8_ds_mla mode (its producer converts), by an explicit schedule
-    while the default for fp8_ds_mla stays on 32-row tiles."""
+    (the default takes it only where wide_rows says: here the rows' lengths vary freely)."""
     from mlagen.backends.hopper import sparse
     from mlagen.schedule.records import Schedule
     s = Schedule.build(target="hopper", dtype="bf16", kv_format="fp8_ds_mla",

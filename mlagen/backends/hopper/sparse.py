@@ -47,15 +47,25 @@ class FlashMLASchedMeta:
     num_splits: Optional[torch.Tensor] = None
 
 
+# 64-row tiles once a call has this many (query token, 64-head tile) pairs: on the H200
+# (benchmarks/hopper_sparse_tiles.py) they are 0.96x the 32-row tiles at 4 tokens of 128
+# heads, 1.15-1.5x from 16 pairs up (h_q 48-128, fp8_ds_mla)
+WIDE_PAIRS = 16
+
+
+def wide_rows(h_q: int, tokens: int) -> bool:
+    """Whether a call of `tokens` query tokens (b * s_q) of h_q heads takes 64-row tiles."""
+    return h_q > 32 and tokens * -(-h_q // 64) >= WIDE_PAIRS
+
+
 @functools.lru_cache(maxsize=64)
-def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None) -> Schedule:
+def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None,
+                    wide: bool = False) -> Schedule:
     """The canonical sparse schedule of a call: the caller's (checked: sparse, its format),
-    else 16-row tiles up to 16 heads, 32-row tiles beyond.  The 64-row kernel's sparse mode
-    (mla_wgmma.cuh: a token's 64 or 128 heads gather each key once or twice, not 2-4 times;
-    1.5x the 32-row tiles for fp8_ds_mla and 1.6-2.8x for bf16 on the H200) is reached by a
-    schedule (rows_per_tile = 64) until `mlagen verify` passes on its example schedules: on
-    the H200 its GPU tests and memcheck pass, but verify's first example raised
-    (docs/hopper-sparse-h200.md)."""
+    else 16-row tiles up to 16 heads, 32-row tiles up to 32, and beyond 32 heads the 64-row
+    kernel's sparse mode where `wide` (wide_rows: enough tokens to fill the device;
+    mla_wgmma.cuh: a token's 64 or 128 heads gather each key once or twice, not 2-4
+    times), else 32-row tiles."""
     if schedule is not None:
         if schedule.target.kind != "hopper" or schedule.problem.attention != "sparse":
             raise InputError(f"schedule {schedule.name!r} is not a hopper attention = "
@@ -64,7 +74,7 @@ def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None) -> S
             raise InputError(f"schedule {schedule.name!r} reads {schedule.problem.kv} caches, "
                              f"this k_cache is {kv}")
         return defaults.canonical(schedule)
-    rows = 16 if h_q <= 16 else 32
+    rows = 16 if h_q <= 16 else (64 if wide and h_q > 32 else 32)
     return defaults.canonical(Schedule.build(
         name=f"hopper_sparse_{kv}", target="hopper", dtype="bf16", kv_format=kv,
         attention="sparse", topk=2048, causal=False, rows_per_tile=rows, block_kv=64,
@@ -72,8 +82,9 @@ def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None) -> S
 
 
 @functools.lru_cache(maxsize=64)
-def _library(h_q: int, kv: str, schedule: Optional[Schedule]) -> tuple[str, int, int, int]:
-    s = sparse_schedule(h_q, kv, schedule)
+def _library(h_q: int, kv: str, schedule: Optional[Schedule],
+             wide: bool = False) -> tuple[str, int, int, int]:
+    s = sparse_schedule(h_q, kv, schedule, wide)
     m = s.mapping
     key = ops.library(plan_of(s))
     return key, m.rows_per_tile, 0 if m.split_kv == "auto" else int(m.split_kv), m.split_cost
@@ -196,7 +207,7 @@ def sparse_decode(q, k_cache, indices, topk_length, attn_sink, sched: FlashMLASc
         _on_one_cuda({"q": q, "k_cache": k_cache, "indices": indices,
                       "topk_length": topk_length, "attn_sink": attn_sink})
         b, s_q, h_q, _ = q.shape
-        key, rows, fixed, cost = _library(h_q, kv, schedule)
+        key, rows, fixed, cost = _library(h_q, kv, schedule, wide_rows(h_q, b * s_q))
         if fixed:
             parts = b * s_q * fixed
         else:
