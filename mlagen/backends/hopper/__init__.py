@@ -15,7 +15,7 @@ from mlagen.schedule.plan import Plan
 from mlagen.schedule.rules import plan_of
 from mlagen.schedule.records import Schedule
 
-from .abi import KV_CODE, SHAPE_INDEX
+from .abi import EXTRA_INDEX, KV_CODE, SHAPE_INDEX
 
 DTYPE_CPP = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 DTYPE_CODE = {"bf16": 1, "fp16": 2}
@@ -42,7 +42,9 @@ def render(plan: Plan | Schedule) -> SourceSet:
                rows=m.rows_per_tile, block_kv=m.block_kv, buffers=m.buffers, warps=m.warps,
                mainloop=m.mainloop, fault=FAULT_CODE[schedule.fault],
                kv_format=p.kv, kv_code=KV_CODE[p.kv], converters=m.fp8_converters,
-               raw_slots=m.fp8_raw_slots, sparse=int(p.attention == "sparse"))
+               raw_slots=m.fp8_raw_slots,
+               # SP: 0 dense, 1 one pool of sparse keys, 2 two (extra_topk: the extra pool)
+               sparse=(2 if p.extra_topk else 1) if p.attention == "sparse" else 0)
     # the wgmma main loop is its own split kernel (mla_wgmma.cuh; 16 or 32 rows per tile:
     # mla_wgmma_rows.cuh, the rows in wgmma's N); the rest is shared
     split = "split"
@@ -60,7 +62,8 @@ def render(plan: Plan | Schedule) -> SourceSet:
         raise ValueError(f"fault {schedule.fault!r} is not planted in the wgmma main loop "
                          f"(it has {', '.join(WGMMA_FAULTS[1:] + fp8)})")
     files = {f"{t}.cu": render_template(schedule, f"{split if t == 'split' else t}.cu.j2",
-                                        f"{t}.cu", shape=SHAPE_INDEX, **ctx)
+                                        f"{t}.cu", shape=SHAPE_INDEX,
+                                        extra=EXTRA_INDEX, **ctx)
              for t in TEMPLATES}
     return SourceSet(variant=plan.variant, target="hopper", files=files,
                      include_dirs=(str(TEMPLATES_DIR / "hopper" / "include"),),

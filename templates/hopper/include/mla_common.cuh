@@ -83,6 +83,14 @@ struct MlaParams {
   int causal;
   int num_sms;               // SMs of the device (the host reads it once per device)
   int* error;                // device error flags (kError*), or null: set, never cleared
+  // token-sparse rows over two pools (SP = 2, mla_sparse.cuh): the extra pool's cache (the
+  // main one's format), its index lists and each row's main-list length (its keys are the
+  // main list's first len1[r] entries, then the extra list's: seqlens[r] in all)
+  const void* k2;            // [num_blocks2, page_size2, 1, width]
+  const int* idx2;           // [rows, idx2_stride]
+  const int* len1;           // [rows]
+  int64_t k2_stride_block, k2_stride_token;     // elements (FP8 formats: bytes)
+  int idx2_stride, page_size2, num_blocks2;
 };
 
 // The attention sink's factor on a final output row of log-sum-exp lse (natural log):

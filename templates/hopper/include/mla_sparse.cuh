@@ -5,12 +5,14 @@
 // keys [16 w, 16 w + 16) of each 64-key block.
 //
 // Lane l < 16 of warp w reads the slot of key 16 w + l once a block and turns it into the
-// key's byte offset in the cache (-1: no key); then the warp copies the keys' bytes (slice
+// key's byte offset in the cache (kNoKey: no key); then the warp copies the keys' bytes (slice
 // by slice for bf16, key by key into the rows kernel's FP8 raw layout; the offsets broadcast
 // from their lanes), zero-filled (src-size 0) where there is no key, so that NaN bytes of
 // unnamed slots never enter shared memory.  A slot names no key when
 // it is at or past the piece's end, negative, or at or past num_blocks * page_size (that
-// last one an error: the consumer makes the row NaN and sets kErrorBadPage).
+// last one an error: the consumer makes the row NaN and sets kErrorBadPage).  Two pools
+// (SP = 2): each key is the main or the extra pool's by its position (SparseRow), with that
+// pool's slots, page size and strides.
 #pragma once
 #include "mla_common.cuh"
 #include "mla_sm90.cuh"
@@ -18,27 +20,72 @@
 namespace mlagen {
 namespace hopper {
 
-// A sparse row's cache slot at position pos of its index row, or -1 where it names no key
-// (pos at or past the piece's end, a negative entry, an entry at or past the cache's slots;
-// bad: that last case, an error).
-__device__ __forceinline__ int sparse_slot(const MlaParams& p, const int* row, int pos, int end,
-                                           bool& bad) {
+// A row's index lists.  One pool (SP = 1): its list, keys [0, end).  Two pools (SP = 2,
+// FlashMLA's extra_k_cache): the row's keys are the main list's first split entries (split:
+// its length clipped to topk, MlaParams::len1) then the extra list's, so that the split
+// scheduler and the pieces run over the keys that count, whatever either pool's topk.
+template <bool X>
+struct SparseRow {
+  const int* idx;    // the main pool's index list
+  const int* idx2;   // two pools: the extra pool's
+  int split;         // two pools: positions [0, split) are the main pool's
+};
+template <bool X>
+__device__ __forceinline__ SparseRow<X> sparse_row(const MlaParams& p, int req) {
+  SparseRow<X> r;
+  r.idx = p.block_table + static_cast<int64_t>(req) * p.bt_stride;
+  if constexpr (X) {
+    r.idx2 = p.idx2 + static_cast<int64_t>(req) * p.idx2_stride;
+    r.split = p.len1[req];
+  } else {
+    r.idx2 = nullptr;
+    r.split = 0;
+  }
+  return r;
+}
+
+// A sparse row's cache slot at position pos of its keys, or -1 where it names no key (pos
+// at or past the piece's end, a negative entry, an entry at or past its pool's slots; bad:
+// that last case, an error); extra: the key is the extra pool's.
+template <bool X>
+__device__ __forceinline__ int sparse_slot(const MlaParams& p, const SparseRow<X>& row, int pos,
+                                           int end, bool& bad, bool& extra) {
+  extra = X && pos >= row.split;
   if (pos >= end) return -1;
-  const int e = row[pos];
-  const bool out = static_cast<int64_t>(e) >= static_cast<int64_t>(p.num_blocks) * p.page_size;
+  const int e = extra ? row.idx2[pos - row.split] : row.idx[pos];
+  const int64_t slots = extra ? static_cast<int64_t>(p.num_blocks2) * p.page_size2
+                              : static_cast<int64_t>(p.num_blocks) * p.page_size;
+  const bool out = static_cast<int64_t>(e) >= slots;
   bad |= out;
   return out ? -1 : e;
 }
+template <bool X>
+__device__ __forceinline__ int sparse_slot(const MlaParams& p, const SparseRow<X>& row, int pos,
+                                           int end, bool& bad) {
+  bool extra;
+  return sparse_slot(p, row, pos, end, bad, extra);
+}
 
-// The byte offset in the cache of the key this lane announces for its warp's 16 keys of the
-// block at t0 (lanes l and l + 16 alike: key 16 warp + l % 16), -1 where there is none.
-// sb, st: the block and token strides in bytes.
-__device__ __forceinline__ int64_t sparse_key_offset(const MlaParams& p, const int* row, int t0,
-                                                     int end, int warp, int lane, int64_t sb,
-                                                     int64_t st) {
-  bool bad = false;   // the consumer flags it
-  const int e = sparse_slot(p, row, t0 + 16 * warp + (lane & 15), end, bad);
-  return e < 0 ? int64_t(-1) : (e / p.page_size) * sb + (e % p.page_size) * st;
+// No key: the gather's offsets are relative to the main cache, so an extra pool's key may
+// lie below it (a negative offset).
+constexpr int64_t kNoKey = INT64_MIN;
+__device__ __forceinline__ bool sparse_has_key(int64_t off) { return off != kNoKey; }
+
+// The byte offset from the main cache (p.k) of the key this lane announces for its warp's
+// 16 keys of the block at t0 (lanes l and l + 16 alike: key 16 warp + l % 16), kNoKey where
+// there is none.  elem: bytes a stride unit (both pools are in one format).
+template <bool X>
+__device__ __forceinline__ int64_t sparse_key_offset(const MlaParams& p, const SparseRow<X>& row,
+                                                     int t0, int end, int warp, int lane,
+                                                     int elem) {
+  bool bad = false, extra;   // the consumer flags it
+  const int e = sparse_slot(p, row, t0 + 16 * warp + (lane & 15), end, bad, extra);
+  if (e < 0) return kNoKey;
+  if (X && extra)
+    return (reinterpret_cast<intptr_t>(p.k2) - reinterpret_cast<intptr_t>(p.k)) +
+           ((e / p.page_size2) * p.k2_stride_block + (e % p.page_size2) * p.k2_stride_token) *
+               elem;
+  return ((e / p.page_size) * p.k_stride_block + (e % p.page_size) * p.k_stride_token) * elem;
 }
 
 // Key by key (the rows kernel's FP8 raw layout): this warp's 16 keys of a block, key row
@@ -51,7 +98,7 @@ __device__ __forceinline__ void sparse_gather_keys(const unsigned char* kc, int6
   for (int k = 0; k < 16; ++k) {
     const int r = 16 * warp + k;
     const int64_t o = __shfl_sync(0xffffffffu, off, k);
-    const bool ok = o >= 0;
+    const bool ok = sparse_has_key(o);
     copy(r, kc + (ok ? o : 0), ok);
   }
 }
@@ -73,7 +120,7 @@ __device__ __forceinline__ void sparse_copy_slice(const unsigned char* kc, const
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int r = 16 * warp + 4 * i + (lane >> 3);
-    const bool ok = o[i] >= 0;
+    const bool ok = sparse_has_key(o[i]);
     sm90::cp_async16_to(dst + r * 128 + ((c ^ (r & 7)) << 4),
                         kc + (ok ? o[i] : 0) + j * 128 + c * 16, ok);
   }
@@ -82,8 +129,9 @@ __device__ __forceinline__ void sparse_copy_slice(const unsigned char* kc, const
 // The valid keys of the 64-key block at t0 as a mask (bit k: key t0 + k names a key), the
 // same in every lane of the warp: lane l reads keys l and l + 32.  bad: a slot past the
 // cache in this block (the same in every lane).
-__device__ __forceinline__ uint64_t sparse_block_mask(const MlaParams& p, const int* row, int t0,
-                                                      int end, int lane, bool& bad) {
+template <bool X>
+__device__ __forceinline__ uint64_t sparse_block_mask(const MlaParams& p, const SparseRow<X>& row,
+                                                      int t0, int end, int lane, bool& bad) {
   bool b = false;
   const int e0 = sparse_slot(p, row, t0 + lane, end, b);
   const int e1 = sparse_slot(p, row, t0 + 32 + lane, end, b);

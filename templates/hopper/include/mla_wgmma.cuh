@@ -187,6 +187,9 @@ template <typename T, int FAULT, bool MERGE, int SP = 0, int KV = kKvNative>
 struct WgmmaKernel {
   using C = WgmmaConfig;
   static constexpr bool kSparse = SP != 0;
+  // SP = 2: a second pool of keys in the same softmax (mla_sparse.cuh SparseRow)
+  static_assert(SP >= 0 && SP <= 2, "SP: 0 dense, 1 one pool, 2 two pools");
+  static constexpr bool kExtraPool = SP == 2;
   static_assert(!(kSparse && MERGE), "sparse: no cluster merge");
   // fp8_ds_mla (sparse rows only): the producer warpgroup converts what it gathered
   static constexpr bool kFp8 = KV != kKvNative;
@@ -273,20 +276,19 @@ struct WgmmaKernel {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
-    const int64_t sb = p.k_stride_block * static_cast<int64_t>(sizeof(T));
-    const int64_t st = p.k_stride_token * static_cast<int64_t>(sizeof(T));
     const uint32_t kbase = sm90::smem_addr(sm.k);
     int it = 0, req = 0;
     Piece pc;
     while (next_piece(p, req, pc)) {
-      const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+      const auto row = sparse_row<kExtraPool>(p, pc.req);
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
         const int s = it & 1;
         const int t0 = pc.start + i * C::kBlock;
         int64_t o[4];
-        sparse_lane_keys(sparse_key_offset(p, row, t0, pc.end, warp, lane, sb, st), lane, o);
+        sparse_lane_keys(
+            sparse_key_offset(p, row, t0, pc.end, warp, lane, sizeof(T)), lane, o);
         uint64_t* full = sm.full + s * C::kSlices;
         uint64_t* empty = sm.empty + s * C::kSlices;
 #pragma unroll 1
@@ -325,7 +327,7 @@ struct WgmmaKernel {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = 16 * warp + 4 * i + (lane >> 3);
-      const bool ok = o[i] >= 0;
+      const bool ok = sparse_has_key(o[i]);
       sm90::cp_async16_to(tile + 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4),
                           kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);
     }
@@ -336,7 +338,7 @@ struct WgmmaKernel {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = 16 * warp + 4 * i + (lane >> 3);
-        const bool ok = o[i] >= 0;
+        const bool ok = sparse_has_key(o[i]);
         sm90::cp_async16_to(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16,
                             kc + (ok ? o[i] : 0) + q * 128 + c * 16, ok);
       }
@@ -356,7 +358,7 @@ struct WgmmaKernel {
     float4 sc[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      sc[i] = o[i] >= 0 ? __ldg(reinterpret_cast<const float4*>(kc + o[i] + 512))
+      sc[i] = sparse_has_key(o[i]) ? __ldg(reinterpret_cast<const float4*>(kc + o[i] + 512))
                         : make_float4(0.f, 0.f, 0.f, 0.f);
     cp_async_wait<PENDING>();   // this lane's own chunks have landed
 #pragma unroll 1
@@ -389,18 +391,17 @@ struct WgmmaKernel {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
-    const int64_t sb = p.k_stride_block, st = p.k_stride_token;   // bytes: an element is one
     int it = 0, req = 0, pend = -1;   // pend: the block gathered and not converted yet
-    int64_t po[4] = {-1, -1, -1, -1};
+    int64_t po[4] = {kNoKey, kNoKey, kNoKey, kNoKey};
     Piece pc;
     while (next_piece(p, req, pc)) {
-      const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+      const auto row = sparse_row<kExtraPool>(p, pc.req);
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
         int64_t o[4];
         sparse_lane_keys(
-            sparse_key_offset(p, row, pc.start + i * C::kBlock, pc.end, warp, lane, sb, st),
+            sparse_key_offset(p, row, pc.start + i * C::kBlock, pc.end, warp, lane, 1),
             lane, o);
         ds_gather(sm, kc, o, it, warp, lane);
         if (pend >= 0) ds_convert<1>(sm, kc, po, pend, warp, lane);
@@ -564,7 +565,7 @@ struct WgmmaKernel {
       load_q(p, sm, pc.req, row0, rows_total, t);
       // beside Q's load (sparse: the slots are checked block by block, sparse_block_mask)
       const bool bad_mine = !kSparse && piece_has_bad_page(p, pc, t, 128);
-      const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+      const auto row = sparse_row<kExtraPool>(p, pc.req);
       cp_async_wait<0>();
       sm90::fence_proxy_async();
       bool bad = sm90::bar_sync_or(C::kBarWg1, 128, bad_mine);

@@ -61,6 +61,9 @@ struct WgmmaRowsConfig {
   // slots with cp.async (zero-filled where a slot names no key), one consumer warpgroup
   static constexpr bool kSparse = SP != 0;
   static_assert(!kSparse || (WG == 1 && CV == 1), "sparse: one consumer and one converter WG");
+  // SP = 2: a second pool of keys in the same softmax (mla_sparse.cuh SparseRow)
+  static_assert(SP >= 0 && SP <= 2, "SP: 0 dense, 1 one pool, 2 two pools");
+  static constexpr bool kExtraPool = SP == 2;
   // FP8 caches: a converter warpgroup (WG1) between the producer and the consumer
   static constexpr bool kFp8 = KV != kKvNative;
   static_assert(!kFp8 || WG == 1, "FP8 caches: one consumer warpgroup");
@@ -214,7 +217,7 @@ struct WgmmaRowsKernel {
   // ------------------------------------------ sparse producer (a warpgroup, 4 x 32 lanes)
   // Per 64-key block, warp w takes keys [16 w, 16 w + 16): lane l < 16 reads the slot of
   // key 16 w + l from the row's index list and turns it into the key's byte offset in the
-  // cache (-1: no key); the copies are 16-byte cp.async, zero-filled where there is no key
+  // cache (kNoKey: no key); the copies are 16-byte cp.async, zero-filled where there is no key
   // (the gather's pieces in mla_sparse.cuh, shared with the 64-row kernel).
   // bf16: slice by slice, each slot waited for on its own (as the TMA producer), a warp
   // instruction 4 keys' 128-byte rows of the slice (chunk c of key r at chunk c ^ (r % 8),
@@ -227,19 +230,18 @@ struct WgmmaRowsKernel {
     const int warp = pt / 32, lane = pt % 32;
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
     constexpr int kElem = C::kFp8 ? 1 : static_cast<int>(sizeof(T));   // bytes a stride unit
-    const int64_t sb = p.k_stride_block * kElem, st = p.k_stride_token * kElem;
     const uint32_t kbase = sm90::smem_addr(sm.k), rbase = sm90::smem_addr(sm.raw);
     Ring rg;
     RawRing rr;
     int req = 0;
     Piece pc;
     while (next_piece(p, req, pc)) {
-      const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+      const auto row = sparse_row<C::kExtraPool>(p, pc.req);
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
 #pragma unroll 1
       for (int i = 0; i < n; ++i) {
         const int t0 = pc.start + i * C::kBlock;
-        const int64_t off = sparse_key_offset(p, row, t0, pc.end, warp, lane, sb, st);
+        const int64_t off = sparse_key_offset(p, row, t0, pc.end, warp, lane, kElem);
         const int slot0 = rg.slot, lap0 = rg.lap;
         if constexpr (C::kFp8) {
           sm90::mbar_wait(&sm.raw_empty[rr.slot], (rr.lap & 1) ^ 1);
@@ -591,7 +593,7 @@ struct WgmmaRowsKernel {
         // entry past the cache's slots makes the piece NaN, as a bad page does)
         bool vk0 = true, vk1 = true;
         if constexpr (C::kSparse) {
-          const int* row = p.block_table + static_cast<int64_t>(pc.req) * p.bt_stride;
+          const auto row = sparse_row<C::kExtraPool>(p, pc.req);
           vk0 = sparse_slot(p, row, t0 + k0, pc.end, bad) >= 0;
           vk1 = sparse_slot(p, row, t0 + k0 + 8, pc.end, bad) >= 0;
         } else {
