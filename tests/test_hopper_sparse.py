@@ -30,7 +30,7 @@ def test_sparse_schedules_are_legal(kv, rows):
 @pytest.mark.parametrize("knobs,key", [
     (dict(kv_format="fp8_e4m3"), "kv_format"),
     (dict(dtype="fp16"), "kv_format"),
-    (dict(extra_topk=64), "extra_topk"),
+    (dict(extra_topk=64, extra_kv_format="fp8_ds_mla"), "extra_kv_format"),
     (dict(rows_per_tile=64, warps=4), "warps"),
     (dict(mainloop="mma_sync", block_kv=32), "mainloop"),
 ])
@@ -105,7 +105,7 @@ def _args(**over):
     (dict(attn_sink=torch.zeros(16, dtype=torch.float16)), "attn_sink must be fp32"),
     (dict(head_dim_v=256), "head_dim_v"),
     (dict(softmax_scale=-1.0), "softmax_scale"),
-    (dict(extra_k_cache=torch.zeros(4, 64, 1, 656, dtype=torch.uint8)), "second pool"),
+    (dict(extra_k_cache=torch.zeros(4, 64, 1, 656, dtype=torch.uint8)), "given alone"),
     (dict(num_splits=torch.zeros(3, dtype=torch.int32)), "num_splits must be None"),
     (dict(indices=None, attn_sink=torch.zeros(16)), "give indices too"),
     (dict(tile_scheduler_metadata="x"), "FlashMLASchedMeta"),

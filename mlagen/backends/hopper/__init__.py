@@ -82,16 +82,20 @@ def runner(plan: Plan | Schedule, use_defaults: bool = False):
 
     def run(inputs, out: MlaOutputs | None = None) -> MlaOutputs:
         if hasattr(inputs, "pools"):      # problem.SparseInputs: the sparse API
-            if len(inputs.pools) != 1:
-                raise ValueError("the hopper sparse kernel reads one pool of keys")
+            if len(inputs.pools) not in (1, 2):
+                raise ValueError("the hopper sparse kernels read one or two pools of keys")
             pool = inputs.pools[0]
+            x = inputs.pools[1] if len(inputs.pools) == 2 else None
             sched, _ = api.get_mla_metadata()
             o, lse = api.flash_mla_with_kvcache(
                 inputs.q, pool.k_cache, None, None, 512, sched,
                 softmax_scale=inputs.softmax_scale,
                 is_fp8_kvcache=pool.k_cache.dtype != inputs.q.dtype,
                 indices=pool.indices, attn_sink=inputs.attn_sink,
-                topk_length=pool.topk_length, schedule=schedule)
+                topk_length=pool.topk_length, schedule=schedule,
+                extra_k_cache=None if x is None else x.k_cache,
+                extra_indices_in_kvcache=None if x is None else x.indices,
+                extra_topk_length=None if x is None else x.topk_length)
             if out is not None:
                 out.out.copy_(o)
                 out.lse.copy_(lse)

@@ -411,8 +411,11 @@ def flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor,
     count as separate keys), ``topk_length`` int32 [b] (only the first entries count),
     ``attn_sink`` fp32 [h_q] (out scaled by exp(lse) / (exp(lse) + exp(sink))); block_table
     and cache_seqlens may then be None.  Sparse caches: bf16 [..., 576] or fp8_ds_mla
-    (is_fp8_kvcache=True, [..., 656]), any page size 1..256 (sparse.py).  The second pool
-    (extra_k_cache, extra_indices_in_kvcache, extra_topk_length) has no kernel yet.
+    (is_fp8_kvcache=True, [..., 656]), any page size 1..256 (sparse.py).  A second pool in
+    the same softmax: ``extra_k_cache`` [blocks2, page2, 1, width] (the main cache's format,
+    its own page size), ``extra_indices_in_kvcache`` int32 [b, s_q, extra_topk] (slots
+    page * page2 + offset) and ``extra_topk_length`` int32 [b]; the sink applies once to
+    the combined row.
 
     Beyond FlashMLA: ``out=(out, lse)`` writes into given contiguous tensors (eager only).
 
@@ -553,9 +556,6 @@ def _flashmla_call(q, k_cache, block_table, cache_seqlens, head_dim_v, sched, nu
                                       sched.tile_scheduler_metadata, sched.num_splits,
                                       softmax_scale, causal, schedule=schedule, out=out,
                                       descale_q=descale_q, descale_k=descale_k)
-    if extra_k_cache is not None or extra_indices is not None or extra_topk_length is not None:
-        raise InputError("extra_k_cache / extra_indices_in_kvcache / extra_topk_length: a "
-                         "second pool of keys has no hopper kernel yet")
     for name, t in (("out", out), ("descale_q", descale_q), ("descale_k", descale_k)):
         if t is not None:
             raise InputError(f"{name}= is not taken by sparse decode")
@@ -564,7 +564,8 @@ def _flashmla_call(q, k_cache, block_table, cache_seqlens, head_dim_v, sched, nu
                          "tile_scheduler_metadata")
     return sparse.sparse_decode(q, k_cache, indices, topk_length, attn_sink,
                                 sched if meta else None, head_dim_v, softmax_scale, causal,
-                                is_fp8_kvcache, schedule)
+                                is_fp8_kvcache, schedule, extra_k_cache, extra_indices,
+                                extra_topk_length)
 
 
 _FP8_PLANS: dict = {}

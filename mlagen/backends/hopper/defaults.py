@@ -250,6 +250,8 @@ def canonical(s: Schedule) -> Schedule:
     c = s.replace(heads=128, tp=1, page_size=64, max_s_q=8)
     if c.problem.attention == "sparse":   # topk and the sinks are run-time too
         c = c.replace(topk=2048, sinks=False)
+        if c.problem.extra_topk:   # so are the second pool's topk and page size
+            c = c.replace(extra_topk=512, extra_page_size=0)
     c = dataclasses.replace(c, name=c.variant_name(), source=None)
     plan_of(c)           # checked (page_size 64 must still suit block_kv)
     return c

@@ -39,7 +39,9 @@ class HopperMapping(Mapping):
         # build; a 16-bit cache's names carry neither its format (the dtype) nor fp8_mma
         parts = super().variant_parts(s)
         if s.problem.attention == "sparse":   # topk, sinks: run-time; the kernel's mode
-            parts = parts[:1] + ["sparse"] + parts[1:]
+            # a second pool (extra_topk; its topk and page size run-time) is another kernel
+            pools = ["pools2"] if s.problem.extra_topk else []
+            parts = parts[:1] + ["sparse", *pools] + parts[1:]
         kv = s.problem.kv
         if kv in ("bf16", "fp16"):
             parts = [x for x in parts if not x.startswith("fp8")]

@@ -20,7 +20,7 @@ from mlagen.errors import InputError
 from mlagen.schedule.plan import Plan
 
 from . import scheduler
-from .abi import KV_CODE, SHAPE_FIELDS, shape_array
+from .abi import EXTRA_FIELDS, KV_CODE, SHAPE_FIELDS, extra_array, shape_array
 
 _LOCK = threading.Lock()
 _LIBS: dict[str, "KernelLib"] = {}
@@ -42,8 +42,17 @@ class KernelLib:
         lib.mlagen_hopper_error_string.argtypes = [I]
         lib.mlagen_hopper_metadata.restype = I
         lib.mlagen_hopper_metadata.argtypes = [P, I, I, I, I, P, P, P]
-        lib.mlagen_hopper_decode.restype = I
-        lib.mlagen_hopper_decode.argtypes = ([ctypes.POINTER(LL)] + [P] * 13 + [F, P])
+        # a two-pool sparse variant has its own entry (the extra pool's arguments after
+        # the decode's), so that neither entry can be called for the other's kernel
+        p = schedule.problem
+        self.extra_pool = p.attention == "sparse" and p.extra_topk > 0
+        if self.extra_pool:
+            lib.mlagen_hopper_decode_pools.restype = I
+            lib.mlagen_hopper_decode_pools.argtypes = (
+                [ctypes.POINTER(LL)] + [P] * 13 + [F, P] + [ctypes.POINTER(LL), P, P, P])
+        else:
+            lib.mlagen_hopper_decode.restype = I
+            lib.mlagen_hopper_decode.argtypes = ([ctypes.POINTER(LL)] + [P] * 13 + [F, P])
         self.lib = lib
         self._ctas_per_sm: int | None = None
         self.rows_per_tile = lib.mlagen_hopper_rows_per_tile()
@@ -241,6 +250,15 @@ def check_indices(k_cache, block_table, cache_seqlens) -> None:
                          f"uses that page")
 
 
+def extra_shape(extra_k_cache: torch.Tensor, extra_topk: int):
+    """The two-pool entry's extra_shape[] (abi.EXTRA_FIELDS) for a second pool's cache and
+    its index lists flattened to [rows, extra_topk] (contiguous rows)."""
+    return (LL * len(EXTRA_FIELDS))(*extra_array(
+        k2_stride_block=extra_k_cache.stride(0), k2_stride_token=extra_k_cache.stride(1),
+        idx2_stride=extra_topk, page_size2=extra_k_cache.shape[1],
+        num_blocks2=extra_k_cache.shape[0]))
+
+
 class DecodePlan:
     """What stays fixed for one call signature (shapes, strides, dtypes, devices, scale,
     causal, kernel): the checked sizes and the C entry's shape[] array, so that a repeated
@@ -319,18 +337,26 @@ class DecodePlan:
         return ws
 
     def run(self, q, k_cache, block_table, cache_seqlens, sched, num_splits, out=None,
-            lse=None, k_descale=None, q_descale=None, sink=None
+            lse=None, k_descale=None, q_descale=None, sink=None, extra=None
             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """extra: a two-pool sparse variant's (extra_shape, extra cache, its index lists
+        [rows, extra_topk], each row's main-list length), None for every other."""
         qp, kp = q.data_ptr(), k_cache.data_ptr()
         if kp % 16:
             raise InputError("k_cache's data must start on a 16-byte boundary")
+        if (extra is not None) != self.lib.extra_pool:
+            raise InputError(f"kernel {self.lib.schedule.name!r} reads "
+                             f"{'two pools' if self.lib.extra_pool else 'one pool'} of keys, "
+                             f"this call {'two' if extra is not None else 'one'}")
+        if extra is not None and extra[1].data_ptr() % 16:
+            raise InputError("extra_k_cache's data must start on a 16-byte boundary")
         if qp % 16:
             q = q.clone()                # 16-byte aligned rows for cp.async
             qp = q.data_ptr()
         if torch.cuda.current_device() != self.idx:
             with torch.cuda.device(self.idx):
                 return self.run(q, k_cache, block_table, cache_seqlens, sched, num_splits,
-                                out, lse, k_descale, q_descale, sink)
+                                out, lse, k_descale, q_descale, sink, extra)
         # new_empty: q's dtype and device without parsing them again (~0.5 us a tensor)
         if out is None:
             out = q.new_empty(self.out_shape)
@@ -338,13 +364,18 @@ class DecodePlan:
             lse = q.new_empty(self.lse_shape, dtype=torch.float32)
         stream = _raw_stream(self.idx)
         ws = self.workspace(stream)
-        code = self.lib.lib.mlagen_hopper_decode(
-            self.shape, qp, kp, None if k_descale is None else k_descale.data_ptr(),
-            None if q_descale is None else q_descale.data_ptr(),
-            None if sink is None else sink.data_ptr(),
-            block_table.data_ptr(), cache_seqlens.data_ptr(),
-            sched.data_ptr(), num_splits.data_ptr(), out.data_ptr(), lse.data_ptr(),
-            ws.data_ptr(), self.error, self.scale_log2, stream)
+        args = (self.shape, qp, kp, None if k_descale is None else k_descale.data_ptr(),
+                None if q_descale is None else q_descale.data_ptr(),
+                None if sink is None else sink.data_ptr(),
+                block_table.data_ptr(), cache_seqlens.data_ptr(),
+                sched.data_ptr(), num_splits.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                ws.data_ptr(), self.error, self.scale_log2, stream)
+        if extra is None:
+            code = self.lib.lib.mlagen_hopper_decode(*args)
+        else:
+            xs, k2, idx2, len1 = extra
+            code = self.lib.lib.mlagen_hopper_decode_pools(
+                *args, xs, k2.data_ptr(), idx2.data_ptr(), len1.data_ptr())
         if code:
             self.lib.check(code, "decode launch")
         return out, lse

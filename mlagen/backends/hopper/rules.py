@@ -118,16 +118,20 @@ SPARSE_FORMATS = ("bf16", "fp8_ds_mla")
 def hopper_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
     """attention = "sparse": the wgmma kernels' sparse modes (mla_wgmma_rows.cuh for 16 / 32
     rows, mla_wgmma.cuh for 64, SP: a producer warpgroup gathers the named keys with
-    cp.async), one pool (the second, extra_topk, has no kernel yet)."""
+    cp.async); a second pool (extra_topk, SP = 2) in the same softmax, in the main pool's
+    format, at any page size (mla_sparse.cuh SparseRow)."""
     p, m = s.problem, s.mapping
     if p.attention != "sparse":
         return
     if p.kv not in SPARSE_FORMATS:
         yield "problem", "kv_format", (f"kv_format = {p.kv!r}: attention = \"sparse\" reads "
                                        f"{' or '.join(SPARSE_FORMATS)} caches on hopper")
-    if p.extra_topk:
-        yield "problem", "extra_topk", (f"extra_topk = {p.extra_topk}: a second pool of keys "
-                                        "has no hopper kernel yet (one pool: extra_topk = 0)")
+    if p.extra_topk and p.extra_kv != p.kv:
+        # one kernel reads both pools: the gather's element size and the converter are the
+        # main pool's
+        yield "problem", "extra_kv_format", (f"extra_kv_format = {p.extra_kv!r}: the hopper "
+                                             "sparse kernel reads both pools in one format "
+                                             f"(kv_format = {p.kv!r})")
     # rows 16 / 32: the few-rows kernel (one consumer warpgroup); 64: the 64-row kernel's
     # sparse mode (mla_wgmma.cuh SP; fp8_ds_mla converted by its producer warpgroup)
     if m.mainloop != "wgmma" or m.rows_per_tile not in (16, 32, 64):

@@ -9,6 +9,12 @@ topk_length[b] clipped to topk (or topk), s_q = 1.  The split scheduler and the 
 unchanged over those lengths.  A slot at or past the cache's num_blocks * page_size makes
 its row NaN and sets device error flag 1 (no host sync); a negative one names no key.
 
+A second pool (FlashMLA's extra_k_cache, extra_indices_in_kvcache, extra_topk_length; its own
+page size, the main cache's format) joins the same softmax: row r's keys are the main list's
+first topk_length[b] (clipped) entries, then the extra list's first extra_topk_length[b], so
+the scheduler splits over both pools' keys together and the kernel (SP = 2) gathers each key
+from its pool by its position.
+
 attn_sink scales the output by exp(lse) / (exp(lse) + exp(sink[h])) in the kernel, where the
 row is still fp32 (the direct epilogue or the combine; lse unchanged; +inf gives 0); a row
 with no key gets out 0 and lse +inf.
@@ -60,7 +66,7 @@ def wide_rows(h_q: int, tokens: int) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None,
-                    wide: bool = False) -> Schedule:
+                    wide: bool = False, pools: int = 1) -> Schedule:
     """The canonical sparse schedule of a call: the caller's (checked: sparse, its format),
     else 16-row tiles up to 16 heads, 32-row tiles up to 32, and beyond 32 heads the 64-row
     kernel's sparse mode where `wide` (wide_rows: enough tokens to fill the device;
@@ -73,18 +79,24 @@ def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None,
         if schedule.problem.kv != kv:
             raise InputError(f"schedule {schedule.name!r} reads {schedule.problem.kv} caches, "
                              f"this k_cache is {kv}")
+        if (2 if schedule.problem.extra_topk else 1) != pools:
+            raise InputError(f"schedule {schedule.name!r} reads "
+                             f"{'two pools' if schedule.problem.extra_topk else 'one pool'} of "
+                             f"keys, this call {'two' if pools == 2 else 'one'} (extra_topk "
+                             "in the schedule, extra_k_cache in the call)")
         return defaults.canonical(schedule)
     rows = 16 if h_q <= 16 else (64 if wide and h_q > 32 else 32)
     return defaults.canonical(Schedule.build(
         name=f"hopper_sparse_{kv}", target="hopper", dtype="bf16", kv_format=kv,
-        attention="sparse", topk=2048, causal=False, rows_per_tile=rows, block_kv=64,
-        buffers=2, warps=8 if rows == 64 else 4, mainloop="wgmma"))
+        attention="sparse", topk=2048, extra_topk=512 if pools == 2 else 0, causal=False,
+        rows_per_tile=rows, block_kv=64, buffers=2, warps=8 if rows == 64 else 4,
+        mainloop="wgmma"))
 
 
 @functools.lru_cache(maxsize=64)
-def _library(h_q: int, kv: str, schedule: Optional[Schedule],
-             wide: bool = False) -> tuple[str, int, int, int]:
-    s = sparse_schedule(h_q, kv, schedule, wide)
+def _library(h_q: int, kv: str, schedule: Optional[Schedule], wide: bool = False,
+             pools: int = 1) -> tuple[str, int, int, int]:
+    s = sparse_schedule(h_q, kv, schedule, wide, pools)
     m = s.mapping
     key = ops.library(plan_of(s))
     return key, m.rows_per_tile, 0 if m.split_kv == "auto" else int(m.split_kv), m.split_cost
@@ -163,6 +175,59 @@ def check_sparse_inputs(q, k_cache, indices, topk_length, attn_sink, head_dim_v,
     return kv
 
 
+def _length_vector(name: str, t, b: int) -> None:
+    if t is not None and not (isinstance(t, torch.Tensor) and t.dtype == torch.int32
+                              and tuple(t.shape) == (b,)):
+        what = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise InputError(f"{name} must be int32 [b = {b}], got {what}")
+
+
+def check_extra_inputs(q, k_cache, extra_k_cache, extra_indices, extra_topk_length) -> None:
+    """Raise InputError for a second pool the sparse kernel cannot take (after
+    check_sparse_inputs has passed the main pool): the main cache's format, its own page
+    size, indices int32 [b, s_q, extra_topk]."""
+    if extra_k_cache is None or extra_indices is None:
+        given = [n for n, t in (("extra_k_cache", extra_k_cache),
+                                ("extra_indices_in_kvcache", extra_indices),
+                                ("extra_topk_length", extra_topk_length)) if t is not None]
+        raise InputError(f"{' and '.join(given)} given alone: a second pool takes "
+                         "extra_k_cache and extra_indices_in_kvcache (extra_topk_length "
+                         "optional)")
+    for name, t in (("extra_k_cache", extra_k_cache), ("extra_indices_in_kvcache", extra_indices)):
+        if not isinstance(t, torch.Tensor):
+            raise InputError(f"{name} must be a torch.Tensor")
+    b, s_q = q.shape[:2]
+    if extra_k_cache.dim() != 4 or extra_k_cache.shape[2] != 1:
+        raise InputError(f"extra_k_cache must be [num_blocks, page_size, 1, width], got shape "
+                         f"{tuple(extra_k_cache.shape)}")
+    nb, page, _, width = extra_k_cache.shape
+    if (extra_k_cache.dtype in _BYTE_DTYPES) != (k_cache.dtype in _BYTE_DTYPES) \
+            or (k_cache.dtype == torch.bfloat16) != (extra_k_cache.dtype == torch.bfloat16) \
+            or width != k_cache.shape[3]:
+        raise InputError(f"extra_k_cache is {extra_k_cache.dtype} [..., {width}] but k_cache "
+                         f"{k_cache.dtype} [..., {k_cache.shape[3]}]: both pools in one format")
+    if not 1 <= page <= 256 or nb < 1:
+        raise InputError(f"extra_k_cache has {nb} blocks of {page} tokens: page size 1..256, "
+                         "at least one block")
+    if nb * page >= 2 ** 31:
+        raise InputError(f"extra_k_cache holds {nb * page} slots: int32 indices reach "
+                         "2**31 - 1")
+    if extra_k_cache.stride(-1) != 1:
+        raise InputError("extra_k_cache's last dimension must be contiguous (stride 1)")
+    per16 = 16 // extra_k_cache.element_size()
+    if extra_k_cache.stride(0) % per16 or extra_k_cache.stride(1) % per16:
+        raise InputError("extra_k_cache's block and token strides must be multiples of 16 "
+                         "bytes")
+    if extra_indices.dtype != torch.int32 or extra_indices.dim() != 3 \
+            or tuple(extra_indices.shape[:2]) != (b, s_q):
+        raise InputError(f"extra_indices_in_kvcache must be int32 [b = {b}, s_q = {s_q}, "
+                         f"extra_topk], got {extra_indices.dtype} {tuple(extra_indices.shape)}")
+    if extra_indices.shape[2] < 1:
+        raise InputError("extra_indices_in_kvcache has extra_topk = 0 entries per query token "
+                         "(no second pool: leave the extra arguments out)")
+    _length_vector("extra_topk_length", extra_topk_length, b)
+
+
 def _on_one_cuda(named: dict) -> None:
     dev = None
     for name, t in named.items():
@@ -187,50 +252,79 @@ def row_lengths(topk_length: Optional[torch.Tensor], b: int, s_q: int, topk: int
     return torch.repeat_interleave(topk_length.clamp(max=topk).to(torch.int32), s_q)
 
 
+def _tensor_sig(t) -> Optional[tuple]:
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def two_pool_lengths(main: torch.Tensor, extra: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(each row's key count over both pools, its main-list length): the kernel's seqlens
+    and len1 (row_lengths of each pool; device ops only).  A negative length in either
+    pool makes the count negative, so the kernel flags the row (kErrorBadLength)."""
+    bad = (main < 0) | (extra < 0)
+    total = torch.where(bad, torch.full_like(main, -1), main + extra)
+    return total, main
+
+
 def sparse_decode(q, k_cache, indices, topk_length, attn_sink, sched: FlashMLASchedMeta,
                   head_dim_v=DV, softmax_scale=None, causal=False, is_fp8_kvcache=False,
-                  schedule: Optional[Schedule] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  schedule: Optional[Schedule] = None, extra_k_cache=None, extra_indices=None,
+                  extra_topk_length=None) -> tuple[torch.Tensor, torch.Tensor]:
     """One sparse decode step: (out [b, s_q, h_q, 512] bf16, lse fp32 [b, h_q, s_q])."""
+    extra = (extra_k_cache, extra_indices, extra_topk_length)
+    pools = 2 if any(t is not None for t in extra) else 1
     sig = None
     try:
         sig = (q.shape, q.stride(), q.dtype, q.device, k_cache.shape, k_cache.stride(),
                k_cache.dtype, k_cache.device, indices.shape, indices.stride(), indices.dtype,
                None if topk_length is None else (topk_length.shape, topk_length.dtype),
                None if attn_sink is None else (attn_sink.shape, attn_sink.dtype),
-               head_dim_v, softmax_scale, bool(causal), bool(is_fp8_kvcache), schedule)
+               head_dim_v, softmax_scale, bool(causal), bool(is_fp8_kvcache), schedule,
+               *(_tensor_sig(t) for t in extra))
         plan = _PLANS.get(sig)
     except (AttributeError, TypeError):
         plan = None
     if plan is None:
         kv = check_sparse_inputs(q, k_cache, indices, topk_length, attn_sink, head_dim_v,
                                  causal, is_fp8_kvcache, softmax_scale)
+        if pools == 2:
+            check_extra_inputs(q, k_cache, *extra)
         _on_one_cuda({"q": q, "k_cache": k_cache, "indices": indices,
-                      "topk_length": topk_length, "attn_sink": attn_sink})
+                      "topk_length": topk_length, "attn_sink": attn_sink,
+                      "extra_k_cache": extra_k_cache, "extra_indices_in_kvcache": extra_indices,
+                      "extra_topk_length": extra_topk_length})
         b, s_q, h_q, _ = q.shape
-        key, rows, fixed, cost = _library(h_q, kv, schedule, wide_rows(h_q, b * s_q))
+        key, rows, fixed, cost = _library(h_q, kv, schedule, wide_rows(h_q, b * s_q), pools)
         if fixed:
             parts = b * s_q * fixed
         else:
             slots = ops.sm_count(q.device) * ops.get(key).ctas_per_sm()
             parts = scheduler.num_parts(slots, h_q, rows)
         scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
-        plan = _SparsePlan(q, k_cache, indices, key, parts, fixed, cost, scale)
+        plan = _SparsePlan(q, k_cache, indices, key, parts, fixed, cost, scale,
+                           extra_k_cache, extra_indices)
         if sig is not None and (softmax_scale is None or isinstance(softmax_scale, (int, float))):
             if len(_PLANS) >= _PLAN_LIMIT:
                 _PLANS.clear()
             _PLANS[sig] = plan
-    return plan.run(q, k_cache, indices, topk_length, attn_sink, sched)
+    return plan.run(q, k_cache, indices, topk_length, attn_sink, sched, *extra)
 
 
 class _SparsePlan:
     """What stays fixed for one sparse call signature: the library, the split and the
     flattened launch's DecodePlan."""
 
-    def __init__(self, q, k_cache, indices, key, parts, fixed, cost, scale):
+    def __init__(self, q, k_cache, indices, key, parts, fixed, cost, scale,
+                 extra_k_cache=None, extra_indices=None):
         b, s_q, h_q, _ = q.shape
         self.b, self.s_q, self.h_q, self.topk = b, s_q, h_q, indices.shape[2]
         self.key, self.parts, self.fixed, self.cost = key, parts, fixed, cost
+        self.extra_topk = 0 if extra_indices is None else extra_indices.shape[2]
         self.config = ("sparse", b, s_q, h_q, k_cache.shape[1], self.topk, key)
+        self.extra_shape = None
+        if self.extra_topk:
+            self.config += (extra_k_cache.shape[1], self.extra_topk)
+            self.extra_shape = ops.extra_shape(extra_k_cache, self.extra_topk)
         q1 = q.reshape(b * s_q, 1, h_q, D)
         i1 = indices.reshape(b * s_q, self.topk)
         self.decode = ops.DecodePlan(q1, k_cache, i1, parts, scale, False, key)
@@ -238,7 +332,8 @@ class _SparsePlan:
     def metadata(self, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return ops.get_mla_metadata_impl(lens, self.parts, self.fixed, self.key, self.cost)
 
-    def run(self, q, k_cache, indices, topk_length, attn_sink, sched):
+    def run(self, q, k_cache, indices, topk_length, attn_sink, sched, extra_k_cache=None,
+            extra_indices=None, extra_topk_length=None):
         b, s_q, h_q, topk = self.b, self.s_q, self.h_q, self.topk
         q1 = q.reshape(b * s_q, 1, h_q, D)
         i1 = indices.reshape(b * s_q, topk)
@@ -247,6 +342,15 @@ class _SparsePlan:
         if i1.stride(-1) != 1 or i1.stride(0) != topk:
             i1 = i1.contiguous()
         lens = row_lengths(topk_length, b, s_q, topk, q.device)
+        extra = None
+        if self.extra_topk:
+            xk = self.extra_topk
+            x1 = extra_indices.reshape(b * s_q, xk)
+            if x1.stride(-1) != 1 or x1.stride(0) != xk:
+                x1 = x1.contiguous()     # extra_shape's idx2_stride is extra_topk
+            lens, len1 = two_pool_lengths(lens, row_lengths(extra_topk_length, b, s_q, xk,
+                                                            q.device))
+            extra = (self.extra_shape, extra_k_cache, x1, len1)
         if sched is None or not sched.have_initialized:
             md, ns = self.metadata(lens)
             if sched is not None:
@@ -260,7 +364,7 @@ class _SparsePlan:
                                  "(get_mla_metadata() again)")
             md, ns = sched.tile_scheduler_metadata, sched.num_splits
         sink = None if attn_sink is None else attn_sink.contiguous()   # read by pointer
-        out, lse = self.decode.run(q1, k_cache, i1, lens, md, ns, sink=sink)
+        out, lse = self.decode.run(q1, k_cache, i1, lens, md, ns, sink=sink, extra=extra)
         out = out.view(b, s_q, h_q, DV)
         lse = lse.view(b, s_q, h_q).transpose(1, 2)
         if s_q > 1:
