@@ -3,7 +3,10 @@ against mlagen.reference.sparse_attention over hypothesis-drawn h_q 1..128, s_q 
 (1, not a multiple of 64, several blocks), page sizes 1..256, invalid (-1) and repeated
 indices, topk_length (0 included), sinks (±inf included), all-invalid rows, NaN in every
 cache slot no index names, adversarial scores; slots past the cache (NaN and flag 1);
-FlashMLA 9241ae3's scheduling object reused across calls; graph capture."""
+FlashMLA 9241ae3's scheduling object reused across calls; graph capture.  Two pools
+(extra_k_cache, extra_indices_in_kvcache, extra_topk_length) in one softmax: each pool's page
+size, lengths (0 included), invalid entries and NaN-filled unnamed slots, the extra cache
+below and above the main one, a slot past the extra cache."""
 
 from __future__ import annotations
 
@@ -219,3 +222,158 @@ def test_dense_call_with_a_sched_meta():
     torch.cuda.synchronize()
     assert torch.equal(o, o2) and torch.equal(l, l2)
     assert math.isfinite(float(l.sum()))
+
+
+# ------------------------------------------------------------------ two pools of keys
+def pool_inputs(kv, seqlens, extra_seqlens, s_q, h_q, topk=2048, extra_topk=512, page=64,
+                extra_page=2, seed=0, invalid=0.2, topk_length=True, sinks=False):
+    """Two pools in one format, NaN in every slot of either cache that no valid entry names
+    (mlagen.verify.sparse.nan_unnamed), on the GPU."""
+    from mlagen.verify.sparse import nan_unnamed
+    prob = Problem(page_size=page, dtype="bf16", max_s_q=s_q, causal=False,
+                   kv_format="" if kv == "bf16" else kv, attention="sparse", topk=topk,
+                   extra_topk=extra_topk, extra_page_size=extra_page, sinks=sinks)
+    inp = make_sparse_inputs(prob, len(seqlens), seqlens, s_q=s_q, heads=h_q, seed=seed,
+                             extra_seqlens=extra_seqlens, invalid=invalid,
+                             topk_length=topk_length)
+    inp = nan_unnamed(inp, 512)
+    mv = lambda t: None if t is None else t.cuda()   # noqa: E731
+    return replace(inp, q=inp.q.cuda(), attn_sink=mv(inp.attn_sink),
+                   pools=[replace(p, k_cache=p.k_cache.cuda(), indices=p.indices.cuda(),
+                                  topk_length=mv(p.topk_length)) for p in inp.pools])
+
+
+def run_pools(inp, sched=None, schedule=None):
+    a = api()
+    main, extra = inp.pools
+    if sched is None:
+        sched, _ = a.get_mla_metadata()
+    return a.flash_mla_with_kvcache(inp.q, main.k_cache, None, None, 512, sched,
+                                    softmax_scale=inp.softmax_scale,
+                                    is_fp8_kvcache=main.k_cache.dtype != torch.bfloat16,
+                                    indices=main.indices, attn_sink=inp.attn_sink,
+                                    topk_length=main.topk_length, extra_k_cache=extra.k_cache,
+                                    extra_indices_in_kvcache=extra.indices,
+                                    extra_topk_length=extra.topk_length, schedule=schedule)
+
+
+def check_pools(inp, sched=None, schedule=None):
+    """check()'s bounds against the reference over both pools."""
+    out, lse = run_pools(inp, sched, schedule)
+    torch.cuda.synchronize()
+    ref_o, ref_l = sparse_attention(inp.q, inp.pools, softmax_scale=inp.softmax_scale,
+                                    attn_sink=inp.attn_sink, dtype=torch.float64)
+    vmax = 0.0
+    for pool in inp.pools:
+        vals = (kvformat.dequantize(pool.k_cache, pool.kv_format, None)
+                if pool.k_cache.dtype != torch.bfloat16 else pool.k_cache.double())[..., :512]
+        vmax = max(vmax, float(torch.nan_to_num(vals, 0.0, 0.0, 0.0).abs().max()))
+    assert_close(out.float(), ref_o.to(out.dtype).float(), "out", max(8e-4, vmax / 256),
+                 2.01 / 128, 5e-6)
+    assert_close(lse, ref_l.float(), "lse", 1e-6, 8.01 / 65536)
+    return out, lse
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+@pytest.mark.parametrize("h_q", [16, 128])
+@pytest.mark.parametrize("s_q", [1, 2])
+@pytest.mark.parametrize("extra_page", [64, 2])
+def test_two_pools(kv, h_q, s_q, extra_page):
+    # the second row's extra list is empty (length 0 or no sequence), the third's main one
+    inp = pool_inputs(kv, [5000, 900, 0], [3000, 0, 700], s_q, h_q, extra_page=extra_page,
+                      seed=11, sinks=True)
+    out, lse = check_pools(inp)
+    assert torch.isfinite(lse[0]).all()
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+def test_two_pools_lengths_zero_and_past_topk(kv):
+    inp = pool_inputs(kv, [3000, 3000, 3000, 3000], [800, 800, 800, 800], 2, 16, topk=300,
+                      extra_topk=130, extra_page=16, seed=12)
+    main, extra = inp.pools
+    main.topk_length[:] = torch.tensor([0, 300, 5000, 0], dtype=torch.int32)
+    extra.topk_length[:] = torch.tensor([0, 0, 1, 130], dtype=torch.int32)
+    out, lse = check_pools(inp)
+    assert torch.isinf(lse[0]).all() and (out[0] == 0).all()    # no key in either pool
+    assert torch.isfinite(lse[1:]).all()
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+def test_two_pools_in_the_64_row_kernel(kv):
+    from mlagen.schedule.records import Schedule
+    s = Schedule.build(target="hopper", dtype="bf16", kv_format="" if kv == "bf16" else kv,
+                       attention="sparse", topk=2048, extra_topk=512, causal=False,
+                       rows_per_tile=64, block_kv=64, buffers=2, warps=8, mainloop="wgmma")
+    check_pools(pool_inputs(kv, [4000, 100, 2500], [600, 3000, 0], 2, 128, topk=1000,
+                            extra_topk=300, extra_page=2, seed=13, sinks=True), schedule=s)
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+@pytest.mark.parametrize("extra_first", [True, False])
+def test_extra_cache_below_and_above_the_main_one(kv, extra_first):
+    """The gather's offsets are from the main cache: an extra cache at a lower address gives
+    negative ones (no key is kNoKey, not a negative offset)."""
+    inp = pool_inputs(kv, [2000, 700], [900, 40], 1, 16, topk=256, extra_topk=128,
+                      extra_page=2, seed=14)
+    main, extra = inp.pools
+    a, b = main.k_cache, extra.k_cache
+    n = a.numel() + b.numel() + 64
+    buf = torch.empty(n, dtype=a.dtype, device="cuda")
+    lo, hi = (b, a) if extra_first else (a, b)
+    lo_v = buf[:lo.numel()].view(lo.shape)
+    start = -(-(lo.numel()) // 64) * 64                   # 128-byte aligned
+    hi_v = buf[start:start + hi.numel()].view(hi.shape)
+    lo_v.copy_(lo)
+    hi_v.copy_(hi)
+    a2, b2 = (hi_v, lo_v) if extra_first else (lo_v, hi_v)
+    assert (b2.data_ptr() < a2.data_ptr()) == extra_first
+    check_pools(replace(inp, pools=[replace(main, k_cache=a2), replace(extra, k_cache=b2)]))
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+def test_slot_past_the_extra_cache_gives_nan_and_flag(kv):
+    a = api()
+    inp = pool_inputs(kv, [500, 500], [300, 300], 1, 16, topk=128, extra_topk=64, seed=15,
+                      invalid=0.0, topk_length=False)
+    main, extra = inp.pools
+    cap = extra.k_cache.shape[0] * extra.k_cache.shape[1]
+    bad = extra.indices.clone()
+    bad[1, 0, 3] = cap                                  # one past the extra cache's last slot
+    a.device_error_flags().zero_()
+    out, lse = run_pools(replace(inp, pools=[main, replace(extra, indices=bad)]))
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
+    assert torch.isfinite(out[0]).all()
+    with pytest.raises(InputError):
+        a.check_device_errors()
+
+
+@pytest.mark.parametrize("kv", FORMATS)
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(h_q=st.integers(1, 128), s_q=st.integers(1, 4),
+       topk=st.sampled_from([1, 63, 65, 500, 2048]), extra_topk=st.sampled_from([1, 64, 130, 512]),
+       page=st.sampled_from([1, 64, 256]), extra_page=st.sampled_from([1, 2, 64, 100]),
+       seqlens=st.lists(st.integers(0, 3000), min_size=1, max_size=3),
+       extra_len=st.integers(0, 3000), invalid=st.sampled_from([0.0, 0.3, 1.0]),
+       topk_length=st.booleans(), sinks=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_two_pools_drawn(kv, h_q, s_q, topk, extra_topk, page, extra_page, seqlens, extra_len,
+                         invalid, topk_length, sinks, seed):
+    print(dict(kv=kv, h_q=h_q, s_q=s_q, topk=topk, extra_topk=extra_topk, page=page,
+               extra_page=extra_page, seqlens=seqlens, extra_len=extra_len, invalid=invalid,
+               topk_length=topk_length, sinks=sinks, seed=seed), flush=True)
+    check_pools(pool_inputs(kv, seqlens, [extra_len] * len(seqlens), s_q, h_q, topk,
+                            extra_topk, page, extra_page, seed, invalid, topk_length, sinks))
+
+
+def test_two_pool_sched_meta_is_checked():
+    """A FlashMLASchedMeta filled by a two-pool call is not reused by a one-pool call (nor
+    another extra topk)."""
+    inp = pool_inputs("bf16", [2000, 100], [500, 500], 1, 16, topk=256, extra_topk=128,
+                      seed=16)
+    sched, _ = api().get_mla_metadata()
+    o1, l1 = run_pools(inp, sched)
+    o2, l2 = run_pools(inp, sched)
+    torch.cuda.synchronize()
+    assert torch.equal(o1, o2) and torch.equal(l1, l2)
+    with pytest.raises(InputError):
+        run(replace(inp, pools=inp.pools[:1]), sched)

@@ -216,7 +216,9 @@ ESCAPES = [("wgmma_sum_not_rescaled", "hopper_wgmma"),          # the max moves
            ("wgmma_bad_page_last", "hopper_wgmma"),             # the last page's check
            ("rows_merge_l_weight", "hopper_wgmma_r16_w8"),      # whole-sequence pieces
            ("fp8_scale_tile_pairs", "hopper_fp8_ds_mla"),       # the FP8 scales
-           ("fp8_descale_first_seq", "hopper_fp8_e4m3")]
+           ("fp8_descale_first_seq", "hopper_fp8_e4m3"),
+           ("sparse_extra_page_size", "hopper_sparse_two_pools"),   # the extra pool's page
+           ("sparse_pool_split_late", "hopper_sparse_two_pools")]   # the pools' boundary
 
 
 @gpu
@@ -228,7 +230,8 @@ def test_verify_smoke_catches_the_hopper_escape_class_mutants(name, schedule):
 
 
 @gpu
-@pytest.mark.parametrize("schedule", ["hopper_wgmma", "hopper_wgmma_r16_w8", "hopper_h200"])
+@pytest.mark.parametrize("schedule", ["hopper_wgmma", "hopper_wgmma_r16_w8", "hopper_h200",
+                                      "hopper_sparse_two_pools"])
 def test_unmutated_hopper_examples_pass_smoke(schedule):
     from mlagen.verify import verify
 

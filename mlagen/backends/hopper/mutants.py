@@ -19,6 +19,7 @@ SPARSE = ("hopper_sparse_bf16", "hopper_sparse_ds_mla")         # attention = "s
 SPARSE_SINKS = ("hopper_sparse_ds_mla",)                         # sinks = true: drawn sinks
 SPARSE64 = ("hopper_sparse_bf16_r64", "hopper_sparse_ds_mla_r64")  # sparse, 64-row tiles
 DS64 = ("hopper_sparse_ds_mla_r64",)                # the 64-row producer's fp8_ds_mla convert
+POOLS = ("hopper_sparse_two_pools",)                 # a second pool (extra_topk), its own page
 FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, k_descale
 FP8D = ("hopper_fp8_ds_mla",)                                    # e4m3 tiles with fp32 scales
 
@@ -94,7 +95,17 @@ MUTANTS = (
            "for (int i = 0; i < 4; ++i) o[i] = __shfl_sync(0xffffffffu, off, (4 * i + (lane >> 3)) ^ 1);",
            "the slice gather writes each key into its neighbour's row (the mask stays the "
            "key's)", ("hopper_sparse_bf16",) + SPARSE64),
-    # ---- the 64-row kernel's token-sparse mode (64-row tiles)
+    # ---- the second pool of keys (mla_sparse.cuh SparseRow: both kernels' sparse modes)
+    Mutant("sparse_extra_page_size", "hopper", "mla_sparse.cuh",
+           "((e / p.page_size2) * p.k2_stride_block + (e % p.page_size2) * p.k2_stride_token) *",
+           "((e / p.page_size) * p.k2_stride_block + (e % p.page_size) * p.k2_stride_token) *",
+           "an extra pool's slot split into page and offset by the main pool's page size",
+           POOLS, PAGE_OFFSET),
+    Mutant("sparse_pool_split_late", "hopper", "mla_sparse.cuh",
+           "r.split = p.len1[req];", "r.split = p.len1[req] + 1;",
+           "the row's keys switch to the extra pool one late: the main list's entry past "
+           "topk_length counts and the extra list's last key is dropped", POOLS),
+
     Mutant("wgmma_sparse_unmasked", "hopper", "mla_wgmma.cuh",
            "xs[4 * j + e] = t0 + k < lim[e >> 1] && named ? s[4 * j + e] : -INFINITY;",
            "xs[4 * j + e] = t0 + k < lim[e >> 1] ? s[4 * j + e] : -INFINITY;",
