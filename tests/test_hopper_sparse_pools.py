@@ -188,7 +188,10 @@ def test_verify_draws_two_pool_cases():
     assert len(inp.pools) == 2
     assert [p.k_cache.shape[1] for p in inp.pools] == [64, 2]
     assert all(torch.isnan(p.k_cache.float()).any() for p in inp.pools)
-    assert any(bool((p.indices < 0).any()) for p in inp.pools)
+    assert all(bool((p.indices < 0).any()) for p in inp.pools)       # -1 in either pool
+    x = inp.pools[1]
+    assert x.topk_length is not None and int(x.topk_length[1]) == 0   # extra_topk_length 0
+    assert int(x.topk_length.max()) > 0
 
     def run_with(drop):
         seen = []
