@@ -226,16 +226,21 @@ def test_dense_call_with_a_sched_meta():
 
 # ------------------------------------------------------------------ two pools of keys
 def pool_inputs(kv, seqlens, extra_seqlens, s_q, h_q, topk=2048, extra_topk=512, page=64,
-                extra_page=2, seed=0, invalid=0.2, topk_length=True, sinks=False):
+                extra_page=2, seed=0, invalid=0.2, topk_length=True, sinks=False,
+                lengths=None):
     """Two pools in one format, NaN in every slot of either cache that no valid entry names
-    (mlagen.verify.sparse.nan_unnamed), on the GPU."""
+    (mlagen.verify.sparse.nan_unnamed), on the GPU.  lengths: (topk_length,
+    extra_topk_length) lists set before the NaN fill (so it follows them)."""
     from mlagen.verify.sparse import nan_unnamed
     prob = Problem(page_size=page, dtype="bf16", max_s_q=s_q, causal=False,
                    kv_format="" if kv == "bf16" else kv, attention="sparse", topk=topk,
                    extra_topk=extra_topk, extra_page_size=extra_page, sinks=sinks)
     inp = make_sparse_inputs(prob, len(seqlens), seqlens, s_q=s_q, heads=h_q, seed=seed,
                              extra_seqlens=extra_seqlens, invalid=invalid,
-                             topk_length=topk_length)
+                             topk_length=topk_length or lengths is not None)
+    if lengths is not None:
+        for pool, tl in zip(inp.pools, lengths):
+            pool.topk_length[:] = torch.tensor(tl, dtype=torch.int32)
     inp = nan_unnamed(inp, 512)
     mv = lambda t: None if t is None else t.cuda()   # noqa: E731
     return replace(inp, q=inp.q.cuda(), attn_sink=mv(inp.attn_sink),
@@ -289,10 +294,8 @@ def test_two_pools(kv, h_q, s_q, extra_page):
 @pytest.mark.parametrize("kv", FORMATS)
 def test_two_pools_lengths_zero_and_past_topk(kv):
     inp = pool_inputs(kv, [3000, 3000, 3000, 3000], [800, 800, 800, 800], 2, 16, topk=300,
-                      extra_topk=130, extra_page=16, seed=12)
-    main, extra = inp.pools
-    main.topk_length[:] = torch.tensor([0, 300, 5000, 0], dtype=torch.int32)
-    extra.topk_length[:] = torch.tensor([0, 0, 1, 130], dtype=torch.int32)
+                      extra_topk=130, extra_page=16, seed=12,
+                      lengths=([0, 300, 5000, 0], [0, 0, 1, 130]))
     out, lse = check_pools(inp)
     assert torch.isinf(lse[0]).all() and (out[0] == 0).all()    # no key in either pool
     assert torch.isfinite(lse[1:]).all()
