@@ -1,7 +1,7 @@
 // Token-sparse rows (attention = "sparse"): each row's keys are named by its index list
 // (the block table's row, entries page * page_size + offset), gathered with 16-byte
-// cp.async.  Shared by the few-rows kernel (mla_wgmma_rows.cuh, SP = 1) and the
-// 64-row kernel (mla_wgmma.cuh, SP = 1): a producer warpgroup of 4 warps, warp w taking
+// cp.async.  Shared by the few-rows kernel (mla_wgmma_rows.cuh, SP = 1 or 2) and the
+// 64-row kernel (mla_wgmma.cuh, SP = 1 or 2): a producer warpgroup of 4 warps, warp w taking
 // keys [16 w, 16 w + 16) of each 64-key block.
 //
 // Lane l < 16 of warp w reads the slot of key 16 w + l once a block and turns it into the
