@@ -151,6 +151,25 @@ def test_a_check_that_fails_unmutated_counts_no_catch(monkeypatch, baseline_fail
     assert json.loads(json.dumps(rep.to_json()))["baselines"][0]["mutant"] == harness.UNMUTATED
 
 
+def test_shards_split_the_list_by_schedule_and_together_run_all_of_it(monkeypatch):
+    """--shard K/N: N calls that each fit a device visit run every (mutant, schedule) pair
+    once, each schedule (and so its baseline) in one shard only."""
+    _fake_runs(monkeypatch, False)
+    whole = harness.run("sc11", ["smoke"], isolate=False)
+    runs = {(o.mutant, o.schedule) for o in whole.outcomes}
+    parts = [harness.run("sc11", ["smoke"], isolate=False, shard=(k, 3)) for k in range(3)]
+    got = [(o.mutant, o.schedule) for r in parts for o in r.outcomes]
+    assert sorted(got) == sorted(runs) and len(got) == len(runs)
+    owners = [{o.schedule for o in r.outcomes} for r in parts]
+    assert all(not (a & b) for i, a in enumerate(owners) for b in owners[i + 1:])
+    assert [{b.schedule for b in r.baselines} for r in parts] == owners
+
+
+def test_cli_refuses_a_bad_shard(capsys):
+    assert harness.main(["--target", "sc11", "--shard", "3/3"]) == 2
+    assert "--shard must be K/N" in capsys.readouterr().err
+
+
 def test_the_unmutated_name_runs_the_baselines_alone(monkeypatch):
     calls = _fake_runs(monkeypatch, False)
     rep = harness.run("sc11", ["smoke"], only=[harness.UNMUTATED], schedules=["sc11_attn"],

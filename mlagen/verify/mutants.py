@@ -235,7 +235,7 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
         time_budget_s: Optional[float] = None, jobs: int = 0, log=None,
         prebuild_all: Optional[bool] = None, first_schedule: bool = False,
         parallel: int = 1, isolate: bool = True, wall_limit_s: Optional[float] = None,
-        baseline: bool = True) -> Report:
+        baseline: bool = True, shard: Optional[tuple[int, int]] = None) -> Report:
     """Every mutant of `target` (or those named in `only`) against verify on its example
     schedules (or `schedules`; with first_schedule, each mutant's first only), under each
     profile.  prebuild_all: build every run's schedule in parallel first (default: on GPU
@@ -248,7 +248,9 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
     not reached (an error, neither caught nor escaped), so the report is written in time.
     baseline: first verify each (schedule, profile) with nothing planted; a mutant outcome
     under a check that fails so is not counted (only = [UNMUTATED]: the baselines of
-    `schedules` alone, as outcomes)."""
+    `schedules` alone, as outcomes).  shard (k, n): only the runs on the k-th of n groups of
+    the planned schedules (schedule i of the sorted names is in group i % n), so that n
+    device calls together run the whole list, each with its own schedules' baselines."""
     t_start = time.perf_counter()
     from ..backends import backend
 
@@ -262,6 +264,11 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
     for m in chosen:
         names = list(schedules) or list(m.schedules)
         plan += [(m, n) for n in (names[:1] if first_schedule else names)]
+    if shard is not None:
+        k, n_shards = shard
+        names = sorted({n for _, n in plan})
+        mine = {n for i, n in enumerate(names) if i % n_shards == k}
+        plan = [(m, n) for m, n in plan if n in mine]
     jobs = jobs or max(1, (os.cpu_count() or 2) // 2)
     if prebuild_all is None:
         prebuild_all = backend(target).device != "cpu"
@@ -417,6 +424,9 @@ def main(argv=None) -> int:
                     help="run verify in this process (default: a process a run)")
     ap.add_argument("--no-prebuild", action="store_true",
                     help="do not build the mutants ahead in parallel (verify builds them)")
+    ap.add_argument("--shard", default=None, metavar="K/N",
+                    help="run the K-th (0-based) of N groups of the schedules only, so that N "
+                         "calls run the whole list (each with its schedules' baselines)")
     ap.add_argument("--wall-limit", type=float, default=None, metavar="SECONDS",
                     help="stop the whole run after this long, the rest reported not reached")
     ap.add_argument("--compile-only", action="store_true",
@@ -439,6 +449,14 @@ def main(argv=None) -> int:
         print(f"mlagen: no {args.target} mutant named {', '.join(bad)}", file=sys.stderr)
         return 2
     profiles = args.profile or ["smoke"]
+    shard = None
+    if args.shard is not None:
+        k, _, n = args.shard.partition("/")
+        if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+            print(f"mlagen: --shard must be K/N with 0 <= K < N, got {args.shard!r}",
+                  file=sys.stderr)
+            return 2
+        shard = (int(k), int(n))
     if any(p not in PROFILES for p in profiles):
         print(f"mlagen: --profile must be one of {', '.join(PROFILES)}", file=sys.stderr)
         return 2
@@ -460,7 +478,7 @@ def main(argv=None) -> int:
                   args.time_budget, args.jobs, log=sys.stdout,
                   prebuild_all=False if args.no_prebuild else None,
                   first_schedule=args.first_schedule, parallel=args.parallel,
-                  isolate=not args.in_process, wall_limit_s=args.wall_limit)
+                  isolate=not args.in_process, wall_limit_s=args.wall_limit, shard=shard)
     except (MlagenError, ValueError) as e:
         print(f"mlagen: {e}", file=sys.stderr)
         return 2
