@@ -339,24 +339,39 @@ def slots_of(positions: torch.Tensor, block_table: torch.Tensor, page: int) -> t
 def sparse_pool(seqlens: Sequence[int], s_q: int, topk: int, page_size: int, d: int,
                 dtype: torch.dtype, g: torch.Generator, kv_format: str = "",
                 rank: int = 512, invalid: float = 0.0, repeats: float = 0.0,
-                topk_length: bool = False) -> SparsePool:
+                topk_length: bool = False, windows: bool = False) -> SparsePool:
     """A random pool: a paged cache of the sequences (NaN where no sequence is) and, for each
     query row, up to topk distinct positions of its sequence in a random order, -1 past the
     sequence's length; `invalid` of the entries then set to -1 and `repeats` of them to
-    repeat another entry of the row; topk_length draws a length per sequence in [0, topk]."""
-    cache, table = make_paged_cache(seqlens, page_size, d, dtype, g)
+    repeat another entry of the row; topk_length draws a length per sequence in [0, topk].
+
+    windows: a row's list is windows of consecutive positions instead (a sliding window, an
+    indexer's clusters; up to two pages long, so some cross a page), its pages laid out in
+    order (a window crossing a page names adjacent slots of two pages), and a repeated
+    entry repeats the one before it (slot, slot, slot + 1)."""
+    cache, table = make_paged_cache(seqlens, page_size, d, dtype, g, shuffle=not windows)
     b = len(seqlens)
     pos = torch.full((b, s_q, topk), -1, dtype=torch.int64)
     for i, n in enumerate(seqlens):
         for j in range(s_q):
             take = min(n, topk)
-            if take:
+            if take and windows:
+                row: list[int] = []
+                while len(row) < take:
+                    w = int(torch.randint(1, 2 * page_size + 2, (1,), generator=g))
+                    start = int(torch.randint(n, (1,), generator=g))
+                    row += range(start, min(n, start + w))
+                pos[i, j, :take] = torch.tensor(row[:take])
+            elif take:
                 pos[i, j, :take] = torch.randperm(n, generator=g)[:take]
-            pos[i, j] = pos[i, j, torch.randperm(topk, generator=g)]
+            if not windows:
+                pos[i, j] = pos[i, j, torch.randperm(topk, generator=g)]
     if invalid:
         pos = torch.where(torch.rand(pos.shape, generator=g) < invalid, -1, pos)
     if repeats and topk > 1:
         src = torch.randint(topk, pos.shape, generator=g)
+        if windows:
+            src = (torch.arange(topk) - 1).clamp(min=0).expand(pos.shape)
         pos = torch.where(torch.rand(pos.shape, generator=g) < repeats,
                           torch.gather(pos, 2, src), pos)
     fmt = kvformat.get(kv_format or ("bf16" if dtype == torch.bfloat16 else "fp16"))
@@ -373,13 +388,13 @@ def make_sparse_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, 
                        heads: Optional[int] = None, seed: int = 0,
                        extra_seqlens: Optional[Sequence[int]] = None, invalid: float = 0.0,
                        repeats: float = 0.0, topk_length: bool = False,
-                       infinite_sinks: bool = False, device: str | torch.device = "cpu"
-                       ) -> SparseInputs:
+                       infinite_sinks: bool = False, windows: bool = False,
+                       device: str | torch.device = "cpu") -> SparseInputs:
     """A random token-sparse workload for a problem with attention = "sparse": the main pool
     (page_size, kv_format, topk over the sequences' positions) and, with extra_topk, a second
     pool (extra_page_size, extra_kv_format, over extra_seqlens, default the same lengths);
     sinks drawn per head when problem.sinks (infinite_sinks: the first +inf, the last -inf).
-    invalid / repeats / topk_length as sparse_pool."""
+    invalid / repeats / topk_length / windows as sparse_pool."""
     seqlens = [int(x) for x in seqlens]
     if problem.attention != "sparse" or problem.topk < 1:
         raise InputError("make_sparse_inputs needs a problem with attention = \"sparse\" and "
@@ -393,12 +408,13 @@ def make_sparse_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, 
     h = heads or problem.heads
     rank = problem.kv_lora_rank
     pools = [sparse_pool(seqlens, s_q, problem.topk, problem.page_size, problem.d, dtype, g,
-                         problem.kv, rank, invalid, repeats, topk_length)]
+                         problem.kv, rank, invalid, repeats, topk_length, windows)]
     if problem.extra_topk:
         extra = [int(x) for x in (extra_seqlens if extra_seqlens is not None else seqlens)]
         pools.append(sparse_pool(extra, s_q, problem.extra_topk,
                                  problem.extra_page_size or problem.page_size, problem.d, dtype,
-                                 g, problem.extra_kv, rank, invalid, repeats, topk_length))
+                                 g, problem.extra_kv, rank, invalid, repeats, topk_length,
+                                 windows))
     q = torch.randn(batch, s_q, h, problem.d, generator=g).to(dtype)
     sink = None
     if problem.sinks:
@@ -408,7 +424,7 @@ def make_sparse_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, 
     meta = dict(batch=batch, seqlens=seqlens, s_q=s_q, heads=h, seed=seed,
                 extra_seqlens=None if extra_seqlens is None else list(extra_seqlens),
                 invalid=invalid, repeats=repeats, topk_length=topk_length,
-                infinite_sinks=infinite_sinks)
+                infinite_sinks=infinite_sinks, windows=windows)
     mv = lambda t: None if t is None else t.to(device)   # noqa: E731
     pools = [replace(p, k_cache=mv(p.k_cache), indices=mv(p.indices),
                      topk_length=mv(p.topk_length), k_descale=mv(p.k_descale)) for p in pools]

@@ -120,24 +120,122 @@ def _valid_entries(inp) -> int:
     return n
 
 
+def _runs(inp, s: Schedule, tile: int) -> int:
+    """Maximal runs, counted here from the tensors: per query row, its kept entries in list
+    order (main pool, then extra), a run being entries naming slot, slot + 1, ... of one
+    page of one pool, within one tile of `tile` entries (scheme batch: a row is one piece
+    cut into tiles from its first entry)."""
+    pages = (s.problem.page_size, s.problem.extra_page_size or s.problem.page_size)
+    b_n, s_n = inp.q.shape[:2]
+    n = 0
+    for b in range(b_n):
+        for q in range(s_n):
+            row = []
+            for i, p in enumerate(inp.pools):
+                keep = p.indices.shape[-1] if p.topk_length is None else int(p.topk_length[b])
+                row += [(i, x) for x in p.indices[b, q, :keep].tolist()]
+            prev = None
+            for e, (i, x) in enumerate(row):
+                if x < 0:
+                    prev = None
+                    continue
+                joined = (prev is not None and e % tile and prev == (i, x - 1)
+                          and x % pages[i])
+                n += not joined
+                prev = (i, x)
+    return n
+
+
+@pytest.mark.parametrize("gather", ("runs", "token"))
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_the_gather_moves_exactly_the_named_tokens(name):
-    """One SDMA descriptor (one token's bytes) per valid entry, every scheme; the index
-    lists come in by GDMA; the trace keeps the multi-buffer protocol."""
-    s = schedule(name)
+def test_the_gather_moves_exactly_the_named_tokens(name, gather):
+    """One SDMA descriptor per maximal run of adjacent slots ("runs") or per valid entry
+    ("token"), every scheme, each token's bytes once; the index lists come in by GDMA; the
+    trace keeps the multi-buffer protocol."""
+    s = schedule(name).replace(gather=gather)
     p = s.problem
     kvb = formats.get(p.kv).token_bytes(p.kv_lora_rank, p.rope_dim)
     inp = inputs(name, invalid=0.4, repeats=0.2, topk_length=True)
     want = _valid_entries(inp)
+    run = mlagen.runner(s)
     for scheme in ("heads", "batch", "seq", "batch_seq"):
-        tr = runner(name)(inp, scheme=scheme).extra["trace"]
+        tr = run(inp, scheme=scheme).extra["trace"]
         sdma = tr[(tr["engine"] == Engine.SDMA) & (tr["op"] == Op.DMA)]
         # heads: every core with heads reads every row's keys; the others split the rows
         readers = -(-s.heads_per_device // sc11_heads_per_core(s)) if scheme == "heads" else 1
-        assert int(sdma["m"].sum()) == want * readers, scheme
-        assert int(sdma["aux"].sum()) == int(sdma["m"].sum())      # a run a token
-        assert int(sdma["bytes"].sum()) == int(sdma["m"].sum()) * kvb
+        if gather == "token":
+            assert int(sdma["m"].sum()) == want * readers, scheme
+        else:
+            assert int(sdma["m"].sum()) <= want * readers, scheme
+        if scheme == "batch":
+            assert int(sdma["m"].sum()) == (_runs(inp, s, s.mapping.seq_tile)
+                                            if gather == "runs" else want)
+        assert int(sdma["aux"].sum()) == int(sdma["m"].sum())      # a piece a descriptor
+        assert int(sdma["bytes"].sum()) == want * readers * kvb
         assert tracecheck.check(tr, s.mapping.buffers, p.d) == [], scheme
+
+
+@pytest.mark.parametrize("name", EXAMPLES + ("sc11_sparse_v4_fp8",))
+def test_runs_and_token_gathers_give_identical_outputs(name):
+    """On lists of windows (runs across pages, cut by -1, repeats, topk_length and tiles)
+    "runs" gives the bits "token" gives, with as many descriptors as maximal runs counted
+    independently (paged: two a run), far fewer than tokens, and matches the reference."""
+    from mlagen.verify.sparse import sparse_path_cases
+
+    s = schedule(name)
+    assert s.mapping.gather == "runs"                   # the default
+    token = mlagen.runner(s.replace(gather="token"))
+    pieces = 2 if formats.get(s.problem.kv).paged else 1
+    cases = [c for c in sparse_path_cases(s) if c.windows]
+    assert cases
+    for case in cases:
+        inp = case.inputs()
+        a, b = runner(name)(inp, scheme="batch"), token(inp, scheme="batch")
+        assert torch.equal(a.out.view(torch.int16), b.out.view(torch.int16)), case.describe()
+        assert torch.equal(a.lse, b.lse), case.describe()
+        assert compare(a, reference(inp), "bf16").ok, case.describe()
+        m = [int(x.extra["trace"]["m"][(x.extra["trace"]["engine"] == Engine.SDMA)
+                                        & (x.extra["trace"]["op"] == Op.DMA)].sum())
+             for x in (a, b)]
+        runs = _runs(inp, s, s.mapping.seq_tile)
+        assert m == [runs * pieces, _valid_entries(inp) * pieces], case.describe()
+        assert 3 * runs < _valid_entries(inp), case.describe()     # windows: long runs
+
+
+def test_verify_draws_lists_of_windows():
+    """The drawn sparse cases include lists of windows, whose rows hold runs of adjacent
+    slots longer than one (what the run-building code needs to be exercised)."""
+    from hypothesis import find, settings
+    from mlagen.verify.sparse import sparse_cases
+
+    s = schedule("sc11_sparse_ds_mla")
+    case = find(sparse_cases(s), lambda c: c.windows and max(c.seqlens) > 8,
+                settings=settings(database=None, max_examples=200))
+    idx = case.inputs().pools[0].indices
+    assert bool(((idx[..., 1:] == idx[..., :-1] + 1) & (idx[..., :-1] >= 0)).any())
+
+
+def test_a_run_stops_at_a_page_edge_a_repeat_and_a_hole():
+    """Hand-made lists: adjacent slots across a page edge are two runs, a repeated slot
+    starts a new run, -1 and topk_length cut a run."""
+    name = "sc11_sparse_ds_mla"
+    s = schedule(name)
+    pg = s.problem.page_size
+    inp = inputs(name, seqlens=(4 * pg,), s_q=1)
+    p = inp.pools[0]
+    idx = torch.full_like(p.indices, -1)
+    row = [pg - 2, pg - 1, pg, pg + 1,     # two runs: the page edge cuts
+           5, 5, 6,                        # 5 | 5, 6: a repeat is a new key
+           9, -1, 10, 11,                  # 9 | 10, 11
+           30, 31, 32]                     # kept up to topk_length: 30, 31
+    idx[0, 0, :len(row)] = torch.tensor(row)
+    tl = torch.tensor([len(row) - 1], dtype=torch.int32)
+    inp = dataclasses.replace(inp, pools=[dataclasses.replace(p, indices=idx, topk_length=tl)])
+    got = runner(name)(inp, scheme="batch")
+    tr = got.extra["trace"]
+    m = int(tr["m"][(tr["engine"] == Engine.SDMA) & (tr["op"] == Op.DMA)].sum())
+    assert m == 2 + 2 + 2 + 1 == _runs(inp, s, s.mapping.seq_tile)
+    assert compare(got, reference(inp), "bf16").ok
 
 
 def test_descriptors_cost_dma_time():
@@ -235,12 +333,19 @@ def test_bench_rows_put_the_floor_beside_the_time():
     assert {r.schedule for r in rows} == set(EXAMPLES) | {"sc11_sparse_v4_fp8"}
     for r in rows:
         assert r.floor_s > 0 and r.time_s >= r.floor_s      # nothing beats the floor
-        pieces = 2 if formats.get(r.kv).paged else 1         # paged: data row + scale row
-        assert r.descriptors == r.batch * r.s_q * r.keys * pieces * \
-            (8 if r.scheme == "heads" else 1)
         assert r.time_s == min(r.times.values())
+    for r in rows:
+        pieces = 2 if formats.get(r.kv).paged else 1         # paged: data row + scale row
+        tokens = r.batch * r.s_q * r.keys * pieces * (8 if r.scheme == "heads" else 1)
+        if r.indices == "random":      # distinct random slots: hardly ever adjacent
+            assert 0.99 * tokens <= r.descriptors <= tokens, r
+        else:
+            rnd = next(x for x in rows if x.schedule == r.schedule and x.indices == "random")
+            if r.scheme == rnd.scheme:     # the same bytes, in fewer descriptors
+                assert r.gathered_mb == rnd.gathered_mb
+            assert r.descriptors < rnd.descriptors / 4 and r.time_s < rnd.time_s, r
     text = sparse_table(rows)
-    assert "| sc11_sparse_ds_mla | 2 | 2 | 2048 |" in text and "floor (us)" in text
+    assert "| sc11_sparse_ds_mla | random | 2 | 2 | 2048 |" in text and "floor (us)" in text
 
 
 def test_mlagen_run_cli_reaches_the_sparse_path(tmp_path, monkeypatch, capsys):

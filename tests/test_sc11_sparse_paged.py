@@ -97,8 +97,13 @@ def test_matches_the_sparse_reference(draw, scheme):
     assert cmp.ok, cmp.summary()
 
 
-def test_a_token_is_gathered_as_two_pieces_of_its_page():
-    s = schedule()
+@pytest.mark.parametrize("gather", ("runs", "token"))
+def test_a_token_is_gathered_as_two_pieces_of_its_page(gather):
+    """A token is two pieces of its page (data row, scale row); "token": two descriptors a
+    token, "runs": two a run of adjacent slots, each moving every token's piece."""
+    from test_sc11_sparse import _runs
+
+    s = schedule().replace(gather=gather)
     p = s.problem
     inp = inputs(invalid=0.4, topk_length=True)
     n = 0
@@ -108,11 +113,15 @@ def test_a_token_is_gathered_as_two_pieces_of_its_page():
         n += int(keep.sum())
     kvb = formats.get(p.kv).token_bytes(p.kv_lora_rank, p.rope_dim)
     assert kvb == 584
-    for scheme in ("heads", "batch_seq"):
-        tr = runner()(inp, scheme=scheme).extra["trace"]
+    run = mlagen.runner(s)
+    for scheme in ("heads", "batch_seq", "batch"):
+        tr = run(inp, scheme=scheme).extra["trace"]
         sdma = tr[(tr["engine"] == Engine.SDMA) & (tr["op"] == Op.DMA)]
         readers = -(-s.heads_per_device // sc11_heads_per_core(s)) if scheme == "heads" else 1
-        assert int(sdma["m"].sum()) == 2 * n * readers, scheme     # data row + scale row
+        if gather == "token" or scheme == "batch":
+            runs = n if gather == "token" else _runs(inp, s, s.mapping.seq_tile)
+            assert int(sdma["m"].sum()) == 2 * runs * readers, scheme   # data + scale rows
+        assert int(sdma["aux"].sum()) == 2 * n * readers, scheme   # a row a piece in L2
         assert int(sdma["bytes"].sum()) == n * readers * kvb, scheme
         assert tracecheck.check(tr, s.mapping.buffers, p.d) == [], scheme
 

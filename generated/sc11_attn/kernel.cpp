@@ -25,6 +25,8 @@ struct Config {
   static constexpr int EXTRA_TOPK = 0;
   static constexpr int EXTRA_PAGE = 64;
   static constexpr bool SINKS = false;   // per-head sinks
+  // sparse: one SDMA descriptor a run of adjacent slots ("runs") or a token ("token")
+  static constexpr bool GATHER_RUNS = false;
   static constexpr int BKV = 64;
   static constexpr int BUFFERS = 2;
   static constexpr int SEQ_TILE = 1024;

@@ -3,7 +3,8 @@
 sparse_cases(schedule)  -> SparseCase  what a drawn sparse problem is: batch, s_q, sequence
                                        lengths of each pool, topk entries per row with
                                        invalid (-1) and repeated entries, topk_length (0
-                                       included), rows whose every entry is invalid, sinks
+                                       included), rows whose every entry is invalid, windows
+                                       of consecutive slots (runs, some across a page), sinks
                                        (finite or +-inf), an adversarial score pattern
 sparse_path_cases(s)    -> [SparseCase] fixed cases that take every run-time branch at once
 
@@ -79,6 +80,7 @@ class SparseCase:
     zero_length: tuple[int, ...] = ()        # batch rows whose topk_length is 0
     empty_rows: tuple[tuple[int, int], ...] = ()   # (b, s) rows with every entry -1
     infinite_sinks: bool = False             # sinks: the first head +inf, the last -inf
+    windows: bool = False                    # lists of consecutive-slot windows (runs)
     data: str = "randn"                      # adversarial.PATTERNS
     data_arg: int = 0
     split_kv = None                          # the schedule's own split (strategies.Case's knob)
@@ -90,7 +92,7 @@ class SparseCase:
                                  extra_seqlens=list(self.extra_seqlens) or None,
                                  invalid=self.invalid, repeats=self.repeats,
                                  topk_length=self.topk_length or bool(self.zero_length),
-                                 infinite_sinks=self.infinite_sinks)
+                                 infinite_sinks=self.infinite_sinks, windows=self.windows)
         pools = []
         for pool in inp.pools:
             idx = pool.indices.clone()
@@ -117,7 +119,7 @@ class SparseCase:
                     seed=self.seed, invalid=self.invalid, repeats=self.repeats,
                     topk_length=self.topk_length, zero_length=list(self.zero_length),
                     empty_rows=[list(r) for r in self.empty_rows],
-                    infinite_sinks=self.infinite_sinks, data=self.data,
+                    infinite_sinks=self.infinite_sinks, windows=self.windows, data=self.data,
                     data_arg=self.data_arg, dtype=self.problem.dtype,
                     page_size=self.problem.page_size)
 
@@ -136,6 +138,7 @@ class SparseCase:
                 + (f", every entry invalid at {list(self.empty_rows)}" if self.empty_rows
                    else "")
                 + (", sinks +inf / -inf" if self.infinite_sinks else "")
+                + (", windows of consecutive slots" if self.windows else "")
                 + (f", data {self.data} ({self.data_arg})" if self.data != "randn" else ""))
 
 
@@ -183,14 +186,19 @@ def sparse_cases(draw, spec, bounds: Bounds = Bounds(), heads: Optional[int] = N
     inf_sinks = draw(st.booleans()) if prob.sinks else False
     data = draw(st.sampled_from(tuple(patterns))) if patterns else "randn"
     arg = draw(st.integers(0, 63)) if data != "randn" else 0
+    # windows: runs of adjacent slots (cut by -1, repeats, topk_length and page edges) in
+    # half the cases; taken from the seed's parity, not a draw of its own, so the other
+    # fields' draws (and the tests' cases) stay as they were
+    windows = bool(seed & 1)
     return SparseCase(prob, batch, s_q, h, tuple(lens), tuple(extra), seed, invalid,
-                      repeats, topk_length, zero, empty, inf_sinks, data, arg)
+                      repeats, topk_length, zero, empty, inf_sinks, windows, data, arg)
 
 
 def sparse_path_cases(s, bounds: Bounds = Bounds()) -> list[SparseCase]:
     """Fixed cases that take a sparse kernel's run-time branches at once: lists shorter
     and longer than topk, invalid and repeated entries, topk_length (with a 0), a row with
-    every entry invalid, +-inf sinks, rising and dominant scores."""
+    every entry invalid, +-inf sinks, rising and dominant scores, windows of adjacent slots
+    (runs across pages, cut by -1, repeats and topk_length)."""
     p = s.problem
     h = s.heads_per_device
     sq = p.max_s_q
@@ -210,4 +218,7 @@ def sparse_path_cases(s, bounds: Bounds = Bounds()) -> list[SparseCase]:
         SparseCase(p, b, sq, h, lens, xl, 3, data="dominant", data_arg=5),
         SparseCase(p, 2, 1, h, lens[-2:], xl[-2:], 4, invalid=0.6, data="very_large"),
         SparseCase(p, 1, sq, h, lens[-1:], xl[:1], 5, invalid=1.0),
+        SparseCase(p, b, sq, h, lens, xl, 6, invalid=0.1, repeats=0.1, topk_length=True,
+                   windows=True),
+        SparseCase(p, 3, sq, h, full, xl[:3], 7, windows=True, data="rising", data_arg=3),
     ]

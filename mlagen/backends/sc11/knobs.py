@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ...schedule.records import Mapping, knob
 
 SCHEMES = ("auto", "heads", "batch", "seq", "batch_seq")
+GATHERS = ("runs", "token")
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,9 @@ class Sc11Mapping(Mapping):
     # a run-time argument (``auto`` picks per workload), so one build serves every scheme
     scheme: str = knob("auto", "phase-B multi-core scheme", compile_time=False)
     seq_tile: int = knob(2048, "KV tokens per L2 tile of a sequence", tag="t")
+    # compile-time for sparse problems only (variant_parts leaves it out of dense ones)
+    gather: str = knob("runs", "sparse: one SDMA descriptor per run of adjacent slots of "
+                               "a page (\"runs\") or per token (\"token\")", tag="g")
 
     def variant_parts(self, s):
         p = s.problem
@@ -32,6 +36,8 @@ class Sc11Mapping(Mapping):
                 sparse.append(f"x{p.extra_topk}pg{p.extra_page_size or p.page_size}")
             if p.sinks:
                 sparse.append("sink")
+        knobs = super().variant_parts(s)[1:]
+        if p.attention != "sparse":
+            knobs.remove(f"g{self.gather}")
         return ([s.target.kind, "fused" if p.fused else "attn", p.dtype, *kv, *shape,
-                 *sparse, f"h{s.heads_per_device}", f"pg{p.page_size}"]
-                + super().variant_parts(s)[1:])
+                 *sparse, f"h{s.heads_per_device}", f"pg{p.page_size}"] + knobs)

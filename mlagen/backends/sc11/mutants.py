@@ -87,6 +87,22 @@ MUTANTS = (
            "const int64_t own = pg;", "const int64_t own = XPAGE;",
            "the main pool's slots split into page and offset by the extra pool's page size",
            SPARSE_TWO_POOLS, "two pools of different page sizes"),
+    # gather = "runs": a descriptor a run of adjacent slots of one page
+    Mutant("run_crosses_page", "sc11", "mla.h",
+           "while (e + len < t1 && len < room && entry(v, e + len, p, next) && p == pool &&",
+           "while (e + len < t1 && entry(v, e + len, p, next) && p == pool &&",
+           "a run of adjacent slots is not cut at its page's end (paged: the next page's "
+           "rows are not after this page's)", SPARSE_PAGED,
+           "a window of slots across a page edge"),
+    Mutant("run_last_token_dropped", "sc11", "mla.h",
+           "cp.rows(d, KVB, base, span, token(pool, slot), KVB, KVB, len);",
+           "cp.rows(d, KVB, base, span, token(pool, slot), KVB, KVB, len - 1);",
+           "a run's descriptor moves one token too few (its last L2 row keeps stale bytes)",
+           SPARSE),
+    Mutant("run_joins_repeat", "sc11", "mla.h",
+           "next == slot + len)", "(next == slot + len || next == slot + len - 1))",
+           "a repeated slot (slot, slot) taken as adjacent: the run reads slot + 1 for it",
+           SPARSE, "a repeated entry right after its slot"),
     # fp8_ue8m0_paged: the token's two pieces of its page, and its scales
     Mutant("paged_scale_region_off_by_row", "sc11", "mla.h",
            "if (scales) *scales = pg0 + pg * ROW_B + row * SCALE_B;",

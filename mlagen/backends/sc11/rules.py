@@ -8,7 +8,7 @@ from ...errors import clip
 from ...formats import PAGED_ALIGN
 from ...schedule.records import Schedule
 from ...targets import Target
-from .knobs import SCHEMES
+from .knobs import GATHERS, SCHEMES
 
 Violation = tuple[str, str, str]
 # fp8_ue8m0_paged's token on sc11: a data row of kv_lora_rank e4m3 and rope_dim bf16 values
@@ -25,6 +25,9 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "schedule", "cores", f"cores = {m.cores} must be between 1 and {cores} (cores per chip)"
     if m.scheme not in SCHEMES:
         yield "schedule", "scheme", f"scheme = {clip(repr(m.scheme))} must be one of {', '.join(SCHEMES)}"
+    if m.gather not in GATHERS:
+        yield "schedule", "gather", (f"gather = {clip(repr(m.gather))} must be "
+                                     f"{' or '.join(repr(g) for g in GATHERS)}")
     if m.tp < 1 or p.heads % m.tp:
         return
     hpd = s.heads_per_device

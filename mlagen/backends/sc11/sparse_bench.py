@@ -5,9 +5,13 @@ model's floor (floors.py: DDR bytes at the chip's bandwidth, matmul FLOPs at the
     sparse_rows()  -> [SparseRow]      sparse_table(rows) (markdown)
 
 A dry run moves no data, so the pools need only be as large as the slots the lists name:
-every query row names topk distinct slots of a cache of `span` tokens (its sequence), each
-row its own random choice; the gather's cost depends on how many tokens it moves and their
-bytes, not on where they sit.
+every query row names topk distinct slots of a cache of `span` tokens (its sequence), pages
+in order.  Two index patterns: "random" (each row its own random choice: no two entries
+adjacent, a descriptor a token) and "windows" (what real lists look like: a two-pool
+schedule's main pool is DeepSeek-V4's sliding window, the sequence's last topk tokens;
+every other list is clusters, windows of 1 to CLUSTER consecutive tokens at random starts,
+an assumed length).  With gather = "runs" a run of adjacent slots of a page is one
+descriptor, so the pattern sets the descriptor count; the bytes are the same.
 """
 
 from __future__ import annotations
@@ -35,12 +39,29 @@ POINTS = (
     ("sc11_sparse_v4_fp8", 2, 2, 32768, 8192),      # the same in fp8_ue8m0_paged pools
     ("sc11_sparse_v4_fp8", 64, 2, 32768, 8192),
 )
+INDICES = ("random", "windows")
+CLUSTER = 32     # "windows": the longest cluster of consecutive tokens (an assumption)
+
+
+def _clusters(n: int, topk: int, g: torch.Generator) -> torch.Tensor:
+    """topk distinct positions of [0, n): windows of 1 to CLUSTER consecutive positions at
+    random starts, in the order drawn."""
+    taken = torch.zeros(n, dtype=torch.bool)
+    out: list[int] = []
+    while len(out) < topk:
+        w = int(torch.randint(1, CLUSTER + 1, (1,), generator=g))
+        start = int(torch.randint(n, (1,), generator=g))
+        for x in range(start, min(n, start + w)):
+            if not taken[x] and len(out) < topk:
+                taken[x] = True
+                out.append(x)
+    return torch.tensor(out)
 
 
 def dry_sparse_inputs(s: Schedule, batch: int, s_q: int, span: int, extra_span: int,
-                      seed: int = 0) -> SparseInputs:
+                      seed: int = 0, indices: str = "random") -> SparseInputs:
     """Inputs for a dry run: caches left uninitialised (a dry run reads none of their
-    bytes), lists of distinct valid slots."""
+    bytes), lists of distinct valid slots in the pattern `indices` (INDICES)."""
     p = s.problem
     g = torch.Generator().manual_seed(seed)
     h = s.heads_per_device
@@ -48,14 +69,19 @@ def dry_sparse_inputs(s: Schedule, batch: int, s_q: int, span: int, extra_span: 
     specs = [(p.topk, p.page_size, p.kv, span)]
     if p.extra_topk:
         specs.append((p.extra_topk, p.extra_page_size or p.page_size, p.extra_kv, extra_span))
-    for topk, page, fmt_name, n in specs:
+    for i, (topk, page, fmt_name, n) in enumerate(specs):
         fmt = formats.get(fmt_name)
         n = max(n, topk)
         blocks = -(-n // page)
         dtype = torch.uint8 if fmt.quantized else TORCH_DTYPES[p.dtype]
         cache = torch.empty(blocks, page, 1, fmt.width(p.kv_lora_rank, p.rope_dim), dtype=dtype)
-        idx = torch.stack([torch.randperm(n, generator=g)[:topk]
-                           for _ in range(batch * s_q)]).to(torch.int32)
+        if indices == "random":
+            rows = [torch.randperm(n, generator=g)[:topk] for _ in range(batch * s_q)]
+        elif i == 0 and p.extra_topk:        # the main pool of two: a sliding window
+            rows = [torch.arange(n - topk, n)] * (batch * s_q)
+        else:
+            rows = [_clusters(n, topk, g) for _ in range(batch * s_q)]
+        idx = torch.stack(rows).to(torch.int32)
         pools.append(SparsePool(cache, idx.view(batch, s_q, topk), None, fmt_name))
     q = torch.empty(batch, s_q, h, p.d, dtype=TORCH_DTYPES[p.dtype])
     sink = torch.zeros(h) if p.sinks else None
@@ -65,6 +91,7 @@ def dry_sparse_inputs(s: Schedule, batch: int, s_q: int, span: int, extra_span: 
 @dataclass
 class SparseRow:
     schedule: str
+    indices: str            # INDICES
     batch: int
     s_q: int
     keys: int               # entries a query row attends to (both pools)
@@ -83,13 +110,16 @@ class SparseRow:
         return self.time_s / self.floor_s if self.floor_s else float("inf")
 
 
-def sparse_row(name: str, batch: int, s_q: int, span: int, extra_span: int) -> SparseRow:
+def sparse_row(name: str, batch: int, s_q: int, span: int, extra_span: int,
+               indices: str = "random", **knobs) -> SparseRow:
+    """knobs: schedule knobs to change (gather = "token": the per-token descriptors)."""
     from . import runner
 
     s = load(SCHEDULES_DIR / f"{name}.toml")
+    s = s.replace(**knobs) if knobs else s
     p = s.problem
     run = runner(s)
-    inp = dry_sparse_inputs(s, batch, s_q, span, extra_span)
+    inp = dry_sparse_inputs(s, batch, s_q, span, extra_span, indices=indices)
     mc = machine_for(s)
     sims = {sc: simulate(run.dry_run(inp, sc), mc) for sc in SCHEMES}
     best = min(sims, key=lambda k: sims[k].total_s)
@@ -97,30 +127,33 @@ def sparse_row(name: str, batch: int, s_q: int, span: int, extra_span: int) -> S
     ev = sim.events
     g = (ev["engine"] == Engine.SDMA) & (ev["op"] == Op.DMA)
     n = int(ev["m"][g].sum())
-    return SparseRow(name, batch, s_q, p.topk + p.extra_topk, s.heads_per_device, p.kv, best,
+    return SparseRow(name, indices, batch, s_q, p.topk + p.extra_topk, s.heads_per_device, p.kv, best,
                      sim.total_s, floor_s(sim), int(ev["bytes"][g].sum()) / 1e6, n,
                      n * mc.descriptor_cycles / mc.dma_hz / max(1, len(sim.cores)),
                      {k: v.total_s for k, v in sims.items()})
 
 
-def sparse_rows(points=POINTS) -> list[SparseRow]:
-    return [sparse_row(*pt) for pt in points]
+def sparse_rows(points=POINTS, indices=INDICES, **knobs) -> list[SparseRow]:
+    return [sparse_row(*pt, indices=ix, **knobs) for pt in points for ix in indices]
 
 
 def sparse_table(rows) -> str:
     us = 1e6
     out = ["## Token-sparse decode (attention = \"sparse\"; simulated, one chip)", "",
-           "| schedule | batch | s_q | keys a row | heads | KV | best scheme | time (us) | "
-           "floor (us) | time / floor | SDMA gathered (MB) | descriptors | descriptor time "
-           "a core (us) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| schedule | indices | batch | s_q | keys a row | heads | KV | best scheme | "
+           "time (us) | floor (us) | time / floor | SDMA gathered (MB) | descriptors | "
+           "descriptor time a core (us) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r.schedule} | {r.batch} | {r.s_q} | {r.keys} | {r.heads} | {r.kv} | "
+        out.append(f"| {r.schedule} | {r.indices} | {r.batch} | {r.s_q} | {r.keys} | "
+                   f"{r.heads} | {r.kv} | "
                    f"{r.scheme} | {r.time_s * us:.1f} | {r.floor_s * us:.1f} | "
                    f"{r.ratio:.2f} | {r.gathered_mb:.2f} | {r.descriptors} | "
                    f"{r.descriptor_s * us:.1f} |")
-    out += ["", "Each query row gathers its keys token by token (one SDMA descriptor each, "
-            "two for fp8_ue8m0_paged: a token's data row and its scale row are two pieces of "
-            "its page; `dma_descriptor_cycles` in targets/sc11.toml, assumed); the floor counts the "
-            "DDR bytes and matmul FLOPs only."]
+    out += ["", "Each query row gathers its keys with one SDMA descriptor per run of "
+            "adjacent slots of a page (gather = \"runs\"; two for fp8_ue8m0_paged: a run's "
+            "data rows and its scale rows; `dma_descriptor_cycles` in targets/sc11.toml, "
+            "assumed): \"random\" lists are a descriptor a token, \"windows\" lists are a "
+            "sliding window (a two-pool schedule's main pool) or clusters of 1 to "
+            f"{CLUSTER} tokens; the floor counts the DDR bytes and matmul FLOPs only."]
     return "\n".join(out)

@@ -247,7 +247,8 @@ struct Core {
   // piece counts are what those copies moved, never written beside them.
   struct Copy {
     Core& c;
-    int64_t bytes = 0, runs = 0;
+    int64_t bytes = 0, runs = 0;   // runs: contiguous pieces
+    int64_t descs = 0;             // descriptors (a gather's m)
     explicit Copy(Core& core) : c(core) {}
     void operator()(void* dst, const void* src, int64_t n) {
       if (!c.dry) {
@@ -256,17 +257,37 @@ struct Core {
       }
       bytes += n;
       ++runs;
+      ++descs;
+    }
+    // One strided descriptor: `count` rows of `row` bytes from src (steps of sstep) to dst
+    // (steps of dstep).  Source rows wrap within [base, base + span), so a faulty run
+    // reads other rows of the buffer rather than past it.  Its contiguous pieces: one when
+    // both sides are dense, else a row each.
+    void rows(uint8_t* dst, int64_t dstep, const uint8_t* base, int64_t span,
+              const uint8_t* src, int64_t sstep, int64_t row, int64_t count) {
+      if (!c.dry) {
+        const int64_t off = src - base;
+        for (int64_t i = 0; i < count; ++i) {
+          int64_t o = (off + i * sstep) % span;
+          if (o + row > span) o = 0;
+          std::memcpy(dst + i * dstep, base + o, (size_t)row);
+        }
+        c.copied += row * count;
+      }
+      bytes += row * count;
+      runs += (dstep == row && sstep == row) ? 1 : count;
+      ++descs;
     }
   };
   int64_t dma(int engine, int src, int dst, const Copy& cp,
               std::initializer_list<int64_t> deps, int phase_override = -1) {
     return emit(engine, OP_DMA, src, dst, cp.bytes, 0, 0, 0, 0, cp.runs, deps, phase_override);
   }
-  // A descriptor-driven gather (token-sparse): one descriptor per copied run, counted in
-  // the event's m (the cost model charges each).
+  // A descriptor-driven gather (token-sparse): its descriptors counted in the event's m
+  // (the cost model charges each), its contiguous pieces in aux.
   int64_t gather(int engine, int src, int dst, const Copy& cp,
                  std::initializer_list<int64_t> deps) {
-    return emit(engine, OP_DMA, src, dst, cp.bytes, cp.runs, 0, 0, 0, cp.runs, deps);
+    return emit(engine, OP_DMA, src, dst, cp.bytes, cp.descs, 0, 0, 0, cp.runs, deps);
   }
 
   // Rewrite local handles to global ids once the phase's events got their place.

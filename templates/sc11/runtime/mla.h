@@ -478,9 +478,11 @@ class Mla {
     return c.dma(GDMA, DDR, LMEM, cp, {idx_free(c)[ring]});
   }
 
-  // SDMA, sparse: the step's valid entries, one descriptor (one token's bytes) each, from
-  // their pools' pages DDR -> packed in the L2 slot (paged: two descriptors a token, its
-  // data row and its scale row, two pieces of its page).
+  // SDMA, sparse: the step's valid entries, in list order, from their pools' pages DDR ->
+  // packed in the L2 slot.  GATHER_RUNS: a run of entries naming adjacent slots of one page
+  // (a window, a cluster) is one descriptor; else a descriptor a token.  Paged: a token is
+  // two pieces of its page, its data row and its scale row, so a run is two strided
+  // descriptors (the page's data rows, then its scale rows, into the packed tokens).
   void sdma_gather_sparse(Core& c, Bufs& B, const Piece& pc, const Step& st, int64_t step) {
     Slot& s = B.l2kv[step];
     const int64_t dep = c.begin_fill(s, step);
@@ -489,21 +491,42 @@ class Mla {
     Core::Copy cp(c);
     int64_t n = 0, slot;
     int pool;
-    for (int64_t e = st.t0; e < st.t1; ++e)
-      if (entry(pc.seq, e, pool, slot)) {
-        if (PAGED) {
-          const uint8_t* scales = nullptr;
-          const uint8_t* row = token(pool, slot, &scales);
-          cp(dst ? dst + n * KVB : nullptr, row, ROW_B);
-          cp(dst ? dst + n * KVB + ROW_B : nullptr, scales, SCALE_B);
-        } else {
-          cp(dst ? dst + n * KVB : nullptr, token(pool, slot), KVB);
-        }
-        ++n;
+    for (int64_t e = st.t0; e < st.t1;) {
+      if (!entry(pc.seq, e, pool, slot)) {
+        ++e;
+        continue;
       }
+      const int64_t len = Cfg::GATHER_RUNS ? run_length(pc.seq, e, st.t1, pool, slot) : 1;
+      const uint8_t* base = (const uint8_t*)(pool ? a_.extra_k_cache : a_.k_cache);
+      const int64_t pg = pool ? XPAGE : PAGE;
+      const int64_t span = (pool ? a_.extra_num_blocks : a_.num_blocks) * page_bytes(pg);
+      uint8_t* d = dst ? dst + n * KVB : nullptr;
+      if (PAGED) {
+        const uint8_t* scales = nullptr;
+        const uint8_t* row = token(pool, slot, &scales);
+        cp.rows(d, KVB, base, span, row, ROW_B, ROW_B, len);
+        cp.rows(d ? d + ROW_B : nullptr, KVB, base, span, scales, SCALE_B, SCALE_B, len);
+      } else {
+        cp.rows(d, KVB, base, span, token(pool, slot), KVB, KVB, len);
+      }
+      n += len;
+      e += len;
+    }
     const int64_t ev = c.gather(SDMA, DDR, L2, cp, {dep, ev_idx});
     idx_free(c)[step % NBUF] = ev;
     c.end_fill(s, step, ev);
+  }
+  // Entries [e, e + len) of row v (below t1) naming slot, slot + 1, ... of one page of one
+  // pool: a run one descriptor moves.  A repeated slot is a separate key, not adjacent.
+  int64_t run_length(int64_t v, int64_t e, int64_t t1, int pool, int64_t slot) const {
+    const int64_t pg = pool ? XPAGE : PAGE;
+    const int64_t room = pg - slot % pg;   // slots left in slot's page
+    int64_t len = 1, next;
+    int p;
+    while (e + len < t1 && len < room && entry(v, e + len, p, next) && p == pool &&
+           next == slot + len)
+      ++len;
+    return len;
   }
 
   // SDMA: the pages holding keys [t0, t1) of one sequence, DDR -> contiguous L2 slot.
