@@ -67,10 +67,12 @@ class Sc11Backend(Backend):
         # other dtype
         tp = s.mapping.tp
         # sparse: small pages of both pools (a list's slots land on many pages, the pools'
-        # page sizes differ) and short tiles (a list spans several, some all invalid)
+        # page sizes differ) and short tiles (a list spans several, some all invalid); the
+        # gather a descriptor a token (the other value of `gather`)
+        other = "token" if s.mapping.gather == "runs" else "runs"
         sparse = [dict(page_size=16, block_kv=16, seq_tile=64,
-                       **({"extra_page_size": 2} if s.problem.extra_topk else {}))] \
-            if s.problem.attention == "sparse" else []
+                       **({"extra_page_size": 2} if s.problem.extra_topk else {})),
+                  dict(gather=other)] if s.problem.attention == "sparse" else []
         return sparse + [dict(heads=tp * 11, cores=4, heads_per_core=0),
                 dict(heads=tp * 6, cores=8, heads_per_core=0),
                 dict(heads=tp * 12, cores=8, heads_per_core=2),

@@ -73,7 +73,7 @@ class Machine:
     #                               by every L2 DMA; "chip_gdma": shared by the GDMAs only
     cube_fp32_slowdown: int = 4   # an fp32-operand matmul runs at 1/this of the bf16 rate
     dequant_per_lane: int = 32    # 8-bit -> 16-bit conversions per lane per cycle
-    descriptor_cycles: int = 16   # DMA cycles of a gather's per-token descriptor (a DMA's m)
+    descriptor_cycles: int = 16   # DMA cycles of one gather descriptor (a DMA's m)
 
     @classmethod
     def from_target(cls, t: Target) -> "Machine":
@@ -154,7 +154,7 @@ def event_costs(ev: np.ndarray, mc: Machine):
         nbytes = ev["bytes"][dma]
         # each contiguous piece is padded to the DMA alignment
         padded = pieces * _cdiv(_cdiv(nbytes, pieces), mc.align) * mc.align
-        # a gather (the sparse path's SDMA) issues one descriptor per token: m of them
+        # a gather (the sparse path's SDMA) issues m descriptors (a run of adjacent slots each)
         pre = np.maximum(lat[s], lat[d]) + (mc.issue + ev["m"][dma] * mc.descriptor_cycles) \
             / mc.dma_hz
         touches_ddr = (s == Mem.DDR) | (d == Mem.DDR)

@@ -127,7 +127,8 @@ def sparse_row(name: str, batch: int, s_q: int, span: int, extra_span: int,
     ev = sim.events
     g = (ev["engine"] == Engine.SDMA) & (ev["op"] == Op.DMA)
     n = int(ev["m"][g].sum())
-    return SparseRow(name, indices, batch, s_q, p.topk + p.extra_topk, s.heads_per_device, p.kv, best,
+    return SparseRow(name, indices, batch, s_q, p.topk + p.extra_topk, s.heads_per_device,
+                     p.kv, best,
                      sim.total_s, floor_s(sim), int(ev["bytes"][g].sum()) / 1e6, n,
                      n * mc.descriptor_cycles / mc.dma_hz / max(1, len(sim.cores)),
                      {k: v.total_s for k, v in sims.items()})

@@ -209,7 +209,7 @@ def text_summary(sim: SimResult, gaps: int = 3) -> str:
         lines.append(f"SDMA gathers       {int(ev['bytes'][gather].sum()) / 1e6:10.2f} MB DDR -> L2 "
                      f"(the KV cache in its format's bytes)")
         desc = gather & (ev["m"] > 0)
-        if desc.any():   # token-sparse gathers: a descriptor a token (paged: two pieces)
+        if desc.any():   # token-sparse gathers: a descriptor a run (paged: two, data and scales)
             n = int(ev["m"][desc].sum())
             busy = n * sim.machine.descriptor_cycles / sim.machine.dma_hz / len(sim.cores)
             lines.append(f"gather descriptors {n:10d}, {busy * us:.2f} us of SDMA "
