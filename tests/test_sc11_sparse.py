@@ -200,6 +200,10 @@ def test_runs_and_token_gathers_give_identical_outputs(name):
         runs = _runs(inp, s, s.mapping.seq_tile)
         assert m == [runs * pieces, _valid_entries(inp) * pieces], case.describe()
         assert 3 * runs < _valid_entries(inp), case.describe()     # windows: long runs
+        for scheme in ("heads", "seq", "batch_seq"):   # runs cut where a core's piece ends
+            a, b = runner(name)(inp, scheme=scheme), token(inp, scheme=scheme)
+            assert torch.equal(a.out.view(torch.int16), b.out.view(torch.int16)), scheme
+            assert torch.equal(a.lse, b.lse), scheme
 
 
 def test_verify_draws_lists_of_windows():
