@@ -218,7 +218,7 @@ def test_schemes_are_drawn_and_a_bad_one_is_named():
         return RefRunner()(inp, out=out)
 
     used.clear()
-    r = run(fine, examples=60)     # enough draws to meet all five schemes
+    r = run(fine, examples=120)    # enough draws to meet all five schemes
     assert r.ok and used == {"auto", "heads", "batch", "seq", "batch_seq"}
     assert any("schemes drawn" in n for n in r.notes)
     fixed = SC11.replace(scheme="batch")
