@@ -122,6 +122,8 @@ def test_cases_draw_non_finite_inputs_only_where_asked():
             seen[p.where].add("nan" if math.isnan(p.value) else str(p.value))
             if p.where == "cache":   # only slots every query row sees
                 assert p.row < seen_by_every_row(case.seqlens[p.seq], case.s_q, c)
+                # +-inf only outside V: a -inf score's 0 * inf is undefined under split-KV
+                assert p.col >= s.problem.dv or math.isnan(p.value)
         inp = case.inputs()
         assert inp.causal == c
         for p in case.poisons:

@@ -105,15 +105,17 @@ def compare_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor,
     if tuple(actual.shape) != shape:
         return TensorReport(name, False, shape, total, n_bad=total, tol=tol,
                             problem=f"shape {tuple(actual.shape)}, expected {shape}")
-    a = actual.detach().to("cpu", torch.float64)
-    r = expected.detach().to("cpu", torch.float64)
+    # on the reference's device (a GPU when verify ran it there), samples read back at the end
+    dev = expected.device
+    a = actual.detach().to(dev, torch.float64)
+    r = expected.detach().to(dev, torch.float64)
     a_nan, r_nan = torch.isnan(a), torch.isnan(r)
     nan_mis = a_nan ^ r_nan
     inf_mis = (torch.isinf(a) | torch.isinf(r)) & ~(a_nan | r_nan) & (a != r)
     finite = torch.isfinite(a) & torch.isfinite(r)
     diff = torch.where(finite, (a - r).abs(), torch.zeros_like(a))
     rel = torch.where(finite, diff / r.abs().clamp_min(1e-300), torch.zeros_like(a))
-    atol = tol.atol if slack is None else tol.atol + slack.detach().to("cpu", torch.float64)
+    atol = tol.atol if slack is None else tol.atol + slack.detach().to(dev, torch.float64)
     within = (diff <= atol) | (diff <= tol.rtol * r.abs())
     out_of_tol = finite & ~within
     bad_mask = out_of_tol | nan_mis | inf_mis

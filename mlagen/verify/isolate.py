@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import io
 import multiprocessing as mp
+import time
 import traceback
 from typing import Optional
 
@@ -55,13 +56,14 @@ def _poison_allocator(inputs: MlaInputs, out_shape, lse_shape, device: str):
 
 def _worker(conn, schedule, factory: str, device: str) -> None:
     """The child: make the runner once, then run examples until told to stop."""
+    t0 = time.perf_counter()
     try:
         make = _resolve(factory)
         fns = {(): make(schedule)}
     except BaseException:   # report why the runner could not be made, then exit
         conn.send(("error", "making the runner failed:\n" + traceback.format_exc()))
         return
-    conn.send(("ready", None))
+    conn.send(("ready", time.perf_counter() - t0))
     while True:
         try:
             msg = conn.recv_bytes()
@@ -110,9 +112,12 @@ class IsolatedRunner:
         self._conn = None
         self.restarts = 0          # workers lost to a crash, a hang or an error
         self.poisoned = True
+        self.start_s = 0.0         # the last start: spawn to ready
+        self.runner_s = 0.0        # of which making the runner (load, or build) in the worker
 
     # ---- worker lifetime -------------------------------------------------------------
     def start(self) -> None:
+        t0 = time.perf_counter()
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=_worker,
                                        args=(child, self.schedule, self.factory, self.device),
@@ -132,6 +137,7 @@ class IsolatedRunner:
         if kind != "ready":
             self._kill()
             raise ExampleCrashed(detail)
+        self.start_s, self.runner_s = time.perf_counter() - t0, detail
 
     def _kill(self) -> None:
         if self._proc is not None and self._proc.is_alive():

@@ -86,6 +86,7 @@ class VerifyResult:
     poisoned: bool = True            # outputs were NaN-poisoned before every run
     notes: list = field(default_factory=list)
     variants_built: int = 1          # compiled variants the run exercised
+    phase_s: dict = field(default_factory=dict)   # examples' time: inputs, reference, ...
 
     def summary(self) -> str:
         head = (f"{'PASS' if self.ok else 'FAIL'} {self.schedule} [{self.variant}] "
@@ -266,6 +267,15 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
             oracles[key] = _default_reference(s)
         return oracles[key]
 
+    members = family_of(schedule) if family else [schedule]
+    if isolate and len(members) > 1:
+        # the family's workers (the schedule's own among them) start and build at once,
+        # before the clock: one build after another inside the run spent its time budget
+        # on nvcc, and one start after another its setup on imports and CUDA contexts
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(members)) as pool:
+            list(pool.map(kernel_for, members))
     base_kernel = kernel_for(schedule)
     # inputs for the kernel's run-time paths that drawn problems never reach (the real
     # kernel only: a stand-in runner has none of them)
@@ -275,14 +285,6 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     explicit += [(None, Case(schedule.problem, f["batch"], f["s_q"],
                              schedule.heads_per_device, tuple(f["seqlens"]), 0, False, 1), None)
                  for _, f in paths]
-    members = family_of(schedule) if family else [schedule]
-    if isolate and len(members) > 1:
-        # the family's workers start (and build) at once, before the clock: one build
-        # after another inside the run spent its time budget on nvcc
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=len(members) - 1) as pool:
-            list(pool.map(kernel_for, members[1:]))
     setup_s = time.perf_counter() - t0
     be = backend(schedule.target.name)
     choices = dict(be.runtime_choices(schedule))
@@ -316,6 +318,9 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
 
     state = dict(run=0, failure=None, first_fail_t=None, poisoned=True, shrinking=False,
                  calls=0)
+    # where the examples' time goes (the summary's "time:" line): a slow profile is
+    # located by these, not guessed
+    spent = dict(inputs=0.0, reference=0.0, kernel=0.0, compare=0.0)
     n_explicit = len(explicit)
 
     def run_kernel(s: Schedule, inputs: MlaInputs, want: MlaOutputs,
@@ -349,21 +354,31 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                 raise _BudgetSpent()
         elif shrink_budget_s is not None and now - state["first_fail_t"] > shrink_budget_s:
             raise _BudgetSpent()
+        t = time.perf_counter()
         inputs = case.inputs()
+        spent["inputs"] += time.perf_counter() - t
         where = case.describe() + (f", scheme {scheme}" if scheme else "")
         if sched is not schedule:
             where += f", drawn variant {sched.variant_name()} ({_knobs_differing(schedule, sched)})"
         failed: Optional[Failure] = None
+        t = time.perf_counter()
         try:
-            expected = expected_outputs(oracle(sched), inputs, reference_device)
+            # compared where the reference ran: float64 over millions of elements was
+            # a third of a smoke run's time on the host
+            expected = expected_outputs(oracle(sched), inputs, reference_device, host=False)
         except Exception as e:   # noqa: BLE001 - a drawn valid case the reference rejects
             failed = Failure("reference", f"the reference raised {type(e).__name__}: {e}",
                              where)
+        spent["reference"] += time.perf_counter() - t
         if failed is None:
             try:
                 knobs = () if case.split_kv is None else (("split_kv", case.split_kv),)
+                t = time.perf_counter()
                 actual = run_kernel(sched, inputs, expected, scheme, knobs)
+                t1 = time.perf_counter()
+                spent["kernel"] += t1 - t
                 cmp = compare(actual, expected, case.problem.dtype, tolerances)
+                spent["compare"] += time.perf_counter() - t1
                 if not cmp.ok:
                     failed = Failure("mismatch", cmp.summary(), where, comparison=cmp)
             except Exception as e:   # noqa: BLE001 - any error on a valid case is a failure
@@ -435,6 +450,10 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                           examples_requested=n, examples_run=state["run"],
                           elapsed_s=elapsed, setup_s=setup_s, seed=seed, failure=failure,
                           budget_spent=budget_spent, poisoned=state["poisoned"])
+    result.notes.append("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items())
+                        + f" (of {elapsed:.1f} s; the kernel's includes the worker's "
+                        f"transfers and any run-time variant it loads)")
+    result.phase_s = dict(spent)
     if not state["poisoned"]:
         result.notes.append("note: the runner has no out= hook, so outputs were not "
                             "NaN-poisoned; an element it never writes may go unnoticed")
@@ -451,18 +470,23 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         result.variants_built = len(kernels)
     elif draw_schemes:
         result.notes.append(f"schemes drawn per example from {', '.join(choices['scheme'])}")
+    if workers:
+        result.notes.append(f"setup: {len(workers)} worker(s) ready in "
+                            f"{max(w.start_s for w in workers):.1f} s at most, of which making "
+                            f"the runner {max(w.runner_s for w in workers):.1f} s")
     restarts = sum(w.restarts for w in workers)
     if restarts:
         result.notes.append(f"note: the worker process was restarted {restarts} times")
     return result
 
 
-def expected_outputs(ref: Callable, inputs: MlaInputs, device: str = "cpu") -> MlaOutputs:
+def expected_outputs(ref: Callable, inputs: MlaInputs, device: str = "cpu",
+                     host: bool = True) -> MlaOutputs:
     """The reference's outputs: where bad block-table entries were planted
     (strategies.plant_bad_pages), on the clean table, with the sequences they hit NaN in
     out and lse (the contract of backends whose bad_pages_give_nan).  device: where the
     reference runs (its outputs, the allowances in extra["slack"] too, come back on the
-    host)."""
+    host unless host=False: verify compares them where they are)."""
     if device != "cpu":
         meta = dict(inputs.meta)
         if "clean_table" in meta:
@@ -474,6 +498,8 @@ def expected_outputs(ref: Callable, inputs: MlaInputs, device: str = "cpu") -> M
             raise                       # the case's own fault: the host would say the same
         except Exception:   # noqa: BLE001 - the device's trouble, not the case's: the host's
             return expected_outputs(ref, inputs)
+        if not host:
+            return want
         slack = {k: v.cpu() for k, v in want.extra.get("slack", {}).items()}
         return MlaOutputs(want.out.cpu(), want.lse.cpu(),
                           extra={"slack": slack} if slack else {})

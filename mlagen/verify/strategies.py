@@ -325,9 +325,14 @@ def poisons_strategy(prob: Problem, batch: int, s_q: int, heads: int, lens: Sequ
         seq = draw(st.integers(0, batch - 1))
         where = draw(st.sampled_from(("q", "cache") if seen[seq] else ("q",)))
         row = draw(st.integers(0, (s_q if where == "q" else seen[seq]) - 1))
-        return Poison(where, seq, row, draw(st.integers(0, heads - 1)),
-                      draw(st.integers(0, (width if where == "q" else prob.d) - 1)),
-                      draw(st.sampled_from(NONFINITE)))
+        head = draw(st.integers(0, heads - 1))
+        value = draw(st.sampled_from(NONFINITE))
+        # +-inf in a cache slot only outside V (the RoPE columns): a head whose score it
+        # makes -inf gives it weight 0 and 0 * inf in P V, which a split piece of only such
+        # keys drops (docs/conventions.md, "NaN and Inf")
+        lo = prob.dv if where == "cache" and math.isinf(value) else 0
+        col = draw(st.integers(lo, (width if where == "q" else prob.d) - 1))
+        return Poison(where, seq, row, head, col, value)
     return st.one_of(st.just(()), st.lists(one(), min_size=1, max_size=2).map(tuple))
 
 
