@@ -176,6 +176,17 @@ def test_path_cases_plant_bad_pages_where_the_contract_makes_them_nan():
     assert {c.problem.page_size for c in hop} >= {64, 128, 256}
 
 
+def test_hopper_path_cases_put_rows_that_see_no_key_through_the_combine():
+    """A causal row that sees no key, in a request cut into forced pieces: only the combine
+    makes its lse +inf (a combine that left it at -inf escaped the drawn examples)."""
+    s = example("hopper_h200")
+    forced = [c for c in path_cases(s) if c.split_kv not in (None, 1, "auto")]
+    assert s.problem.causal
+    assert any(c.causal is not False and any(0 < n < c.s_q for n in c.seqlens)
+               for c in forced)
+    assert any(0 in c.seqlens for c in forced)
+
+
 # ---------------------------------------------------------------- SC11's two ---------
 def test_sc11_family_has_heads_that_leave_the_last_core_short():
     """(a) a head count with a remainder of 2+ over the cores: 11 heads over 4 cores

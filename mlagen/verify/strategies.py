@@ -510,6 +510,12 @@ def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
         lens = (min(cap, 1100),) * 2 + (block + 1,) * 31
         out.append(case(prob, lens, sq, h, "rising", 2, 15))
     fixed = [n for n in splits if n not in (1, "auto")]
+    if fixed:
+        # rows that see no key (causal, s_q past the length; an empty sequence) cut into
+        # forced pieces: every partial lse is -inf and the combine alone makes the row's
+        # +inf; the "auto" split leaves such short requests whole
+        out.append(case(prob, (1, max(1, sq - 1), 0, block + 1), sq, h, "rising", 3, 16,
+                        split=max(fixed)))
     if be.bad_pages_give_nan and fixed:
         # a bad entry at the last page of each sequence's first piece (neither its first,
         # middle nor last page), the pieces as the backend's scheduler cuts them
