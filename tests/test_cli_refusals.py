@@ -155,6 +155,26 @@ def test_output_paths_are_checked_before_the_work(tmp_path, clean, capsys):
     assert clean() == []
 
 
+def test_verify_json_path_is_checked_before_the_run(tmp_path, clean, capsys):
+    (tmp_path / "afile").write_text("x")
+    refused(capsys, ["verify", SC11, "--json", str(tmp_path)], "--json: is a directory")
+    refused(capsys, ["verify", SC11, "--json", str(tmp_path / "afile" / "r.json")],
+            "--json: no folder")
+    assert clean() == []                     # refused before the build
+
+
+def test_verify_json_records_the_result(tmp_path, clean, capsys):
+    import json
+
+    dest = tmp_path / "r.json"
+    assert main(["verify", SC11, "-n", "2", "--profile", "ci", "--no-progress",
+                 "--json", str(dest)]) == 0
+    rec = json.loads(dest.read_text())
+    assert rec["ok"] and rec["examples_run"] == 2 and rec["profile"] == "ci"
+    assert set(rec["phase_s"]) == {"inputs", "reference", "kernel", "compare"}
+    assert rec["failure"] is None and "PASS" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("name,needle", [
     ("binary.toml", "not an mlagen verify repro file"),
     ("empty.toml", "not an mlagen verify repro file"),

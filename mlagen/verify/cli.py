@@ -1,7 +1,7 @@
 """`mlagen verify`: the arguments and the command, for mlagen/cli.py to wire in.
 
     mlagen verify SCHEDULE [--examples N] [--profile smoke|ci|explore] [--seed S]
-                           [--time-budget SECONDS] [--no-progress]
+                           [--time-budget SECONDS] [--no-progress] [--json FILE]
     mlagen verify --repro FILE
 
 Exit status: 0 all examples passed, 1 a failure was found, 2 the command could not run.
@@ -10,8 +10,11 @@ Exit status: 0 all examples passed, 1 a failure was found, 2 the command could n
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import sys
+from pathlib import Path
 
 from ..errors import MlagenError
 from .profiles import ENV, PROFILES   # light: no torch, no hypothesis (mlagen --help)
@@ -64,7 +67,23 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument("--repro", metavar="FILE", default=None,
                         help="replay a saved failing example instead of drawing new ones")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--json", metavar="FILE", default=None,
+                        help="also write the result as JSON here (checked before the run)")
     return parser
+
+
+def _json_target(path: str) -> Path:
+    """The --json path, refused before any example runs (a long run's result is not lost
+    to a typo at its end)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise MlagenError(f"{path}: --json: is a directory")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise MlagenError(f"{path}: --json: no folder {parent}")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise MlagenError(f"{path}: --json: cannot write there")
+    return p
 
 
 def verify_main(args: argparse.Namespace, out=None, err=None) -> int:
@@ -75,6 +94,7 @@ def verify_main(args: argparse.Namespace, out=None, err=None) -> int:
     from ..backends import require_device
 
     try:
+        json_path = _json_target(args.json) if getattr(args, "json", None) else None
         if args.repro:
             if args.schedule:
                 print("mlagen: give a schedule or --repro FILE, not both", file=err)
@@ -101,6 +121,14 @@ def verify_main(args: argparse.Namespace, out=None, err=None) -> int:
         print(f"mlagen: {e}", file=err)
         return 2
     print(result.summary(), file=out)
+    if json_path is not None:
+        try:
+            tmp = json_path.with_name(json_path.name + ".tmp")
+            tmp.write_text(json.dumps(result.record(), indent=1) + "\n")
+            tmp.replace(json_path)
+        except OSError as e:
+            print(f"mlagen: {json_path}: --json: {e.strerror or e}", file=err)
+            return 2
     return 0 if result.ok else 1
 
 

@@ -87,6 +87,24 @@ class VerifyResult:
     notes: list = field(default_factory=list)
     variants_built: int = 1          # compiled variants the run exercised
     phase_s: dict = field(default_factory=dict)   # examples' time: inputs, reference, ...
+    workers_ready_s: float = 0.0     # GPU targets: the slowest worker's start, spawn to ready
+    runner_made_s: float = 0.0       # ... of which making its runner (a load, or a build)
+
+    def record(self) -> dict:
+        """The result as plain data (`mlagen verify --json`): what a script or CI keeps."""
+        f = self.failure
+        return dict(schedule=self.schedule, variant=self.variant, profile=self.profile,
+                    ok=self.ok, examples_requested=self.examples_requested,
+                    examples_run=self.examples_run, elapsed_s=round(self.elapsed_s, 3),
+                    setup_s=round(self.setup_s, 3), seed=self.seed,
+                    budget_spent=self.budget_spent, poisoned=self.poisoned,
+                    variants_built=self.variants_built,
+                    phase_s={k: round(v, 3) for k, v in self.phase_s.items()},
+                    workers_ready_s=round(self.workers_ready_s, 3),
+                    runner_made_s=round(self.runner_made_s, 3), notes=list(self.notes),
+                    failure=None if f is None else dict(
+                        kind=f.kind, message=f.message, case=f.case, command=f.command,
+                        repro_file=None if f.repro_file is None else str(f.repro_file)))
 
     def summary(self) -> str:
         head = (f"{'PASS' if self.ok else 'FAIL'} {self.schedule} [{self.variant}] "
@@ -471,9 +489,11 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
     elif draw_schemes:
         result.notes.append(f"schemes drawn per example from {', '.join(choices['scheme'])}")
     if workers:
+        result.workers_ready_s = max(w.start_s for w in workers)
+        result.runner_made_s = max(w.runner_s for w in workers)
         result.notes.append(f"setup: {len(workers)} worker(s) ready in "
-                            f"{max(w.start_s for w in workers):.1f} s at most, of which making "
-                            f"the runner {max(w.runner_s for w in workers):.1f} s")
+                            f"{result.workers_ready_s:.1f} s at most, of which making "
+                            f"the runner {result.runner_made_s:.1f} s")
     restarts = sum(w.restarts for w in workers)
     if restarts:
         result.notes.append(f"note: the worker process was restarted {restarts} times")
