@@ -256,3 +256,18 @@ def test_unmutated_hopper_examples_pass_smoke(schedule):
 
     r = verify(example(schedule), profile="smoke", progress=False)
     assert r.ok, r.summary()
+
+
+def test_the_wall_limit_stops_a_run_and_says_where_it_was(tmp_path, monkeypatch):
+    """A run still going at the wall limit is killed and reported not reached (never caught
+    nor escaped), with the last line it wrote; those not started are not reached too."""
+    import time
+
+    monkeypatch.setenv("MLAGEN_CACHE_DIR", str(tmp_path))     # a cold build: seconds long
+    m = by_name("merged_empty_lse")
+    todo = [(m, "sc11_attn", "smoke"), (m, "sc11_fused_tp4", "smoke")]
+    got = list(harness._in_processes(todo, 1, None, None, time.perf_counter() + 2.0))
+    assert [o.schedule for o in got] == ["sc11_attn", "sc11_fused_tp4"]
+    assert all(not o.caught and o.error.startswith("not reached: the harness's wall limit")
+               for o in got)
+    assert got[0].seconds >= 2.0 and got[1].seconds == 0.0

@@ -334,8 +334,12 @@ def _in_processes(todo, parallel: int, examples, time_budget_s,
                 for proc, out, m, n, prof, errf, started in running:
                     proc.kill()
                     proc.wait()
+                    errf.seek(0)
+                    last = (errf.read().strip().splitlines() or [""])[-1][:160]
                     errf.close()
-                    yield Outcome(m.name, n, prof, False, error=late,
+                    # what the stopped run was doing (a build, a worker's start, an example)
+                    yield Outcome(m.name, n, prof, False,
+                                  error=late + (f" (its last line: {last})" if last else ""),
                                   seconds=time.perf_counter() - started)
                 for _, (m, n, prof) in waiting:
                     yield Outcome(m.name, n, prof, False, error=late)
