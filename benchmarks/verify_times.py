@@ -39,10 +39,8 @@ def device_name() -> str:
 
 
 def device_tag(name: str) -> str:
-    for tag in ("H200", "H100"):
-        if tag in name:
-            return tag.lower()
-    return "cpu"
+    """The records' device word: the name's words, lower case, without the vendor."""
+    return "_".join(w.lower() for w in name.split() if w.upper() != "NVIDIA")
 
 
 def one(schedule: Path, profile: str, timeout_s: float, tmp: Path) -> dict:
@@ -106,7 +104,9 @@ def main() -> int:
                       f"{r['wall_s']:.1f} | {r.get('examples_s', 0):.1f} | "
                       f"{r.get('examples', 0)} | {r.get('setup_s', 0):.1f} | {parts} |",
                       flush=True)
-    rec = dict(commit=commit, device=dev, bars_s=BARS,
+    date = subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=ROOT, text=True,
+                          capture_output=True).stdout.strip() or "unknown"
+    rec = dict(commit=commit, commit_date=date, device=dev, bars_s=BARS,
                command="python benchmarks/verify_times.py " + " ".join(sys.argv[1:]),
                note="one schedule at a time, each a fresh `mlagen verify --json` process; "
                     "wall_s: the whole command (imports, builds on a cold cache, workers, "
