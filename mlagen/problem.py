@@ -174,6 +174,18 @@ def make_paged_cache(seqlens: Sequence[int], page_size: int, d: int, dtype: torc
     return cache, table
 
 
+def fused_weights(problem: Problem, heads: int, g: torch.Generator) -> FusedWeights:
+    """Random up-projections of `heads` heads of a fused problem (unit-variance outputs)."""
+    dtype = TORCH_DTYPES[problem.dtype]
+    nope, rope, r = problem.qk_nope_head_dim, problem.rope_dim, problem.q_lora_rank
+    return FusedWeights(
+        w_uq=(torch.randn(r, heads, nope + rope, generator=g) * r ** -0.5).to(dtype),
+        w_uk=(torch.randn(heads, nope, problem.kv_lora_rank, generator=g) * nope ** -0.5
+              ).to(dtype),
+        w_uv=(torch.randn(heads, problem.kv_lora_rank, problem.v_head_dim, generator=g)
+              * problem.kv_lora_rank ** -0.5).to(dtype))
+
+
 def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: int = 1,
                 heads: Optional[int] = None, seed: int = 0, shuffle: bool = True,
                 nan_fill: bool = True, device: str | torch.device = "cpu",
@@ -225,15 +237,8 @@ def make_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, s_q: in
                                   problem.kv_lora_rank)
     wide = 2 if q_noncontiguous else 1     # q drawn twice as wide, then strided (below)
     if problem.fused:
-        nope, rope = problem.qk_nope_head_dim, problem.rope_dim
-        r = problem.q_lora_rank
-        w = FusedWeights(
-            w_uq=(torch.randn(r, h, nope + rope, generator=g) * r ** -0.5).to(dtype),
-            w_uk=(torch.randn(h, nope, problem.kv_lora_rank, generator=g) * nope ** -0.5
-                  ).to(dtype),
-            w_uv=(torch.randn(h, problem.kv_lora_rank, problem.v_head_dim, generator=g)
-                  * problem.kv_lora_rank ** -0.5).to(dtype))
-        q_lora = torch.randn(batch, s_q, wide * r, generator=g).to(dtype)
+        w = fused_weights(problem, h, g)
+        q_lora = torch.randn(batch, s_q, wide * problem.q_lora_rank, generator=g).to(dtype)
         inp = MlaInputs(None, cache, table, seq, problem.default_scale(), problem.causal,
                         q_lora=q_lora, weights=w, meta=meta, dv=problem.dv,
                         kv_format=problem.kv, k_descale=descale)
@@ -305,23 +310,37 @@ def _per_block(descale, table, num_blocks):
 
 @dataclass
 class SparseInputs:
-    """A token-sparse decode workload: q, the pools it attends to (mlagen.reference's
-    sparse_attention), the per-head sinks."""
+    """A token-sparse decode workload: q (or, for the fused operator, q_lora, the weights
+    and each sequence's length, whose last s_q positions the query tokens take), the pools
+    it attends to (mlagen.reference's sparse_attention), the per-head sinks."""
 
-    q: torch.Tensor                              # [b, s_q, h_q, d]
+    q: Optional[torch.Tensor]                    # [b, s_q, h_q, d]; None for the fused operator
     pools: list                                  # [SparsePool]: the main pool, then extras
     softmax_scale: float
     attn_sink: Optional[torch.Tensor] = None     # fp32 [h_q]
     dv: int = 512
     meta: dict = field(default_factory=dict)
-    q_lora = None                                # (attention only: what MlaInputs names so)
+    q_lora: Optional[torch.Tensor] = None        # fused: [b, s_q, q_lora_rank]
+    weights: Optional[FusedWeights] = None       # fused
+    cache_seqlens: Optional[torch.Tensor] = None  # fused: int32 [b], each >= s_q (RoPE positions)
+
+    @property
+    def rows(self) -> tuple[int, int]:
+        """(batch, s_q)."""
+        return tuple((self.q if self.q is not None else self.q_lora).shape[:2])
 
     def to(self, device) -> "SparseInputs":
         mv = lambda t: None if t is None else t.to(device)   # noqa: E731
         pools = [replace(p, k_cache=mv(p.k_cache), indices=mv(p.indices),
                          topk_length=mv(p.topk_length), k_descale=mv(p.k_descale))
                  for p in self.pools]
-        return replace(self, q=mv(self.q), pools=pools, attn_sink=mv(self.attn_sink))
+        w = self.weights
+        if w is not None:
+            w = replace(w, w_uq=w.w_uq.to(device), w_uk=w.w_uk.to(device),
+                        w_uv=w.w_uv.to(device))
+        return replace(self, q=mv(self.q), pools=pools, attn_sink=mv(self.attn_sink),
+                       q_lora=mv(self.q_lora), weights=w,
+                       cache_seqlens=mv(self.cache_seqlens))
 
 
 def slots_of(positions: torch.Tensor, block_table: torch.Tensor, page: int) -> torch.Tensor:
@@ -415,7 +434,14 @@ def make_sparse_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, 
                                  problem.extra_page_size or problem.page_size, problem.d, dtype,
                                  g, problem.extra_kv, rank, invalid, repeats, topk_length,
                                  windows))
-    q = torch.randn(batch, s_q, h, problem.d, generator=g).to(dtype)
+    if problem.fused:
+        # the query tokens take each sequence's last s_q positions (at least 0)
+        w = fused_weights(problem, h, g)
+        q, q_lora = None, torch.randn(batch, s_q, problem.q_lora_rank, generator=g).to(dtype)
+        positions = torch.tensor([max(n, s_q) for n in seqlens], dtype=torch.int32)
+    else:
+        q = torch.randn(batch, s_q, h, problem.d, generator=g).to(dtype)
+        w = q_lora = positions = None
     sink = None
     if problem.sinks:
         sink = torch.randn(h, generator=g) * 2
@@ -428,4 +454,6 @@ def make_sparse_inputs(problem: Problem, batch: int, seqlens: Sequence[int], *, 
     mv = lambda t: None if t is None else t.to(device)   # noqa: E731
     pools = [replace(p, k_cache=mv(p.k_cache), indices=mv(p.indices),
                      topk_length=mv(p.topk_length), k_descale=mv(p.k_descale)) for p in pools]
-    return SparseInputs(q.to(device), pools, problem.default_scale(), mv(sink), problem.dv, meta)
+    return SparseInputs(mv(q), pools, problem.default_scale(), mv(sink), problem.dv, meta,
+                        q_lora=mv(q_lora), weights=w,
+                        cache_seqlens=mv(positions)).to(device)

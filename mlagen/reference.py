@@ -557,6 +557,8 @@ def run(inputs: MlaInputs | SparseInputs, dtype: torch.dtype = torch.float32,
     _check_rounded(rounded)
     extra: dict = {}
     if isinstance(inputs, SparseInputs):
+        if inputs.q is None:
+            return _fused_sparse(inputs, dtype, rounded)
         out, lse = sparse_attention(inputs.q, inputs.pools, dv=inputs.dv,
                                     softmax_scale=inputs.softmax_scale,
                                     attn_sink=inputs.attn_sink, dtype=dtype,
@@ -579,3 +581,28 @@ def run(inputs: MlaInputs | SparseInputs, dtype: torch.dtype = torch.float32,
     else:
         raise InputError("MlaInputs needs q (attention) or q_lora and weights (fused)")
     return MlaOutputs(out, lse, extra=extra)
+
+
+def _fused_sparse(inputs: SparseInputs, dtype: torch.dtype, rounded: tuple[str, ...]
+                  ) -> MlaOutputs:
+    """The fused operator over token-sparse pools: the absorbed query of q_lora (its tokens
+    at each sequence's last s_q positions), sparse attention on the latent pools, W_UV.
+    extra: the absorbed query and o_lat, each before its rounding point."""
+    if inputs.q_lora is None or inputs.weights is None or inputs.cache_seqlens is None:
+        raise InputError("SparseInputs needs q (attention) or q_lora, weights and "
+                         "cache_seqlens (fused)")
+    w, store = inputs.weights, inputs.q_lora.dtype
+    s_q = inputs.q_lora.shape[1]
+    if inputs.cache_seqlens.numel() and int(inputs.cache_seqlens.min()) < s_q:
+        raise InputError(f"cache_seqlens must be >= s_q = {s_q} (the query tokens' positions "
+                         f"are each sequence's last s_q), got {int(inputs.cache_seqlens.min())}")
+    rank = w.w_uk.shape[-1]
+    rope_dim = w.w_uq.shape[-1] - w.w_uk.shape[1]
+    q = absorb_query(inputs.q_lora, w, inputs.cache_seqlens, s_q, rope_dim, dtype)
+    o_lat, lse = sparse_attention(q.to(store) if "q" in rounded else q, inputs.pools, dv=rank,
+                                  softmax_scale=inputs.softmax_scale,
+                                  attn_sink=inputs.attn_sink, dtype=dtype,
+                                  round_p=store if "p" in rounded else None, rope_dim=rope_dim)
+    o_used = o_lat.to(store).to(dtype) if "o_lat" in rounded else o_lat
+    out = torch.einsum("bshc,hcv->bshv", o_used, w.w_uv.to(o_lat.device, dtype))
+    return MlaOutputs(out, lse, extra={"q": q, "o_lat": o_lat})

@@ -181,6 +181,11 @@ def _strided_copy(q: torch.Tensor) -> torch.Tensor:
 # limit of fp32 scores, the reference's own fp32 run shows it too
 SPARSE_SHIFT_NATS = 100.0
 
+# the largest score shift (nats) the sparse patterns turn into a rope-column factor on the
+# fused operator: 1 + 96 / 4 = 25x, what `apply` reaches over 1100 keys at its steepest rise
+FUSED_NATS = 96.0
+
+
 def _named(pool, b: int, s: int) -> torch.Tensor:
     """The slots row (b, s) of a SparsePool attends to, in list order (after topk_length)."""
     idx = pool.indices[b, s].long()
@@ -199,8 +204,9 @@ def apply_sparse(inp, pattern: str, arg: int, rank: int):
         return inp
     if pattern not in PATTERNS:
         raise ValueError(f"unknown data pattern {pattern!r}; one of {PATTERNS}")
-    b_n, s_n = inp.q.shape[:2]
+    b_n, s_n = inp.rows
     scale = inp.softmax_scale
+    fused = inp.q is None          # the query is the kernel's own (phase A): keys alone
     caches = []
     for pool in inp.pools:
         fmt = kvformat.get(pool.kv_format or "bf16")
@@ -237,14 +243,24 @@ def apply_sparse(inp, pattern: str, arg: int, rank: int):
             for i, x in named:
                 flat = caches[i][1].view(-1, *caches[i][1].shape[2:])
                 top = torch.finfo(flat.dtype).max / 4
-                flat[x, :, rank] = (f[at:at + len(x)] / scale).clamp(-top, top) \
-                    .to(flat.dtype)[:, None]
+                if fused:
+                    # as `apply` on the fused operator: the rope columns' share grows, by
+                    # at most what `apply` reaches at its longest sequences (a row's 2048
+                    # entries would reach 45x: then one rounding step of the absorbed q
+                    # moves a score by nats, a difference only the elementwise allowance
+                    # covers, not the cosine bound)
+                    g = 1.0 + f[at:at + len(x)].abs().clamp(max=FUSED_NATS) / 4.0
+                    flat[x, :, rank:] = (flat[x, :, rank:].double()
+                                         * g[:, None, None]).to(flat.dtype)
+                else:
+                    flat[x, :, rank] = (f[at:at + len(x)] / scale).clamp(-top, top) \
+                        .to(flat.dtype)[:, None]
                 at += len(x)
     pools = [dataclasses.replace(p, k_cache=kvformat.quantize(k, fmt.name, p.k_descale, rank)
                                  if fmt.quantized else k)
              for p, (fmt, k) in zip(inp.pools, caches)]
-    q = inp.q.clone()
-    if pattern != "ties":
+    q = None if fused else inp.q.clone()
+    if pattern != "ties" and not fused:
         q[..., rank] = 1.0
     return dataclasses.replace(inp, q=q, pools=pools,
                                meta=dict(inp.meta, data=pattern, data_arg=arg))

@@ -66,6 +66,23 @@ def _key_absmax(inputs: MlaInputs) -> torch.Tensor:
     return torch.stack(rows)
 
 
+def _sparse_key_absmax(inputs, rank: int) -> torch.Tensor:
+    """[b, s_q, d]: per query row of token-sparse inputs (problem.SparseInputs), the largest
+    finite |k| per column over the keys its entries name, in every pool (0 if none), read
+    as the reference reads them."""
+    from .. import reference
+
+    b_n, s_n = inputs.rows
+    w = inputs.weights
+    rope = w.w_uq.shape[-1] - w.w_uk.shape[1]
+    out = torch.zeros(b_n, s_n, rank + rope, dtype=torch.float64)
+    for pool in inputs.pools:
+        keys, _ = reference._pool_keys(pool, 0, b_n, rank + rope, rope, torch.float64, "cpu")
+        if keys.shape[2]:
+            out = torch.maximum(out, keys.abs().nan_to_num(nan=0.0, posinf=0.0).amax(dim=2))
+    return out
+
+
 def fused_rounded(inputs: MlaInputs, dtype: torch.dtype = torch.float64) -> MlaOutputs:
     """The fused (absorbed) operator in `dtype`, with the absorbed query and o_lat rounded
     to the inputs' storage dtype as the kernel stores them.
@@ -88,14 +105,16 @@ def fused_rounded(inputs: MlaInputs, dtype: torch.dtype = torch.float64) -> MlaO
     o_room = _flip_room(o_lat.double(), store)      # [b, s, h, rank]
     w_uv = w.w_uv.to(o_lat.device, dtype)
 
-    kmax = _key_absmax(inputs).to(q64.device)                          # [b, d]
     q_room = _flip_room(q64.double(), store)                           # [b, s, h, d]
-    score = inputs.softmax_scale * torch.einsum("bshd,bd->bhs", q_room, kmax)
+    # [b, s, d]: the keys each query row sees (a sequence's, or the ones its entries name)
+    kmax = (_sparse_key_absmax(inputs, rank) if hasattr(inputs, "pools") else
+            _key_absmax(inputs)[:, None, :].expand(-1, q64.shape[1], -1)).to(q64.device)
+    score = inputs.softmax_scale * torch.einsum("bshd,bsd->bhs", q_room, kmax)
     lse_slack = torch.where(torch.isfinite(lse), score, torch.zeros_like(score))
     # softmax weights move by at most a factor exp(+-2 * score change)
-    vmax = kmax[:, :rank]                                               # [b, rank]
+    vmax = kmax[..., :rank]                                             # [b, s, rank]
     grow = torch.expm1(2 * score).transpose(1, 2)                       # [b, s, h]
-    out_slack = grow[..., None] * torch.einsum("bc,hcv->bhv", vmax, w_uv.abs())[:, None] \
+    out_slack = grow[..., None] * torch.einsum("bsc,hcv->bshv", vmax, w_uv.abs()) \
         + torch.einsum("bshc,hcv->bshv", o_room, w_uv.abs())
     return MlaOutputs(out, lse, extra={"slack": {"lse": lse_slack, "out": out_slack}})
 

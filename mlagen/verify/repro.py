@@ -32,19 +32,19 @@ def failures_dir() -> Path:
 
 
 def _tensors(inputs: MlaInputs | SparseInputs) -> dict[str, Any]:
+    w = inputs.weights
+    weights = None if w is None else dict(w_uq=w.w_uq, w_uk=w.w_uk, w_uv=w.w_uv,
+                                          rope_theta=w.rope_theta, rope=_rope_record(w.rope))
     if isinstance(inputs, SparseInputs):
         return dict(sparse=True, q=inputs.q, softmax_scale=inputs.softmax_scale,
                     attn_sink=inputs.attn_sink, dv=inputs.dv, meta=dict(inputs.meta),
                     pools=[dict(k_cache=p.k_cache, indices=p.indices,
                                 topk_length=p.topk_length, kv_format=p.kv_format,
-                                k_descale=p.k_descale) for p in inputs.pools])
-    w = inputs.weights
+                                k_descale=p.k_descale) for p in inputs.pools],
+                    q_lora=inputs.q_lora, weights=weights, cache_seqlens=inputs.cache_seqlens)
     return dict(q=inputs.q, k_cache=inputs.k_cache, block_table=inputs.block_table,
                 cache_seqlens=inputs.cache_seqlens, softmax_scale=inputs.softmax_scale,
-                causal=inputs.causal, q_lora=inputs.q_lora,
-                weights=None if w is None else dict(w_uq=w.w_uq, w_uk=w.w_uk, w_uv=w.w_uv,
-                                                     rope_theta=w.rope_theta,
-                                                     rope=_rope_record(w.rope)),
+                causal=inputs.causal, q_lora=inputs.q_lora, weights=weights,
                 meta=dict(inputs.meta), kv_format=inputs.kv_format, k_descale=inputs.k_descale)
 
 
@@ -66,13 +66,15 @@ def _rope_from(rec: Optional[dict]):
 
 
 def _inputs(d: dict[str, Any]) -> MlaInputs | SparseInputs:
-    if d.get("sparse"):
-        return SparseInputs(q=d["q"], pools=[SparsePool(**p) for p in d["pools"]],
-                            softmax_scale=d["softmax_scale"], attn_sink=d.get("attn_sink"),
-                            dv=d["dv"], meta=d.get("meta", {}))
     w = d.get("weights")
     if w is not None:
         w = dict(w, rope=_rope_from(w.get("rope")))
+    if d.get("sparse"):
+        return SparseInputs(q=d["q"], pools=[SparsePool(**p) for p in d["pools"]],
+                            softmax_scale=d["softmax_scale"], attn_sink=d.get("attn_sink"),
+                            dv=d["dv"], meta=d.get("meta", {}), q_lora=d.get("q_lora"),
+                            weights=None if w is None else FusedWeights(**w),
+                            cache_seqlens=d.get("cache_seqlens"))
     return MlaInputs(q=d["q"], k_cache=d["k_cache"], block_table=d["block_table"],
                      cache_seqlens=d["cache_seqlens"], softmax_scale=d["softmax_scale"],
                      causal=d["causal"], q_lora=d.get("q_lora"),

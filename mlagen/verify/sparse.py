@@ -34,7 +34,9 @@ from .profiles import Bounds
 def nan_unnamed(inp: SparseInputs, rank: int) -> SparseInputs:
     """Every slot of every pool that no valid entry of any row names set to NaN (in its
     format: e4m3 NaN bytes, NaN rope values), in place; returns inp."""
-    b_n, s_n = inp.q.shape[:2]
+    b_n, s_n = inp.rows
+    w = inp.weights
+    d = inp.q.shape[-1] if inp.q is not None else rank + w.w_uq.shape[-1] - w.w_uk.shape[1]
     for pool in inp.pools:
         c = pool.k_cache
         slots = c.shape[0] * c.shape[1]
@@ -57,7 +59,7 @@ def nan_unnamed(inp: SparseInputs, rank: int) -> SparseInputs:
             continue
         raw = c.view(torch.uint8).view(slots, c.shape[-1])
         raw[~named] = 0x7F                     # e4m3 NaN (and absurd scales)
-        rope = c.shape[-1] - 2 * (inp.q.shape[-1] - rank)
+        rope = c.shape[-1] - 2 * (d - rank)
         raw[~named, rope + 1::2] = 0x7F        # rope: bf16 0x7FC0, NaN
         raw[~named, rope::2] = 0xC0
     return inp

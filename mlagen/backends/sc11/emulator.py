@@ -193,7 +193,7 @@ class Sc11Runner:
         p = self.schedule.problem
         fused = p.fused
         sparse = isinstance(inp, SparseInputs)
-        b = inp.q.shape[0] if sparse else inp.block_table.shape[0]
+        b = inp.rows[0] if sparse else inp.block_table.shape[0]
         s_q = (inp.q_lora if fused else inp.q).shape[1]
         h = self.schedule.heads_per_device
         keep = []   # contiguous copies must outlive the call
@@ -217,7 +217,9 @@ class Sc11Runner:
         if sparse:
             from .sparse import sparse_args
 
-            args = sparse_args(_Args, inp, c, out, lse, SCHEME_IDS[scheme], threads, p)
+            rope = _rope_fields(inp.weights if fused else None, inp.cache_seqlens, s_q,
+                                True, dry, c)
+            args = sparse_args(_Args, inp, c, out, lse, SCHEME_IDS[scheme], threads, p, rope)
         else:
             args = self._dense_args(inp, c, out, lse, scheme, threads, dry)
         res = _Result()
@@ -242,16 +244,11 @@ class Sc11Runner:
         fused = self.schedule.problem.fused
         s_q = (inp.q_lora if fused else inp.q).shape[1]
         w = inp.weights if fused else None
-        table = None if dry or w is None else rotary_table(w, inp.cache_seqlens, s_q,
-                                                            inp.causal)
         return _Args(batch=inp.block_table.shape[0], s_q=s_q, num_blocks=inp.k_cache.shape[0],
                      max_blocks=inp.block_table.shape[1], scheme=SCHEME_IDS[scheme],
                      causal=int(bool(inp.causal)), threads=int(threads or 0),
                      scale=float(inp.softmax_scale),
-                     rope_rows=table.rows if table else 0,
-                     rope_layout=LAYOUT_IDS[table.layout] if table else 0,
-                     rope_cos=c(table.cos) if table else None,
-                     rope_sin=c(table.sin) if table else None,
+                     **_rope_fields(w, inp.cache_seqlens, s_q, inp.causal, dry, c),
                      q=None if fused else c(inp.q), q_lora=c(inp.q_lora) if fused else None,
                      w_uq=c(w.w_uq) if w else None, w_uk=c(w.w_uk) if w else None,
                      w_uv=c(w.w_uv) if w else None, k_cache=c(inp.k_cache),
@@ -283,6 +280,17 @@ class Sc11Runner:
 
 
 LAYOUT_IDS = {"interleaved": 0, "half": 1}
+
+
+def _rope_fields(weights, cache_seqlens, s_q: int, causal: bool, dry: bool, c) -> dict:
+    """The ABI's rotary-table fields: the fused operator's table (rotary_table), or empty
+    ones (attention only, or a dry run, which does no arithmetic)."""
+    table = None if dry or weights is None else rotary_table(weights, cache_seqlens, s_q,
+                                                              causal)
+    return dict(rope_rows=table.rows if table else 0,
+                rope_layout=LAYOUT_IDS[table.layout] if table else 0,
+                rope_cos=c(table.cos) if table else None,
+                rope_sin=c(table.sin) if table else None)
 
 
 def rotary_table(weights, cache_seqlens: torch.Tensor, s_q: int = 1,

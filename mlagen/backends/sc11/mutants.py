@@ -11,6 +11,7 @@ SC11_FUSED = ("sc11_fused_tp4",)
 SPARSE = ("sc11_sparse_ds_mla", "sc11_sparse_two_pools")
 SPARSE_TWO_POOLS = ("sc11_sparse_two_pools",)     # the one with an extra pool and sinks
 SPARSE_PAGED = ("sc11_sparse_v4_fp8",)           # fp8_ue8m0_paged pools
+SPARSE_FUSED = ("sc11_sparse_fused",)            # the fused operator over a sparse pool
 
 
 MUTANTS = (
@@ -63,6 +64,11 @@ MUTANTS = (
            "for (int64_t t = 0; t < len; t += chunk) out.push_back({t, t + chunk});",
            "a sequence's last slice is not clipped to its length", SC11),
     # the token-sparse path (attention = "sparse"): the index path, the sinks, the pools
+    Mutant("rope_position_late", "sc11", "mla.h",
+           "const int64_t pos = a_.seqlens[b] - a_.s_q + s, row = pos < 0 ? -pos : pos;",
+           "const int64_t pos = a_.seqlens[b] - a_.s_q + s + 1, row = pos < 0 ? -pos : pos;",
+           "phase A turns a query token by the next position's RoPE angle",
+           SPARSE_FUSED + SC11_FUSED),
     Mutant("sparse_offset_dropped", "sc11", "mla.h",
            "const int64_t at = ((page * pg + off) % cap + cap) % cap;",
            "const int64_t at = ((page * pg) % cap + cap) % cap;",

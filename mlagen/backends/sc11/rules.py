@@ -60,7 +60,7 @@ def sc11_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
 
 
 def sc11_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
-    """What the sparse path (mla.h) reads: attention-only, 16-bit, fp8_ds_mla or
+    """What the sparse path (mla.h) reads (attention-only or the fused operator): 16-bit, fp8_ds_mla or
     fp8_ue8m0_paged pools (the last in its one shape), both pools in one format (one token
     size in the L2 tile).  fp8_ue8m0_paged is read by the sparse path only."""
     p = s.problem
@@ -69,9 +69,6 @@ def sc11_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
             yield "problem", "kv_format", ("kv_format = \"fp8_ue8m0_paged\": sc11 reads it "
                                            "on the sparse path only (attention = \"sparse\")")
         return
-    if p.fused:
-        yield "problem", "fused", ("attention = \"sparse\" on sc11 is attention-only: the "
-                                   "fused operator has no sparse path (fused = false)")
     readable = ("bf16", "fp16", "fp8_ds_mla", "fp8_ue8m0_paged")
     if p.kv not in readable:
         yield "problem", "kv_format", (f"kv_format = {p.kv!r}: sc11's sparse path reads "

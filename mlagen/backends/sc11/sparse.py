@@ -36,13 +36,34 @@ def validate_sparse(s: Schedule, inp: SparseInputs) -> None:
                                 f"{' or '.join(str(d) for d in dtypes)}")
         need(tuple(t.shape) == shape, f"{name} has shape {tuple(t.shape)}; expected {shape}")
 
-    q = inp.q
-    need(isinstance(q, torch.Tensor) and q.dim() == 4,
-         f"q must be [batch, s_q, {h}, {p.d}]")
-    b, s_q = q.shape[0], q.shape[1]
-    need(b >= 1, "batch must be >= 1")
-    need(1 <= s_q <= p.max_s_q, f"s_q = {s_q} must be between 1 and max_s_q = {p.max_s_q}")
-    tensor("q", q, (b, s_q, h, p.d), dt)
+    if p.fused:
+        # phase A: q_lora through the weights, its tokens at each sequence's last s_q
+        # positions (cache_seqlens), as the dense fused operator
+        ql = inp.q_lora
+        need(inp.q is None and isinstance(ql, torch.Tensor) and ql.dim() == 3
+             and inp.weights is not None,
+             f"the fused operator needs q_lora [batch, s_q, {p.q_lora_rank}] and weights "
+             f"(not q)")
+        b, s_q = ql.shape[0], ql.shape[1]
+        need(b >= 1, "batch must be >= 1")
+        need(1 <= s_q <= p.max_s_q, f"s_q = {s_q} must be between 1 and max_s_q = {p.max_s_q}")
+        tensor("q_lora", ql, (b, s_q, p.q_lora_rank), dt)
+        w = inp.weights
+        tensor("w_uq", w.w_uq, (p.q_lora_rank, h, p.qk_nope_head_dim + p.rope_dim), dt)
+        tensor("w_uk", w.w_uk, (h, p.qk_nope_head_dim, p.kv_lora_rank), dt)
+        tensor("w_uv", w.w_uv, (h, p.kv_lora_rank, p.v_head_dim), dt)
+        tensor("cache_seqlens", inp.cache_seqlens, (b,), torch.int32)
+        low = int(inp.cache_seqlens.min())
+        need(low >= s_q, f"cache_seqlens must be >= s_q = {s_q} (the query tokens take each "
+                         f"sequence's last s_q positions), got {low}")
+    else:
+        q = inp.q
+        need(isinstance(q, torch.Tensor) and q.dim() == 4,
+             f"q must be [batch, s_q, {h}, {p.d}]")
+        b, s_q = q.shape[0], q.shape[1]
+        need(b >= 1, "batch must be >= 1")
+        need(1 <= s_q <= p.max_s_q, f"s_q = {s_q} must be between 1 and max_s_q = {p.max_s_q}")
+        tensor("q", q, (b, s_q, h, p.d), dt)
     need(inp.dv == p.dv, f"dv = {inp.dv}; the schedule's V width is {p.dv}")
     need(inp.softmax_scale is not None and inp.softmax_scale > 0
          and math.isfinite(inp.softmax_scale), "softmax_scale must be a finite number > 0")
@@ -99,20 +120,24 @@ def kernel_cache(kc: torch.Tensor, fmt_name: str, rank: int) -> torch.Tensor:
 
 
 def sparse_args(args_type, inp: SparseInputs, c, out, lse, scheme_id: int,
-                threads, problem) -> object:
+                threads, problem, rope: dict) -> object:
     """The C ABI's argument record of a sparse run; c(t) keeps a contiguous copy alive and
-    returns its address.  problem: the schedule's (its pools' formats and kv_lora_rank)."""
+    returns its address.  problem: the schedule's (its pools' formats and kv_lora_rank);
+    rope: the rotary table's fields (the fused operator's; empty ones otherwise)."""
     main = inp.pools[0]
     extra = inp.pools[1] if len(inp.pools) > 1 else None
-    b, s_q = inp.q.shape[:2]
+    b, s_q = inp.rows
     rank = problem.kv_lora_rank
+    w = inp.weights if problem.fused else None
     ptr = lambda t: None if t is None else t.data_ptr()   # noqa: E731
     return args_type(
         batch=b, s_q=s_q, num_blocks=main.k_cache.shape[0], max_blocks=0, scheme=scheme_id,
         causal=0, threads=int(threads or 0), scale=float(inp.softmax_scale),
-        rope_rows=0, rope_layout=0, rope_cos=None, rope_sin=None,
-        q=c(inp.q), q_lora=None, w_uq=None, w_uk=None, w_uv=None,
-        k_cache=c(kernel_cache(main.k_cache, problem.kv, rank)), block_table=None, seqlens=None,
+        **rope, q=None if w else c(inp.q), q_lora=c(inp.q_lora) if w else None,
+        w_uq=c(w.w_uq) if w else None, w_uk=c(w.w_uk) if w else None,
+        w_uv=c(w.w_uv) if w else None,
+        k_cache=c(kernel_cache(main.k_cache, problem.kv, rank)), block_table=None,
+        seqlens=c(inp.cache_seqlens) if w else None,
         out=ptr(out), lse=ptr(lse), k_descale=None, descale_n=0,
         indices=c(main.indices), topk_length=c(main.topk_length),
         extra_k_cache=c(kernel_cache(extra.k_cache, problem.extra_kv, rank)) if extra else None,

@@ -93,7 +93,6 @@ class Mla {
   // valid entries of its index lists (main pool, then extra pool), gathered token by token
   static constexpr bool SPARSE = Cfg::SPARSE, SINKS = Cfg::SINKS;
   static constexpr int TOPK = Cfg::TOPK, XTOPK = Cfg::EXTRA_TOPK, XPAGE = Cfg::EXTRA_PAGE;
-  static_assert(!(SPARSE && Cfg::FUSED), "the sparse path is attention-only");
   static_assert(!SPARSE || KVF != KV_E4M3, "the sparse path reads 16-bit, fp8_ds_mla and paged pools");
   static_assert(!PAGED || SPARSE, "fp8_ue8m0_paged pools are read by the sparse path only");
 
@@ -318,6 +317,17 @@ class Mla {
   void validate_sparse() const {
     if (!a_.indices || (XTOPK && (!a_.extra_indices || !a_.extra_k_cache)) || (SINKS && !a_.attn_sink))
       arg_fail("a sparse input pointer is null (%lld)", 0);
+    if (Cfg::FUSED) {  // phase A: q_lora, the weights, and each row's position from seqlens
+      if (!a_.q_lora || !a_.w_uq || !a_.w_uk || !a_.w_uv || !a_.seqlens)
+        arg_fail("a fused input pointer is null (%lld)", 0);
+      if (!dry_ && (!a_.rope_cos || !a_.rope_sin || a_.rope_layout < 0 || a_.rope_layout > 1))
+        arg_fail("the rotary table is missing or its layout %lld unknown", a_.rope_layout);
+      for (int64_t b = 0; b < a_.batch; ++b)
+        if (a_.seqlens[b] < a_.s_q || (!dry_ && a_.seqlens[b] > a_.rope_rows))
+          arg_fail("cache_seqlens of sequence %lld: its query positions leave [0, the rotary table)", b);
+    } else if (!a_.q) {
+      arg_fail("a required input pointer is null (%lld)", 0);
+    }
     for (int pool = 0; pool < (XTOPK ? 2 : 1); ++pool) {
       const int32_t* idx = pool ? a_.extra_indices : a_.indices;
       const int32_t* tl = pool ? a_.extra_topk_length : a_.topk_length;
