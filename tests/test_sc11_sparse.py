@@ -334,7 +334,8 @@ def test_bench_rows_put_the_floor_beside_the_time():
     from mlagen.backends.sc11.sparse_bench import POINTS, sparse_rows, sparse_table
 
     rows = sparse_rows([pt for pt in POINTS if pt[1] == 2])
-    assert {r.schedule for r in rows} == set(EXAMPLES) | {"sc11_sparse_v4_fp8"}
+    assert {r.schedule for r in rows} == set(EXAMPLES) | {"sc11_sparse_v4_fp8",
+                                                          "sc11_sparse_fused"}
     for r in rows:
         assert r.floor_s > 0 and r.time_s >= r.floor_s      # nothing beats the floor
         assert r.time_s == min(r.times.values())

@@ -22,7 +22,7 @@ import torch
 
 from ... import formats
 from ...paths import SCHEDULES_DIR
-from ...problem import TORCH_DTYPES, SparseInputs, SparsePool
+from ...problem import TORCH_DTYPES, FusedWeights, SparseInputs, SparsePool
 from ...schedule import load
 from ...schedule.records import Schedule
 from .costmodel import simulate
@@ -38,6 +38,8 @@ POINTS = (
     ("sc11_sparse_two_pools", 64, 2, 32768, 8192),
     ("sc11_sparse_v4_fp8", 2, 2, 32768, 8192),      # the same in fp8_ue8m0_paged pools
     ("sc11_sparse_v4_fp8", 64, 2, 32768, 8192),
+    ("sc11_sparse_fused", 2, 2, 32768, 0),       # DSA's whole operator, q_lora to out
+    ("sc11_sparse_fused", 64, 2, 32768, 0),
 )
 INDICES = ("random", "windows")
 CLUSTER = 32     # "windows": the longest cluster of consecutive tokens (an assumption)
@@ -83,8 +85,18 @@ def dry_sparse_inputs(s: Schedule, batch: int, s_q: int, span: int, extra_span: 
             rows = [_clusters(n, topk, g) for _ in range(batch * s_q)]
         idx = torch.stack(rows).to(torch.int32)
         pools.append(SparsePool(cache, idx.view(batch, s_q, topk), None, fmt_name))
-    q = torch.empty(batch, s_q, h, p.d, dtype=TORCH_DTYPES[p.dtype])
+    dt = TORCH_DTYPES[p.dtype]
     sink = torch.zeros(h) if p.sinks else None
+    if p.fused:     # q_lora and the weights (a dry run reads none), the tokens' positions
+        w = FusedWeights(torch.empty(p.q_lora_rank, h, p.qk_nope_head_dim + p.rope_dim,
+                                     dtype=dt),
+                         torch.empty(h, p.qk_nope_head_dim, p.kv_lora_rank, dtype=dt),
+                         torch.empty(h, p.kv_lora_rank, p.v_head_dim, dtype=dt))
+        return SparseInputs(None, pools, p.default_scale(), sink, p.dv,
+                            q_lora=torch.empty(batch, s_q, p.q_lora_rank, dtype=dt), weights=w,
+                            cache_seqlens=torch.full((batch,), max(span, s_q),
+                                                     dtype=torch.int32))
+    q = torch.empty(batch, s_q, h, p.d, dtype=dt)
     return SparseInputs(q, pools, p.default_scale(), sink, p.dv)
 
 
