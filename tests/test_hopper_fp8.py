@@ -67,10 +67,13 @@ def _toml(**kw):
     (dict(mma="mma"), 17, "no kernel yet"),
     (dict(mma="int4"), 17, "must be one of dequant, mma"),
     (dict(kv="fp8_ds_mla", dtype="fp16"), 5, "RoPE values in bf16"),
-    (dict(kv="fp8_e4m3", extra="fp8_converters = 3"), 18, "must be 1 or 2"),
+    (dict(kv="fp8_e4m3", extra="fp8_converters = 3"), 18, "must be 0 (the consumer"),
+    (dict(kv="fp8_ds_mla", extra="fp8_converters = 0"), 18, "reads dense fp8_e4m3"),
+    (dict(rows=32, extra="fp8_converters = 0"), 18, "rows_per_tile = 16"),
+    (dict(extra="fp8_converters = 0\nfp8_raw_slots = 6"), 19, "must be 2..5"),
     (dict(kv="", dtype="bf16", extra="fp8_converters = 2"), 18, "for 8-bit kv_formats"),
     (dict(kv="fp8_ds_mla", rows=32, extra="fp8_raw_slots = 3"), 18, "7 slots fit"),
-    (dict(extra="fp8_raw_slots = 4"), 18, "must be 2 or 3"),
+    (dict(extra="fp8_raw_slots = 4"), 18, "must be 2..3 with fp8_converters = 1"),
 ])
 def test_rules_refuse_with_file_and_line(kw, line, words):
     with pytest.raises(ScheduleError) as e:
@@ -192,6 +195,17 @@ def _header_constant(tmp_path, expr):
 
 
 @pytest.mark.nvcc
+def test_smem_model_matches_the_register_conversion_kernel(tmp_path):
+    """fp8_converters = 0: no bf16 ring, the raw slots beside Q and P^T (kSmem as modelled)."""
+    from mlagen.backends.hopper.resources import hopper_smem
+
+    for raw in (2, 5):
+        cfg = f"mlagen::hopper::WgmmaRowsConfig<16, 1, {KV_CODE['fp8_e4m3']}, 0, {raw}>"
+        sm = hopper_smem(fp8("fp8_e4m3", 16, fp8_converters=0, fp8_raw_slots=raw))
+        assert sm["total"] == _header_constant(tmp_path, cfg + "::kSmem")
+        assert sm["slots"] == 0 == _header_constant(tmp_path, cfg + "::kSlots")
+
+
 @pytest.mark.parametrize("rows,raw", [(16, 2), (32, 2), (16, 3)])
 @pytest.mark.parametrize("kv", sorted(KV_CODE))
 def test_smem_model_matches_the_fp8_kernel(rows, raw, kv, tmp_path):
@@ -222,12 +236,15 @@ def _ptxas(src, tmp_path):
                                               ("fp8_e4m3", 16, "fp16", 1),
                                               ("fp8_e4m3", 32, "bf16", 2),
                                               ("fp8_ds_mla", 16, "bf16", 2),
-                                              ("fp8_e4m3", 16, "bf16", 3)])
+                                              ("fp8_e4m3", 16, "bf16", 3),
+                                              ("fp8_e4m3", 16, "bf16", 0),
+                                              ("fp8_e4m3", 16, "fp16", 0)])
 def test_fp8_kernels_compile_without_spills(kv, rows, dtype, cv, tmp_path):
     """Consumer, converter(s) and producer warpgroups: setmaxnreg honoured (no C7508), no
     spill, no local memory, the wgmmas neither serialized nor fenced one by one.  cv 3:
-    one converter warpgroup and three raw slots."""
-    conv, raw = (1, 3) if cv == 3 else (cv, 2)
+    one converter warpgroup and three raw slots; cv 0: the consumer converts in registers
+    (four raw slots), its A fragments' wgmmas not serialized either."""
+    conv, raw = {3: (1, 3), 0: (0, 4)}.get(cv, (cv, 2))
     src = _render(fp8(kv, rows, dtype=dtype, fp8_converters=conv, fp8_raw_slots=raw))
     flat = re.sub(r"\s+", " ", src.files["split.cu"])
     tail = f", {conv}, {raw}" if (conv, raw) != (1, 2) else ""
@@ -300,3 +317,16 @@ def test_verify_oracle_reads_8_bit_caches_as_their_values(kv):
     want = oracle_for(s)(plain, dtype=torch.float64)
     assert torch.allclose(got.out, want.out) and torch.allclose(got.lse, want.lse)
     assert torch.allclose(got.extra["slack"]["out"], want.extra["slack"]["out"])
+
+
+def test_fp8_defaults_convert_in_registers_at_large_batches():
+    """fp8_e4m3 up to 16 rows at batch >= FP8_REGS_BATCH: two consumer warpgroups converting
+    in registers; below it, or beyond 16 rows, or for fp8_ds_mla, the converter kernel."""
+    from mlagen.backends.hopper import defaults
+
+    big = defaults.default_schedule(16, batch=defaults.FP8_REGS_BATCH, kv="fp8_e4m3").mapping
+    assert (big.fp8_converters, big.warps, big.fp8_raw_slots) == (0, 8, 4)
+    for rows, batch, kv in ((16, defaults.FP8_REGS_BATCH - 1, "fp8_e4m3"),
+                            (32, 128, "fp8_e4m3"), (16, 128, "fp8_ds_mla")):
+        m = defaults.default_schedule(rows, batch=batch, kv=kv).mapping
+        assert (m.fp8_converters, m.warps) == (1, 4), (rows, batch, kv)

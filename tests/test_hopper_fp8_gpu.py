@@ -108,6 +108,46 @@ def test_fp16_query_with_an_e4m3_cache():
     check(inputs("fp8_e4m3", 3, [64, 1000, 1], 2, 16, dtype="fp16"))
 
 
+# fp8_e4m3 converted in the consumers' registers (fp8_converters = 0, mla_fp8_regs.cuh):
+# one or two consumer warpgroups, 2..5 raw slots
+REGS = [dict(fp8_converters=0, warps=w, fp8_raw_slots=r) for w, r in ((4, 4), (8, 4),
+                                                                       (8, 2), (4, 5))]
+
+
+@pytest.mark.parametrize("knobs", REGS)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_register_conversion_schedules(knobs, dtype):
+    for per_seq in (False, True):
+        inp = inputs("fp8_e4m3", 5, [0, 1, 95, 4097, 700], 1, 16, 64, seed=3,
+                     per_seq=per_seq, dtype=dtype)
+        check(inp, Schedule.build(**dict(ROWS, **knobs), rows_per_tile=16,
+                                  kv_format="fp8_e4m3", dtype=dtype))
+
+
+def test_register_conversion_q_rows_of_any_magnitude():
+    """The per-row power of two that brings a bf16 q into fp16: rows at 2^-60, 2^40 and
+    with an inf (its row NaN or inf as the reference's; the others untouched)."""
+    inp = inputs("fp8_e4m3", 3, [700, 64, 1], 1, 16, edges=False)
+    inp.q[0, 0, :4] *= 2.0 ** -60
+    inp.q[1, 0, 4:8] *= 2.0 ** 40
+    inp.q[2, 0, 8, 3] = float("inf")
+    check(inp, Schedule.build(**dict(ROWS, **REGS[1]), rows_per_tile=16,
+                              kv_format="fp8_e4m3"))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(knobs=st.sampled_from(REGS), batch=st.integers(1, 5), data=st.data(),
+       s_q=st.integers(1, 4), h_q=st.sampled_from([1, 16, 64]), page=st.sampled_from([64, 256]),
+       causal=st.booleans(), seed=st.integers(0, 99), per_seq=st.booleans())
+def test_hypothesis_register_conversion(knobs, batch, data, s_q, h_q, page, causal, seed,
+                                        per_seq):
+    seqlens = data.draw(st.lists(st.sampled_from(EDGES), min_size=batch, max_size=batch))
+    check(inputs("fp8_e4m3", batch, seqlens, s_q, h_q, page, seed, per_seq),
+          Schedule.build(**dict(ROWS, **knobs), rows_per_tile=16, kv_format="fp8_e4m3"),
+          causal=causal)
+
+
 @settings(max_examples=30, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(kv=st.sampled_from(FORMATS), batch=st.integers(1, 5), data=st.data(),
@@ -126,16 +166,21 @@ def test_unused_slots_are_nan_in_the_workload():
     assert torch.isnan(vals).any()
 
 
-@pytest.mark.parametrize("kv", FORMATS)
-@pytest.mark.parametrize("col", [0, 1, 2, 3, 130, 511])
+@pytest.mark.parametrize("kv,col", [(kv, c) for kv in FORMATS + ("fp8_e4m3_regs",)
+                                    for c in (0, 1, 2, 3, 130, 511)]
+                         + [("fp8_e4m3", 515), ("fp8_e4m3_regs", 515)])   # a RoPE byte
 def test_nan_byte_in_a_used_slot_propagates(kv, col):
     """An e4m3 NaN (0x7f) in a token every row sees: that sequence's output is NaN, the
     other sequence's is untouched (the converter's NaN path, at each byte of a 4-byte word
     and in a later 128-value tile)."""
+    sched = None
+    if kv == "fp8_e4m3_regs":
+        kv, sched = "fp8_e4m3", Schedule.build(**dict(ROWS, **REGS[1]), rows_per_tile=16,
+                                               kv_format="fp8_e4m3")
     inp = inputs(kv, 2, [100, 100], 1, 16, edges=False)
     blk = int(inp.block_table[0, 0])
     inp.k_cache.view(torch.uint8)[blk, 37, 0, col] = 0x7F
-    out, _ = run(inp)
+    out, _ = run(inp, sched)
     torch.cuda.synchronize()
     assert torch.isnan(out[0]).all()
     assert torch.isfinite(out[1]).all()

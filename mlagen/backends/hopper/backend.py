@@ -155,7 +155,11 @@ class HopperBackend(Backend):
         if m.mainloop == "wgmma":
             if s.problem.kv not in ("bf16", "fp16"):
                 # 8-bit caches: one consumer warpgroup; the converter's one- and
-                # two-warpgroup forms (ds_mla's RoPE is bf16: no fp16 twin, the rules say)
+                # two-warpgroup forms (ds_mla's RoPE is bf16: no fp16 twin, the rules say);
+                # conversion in registers (no converter): a shallower raw ring
+                if m.fp8_converters == 0:
+                    return [other, {"warps": 12 - m.warps},
+                            {"fp8_raw_slots": 2 if m.fp8_raw_slots != 2 else 4}]
                 return [other, {"fp8_converters": 3 - m.fp8_converters}]
             return [other] + ([{"warps": 12 - m.warps}] if m.rows_per_tile in (16, 32) else [])
         return [other, {"block_kv": 16, "buffers": 1}, {"block_kv": 64, "buffers": 3},

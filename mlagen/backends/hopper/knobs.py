@@ -25,10 +25,11 @@ class HopperMapping(Mapping):
     # compile-time for 8-bit caches only (backend.variant_parts leaves it out of 16-bit ones)
     fp8_mma: str = knob("dequant", "8-bit KV caches: \"dequant\" (K converted to bf16 in "
                                    "the kernel, bf16 MMAs); \"mma\" is reserved", tag="fp8")
-    fp8_converters: int = knob(1, "8-bit KV caches: converter warpgroups (1 or 2)",
+    fp8_converters: int = knob(1, "8-bit KV caches: converter warpgroups (1 or 2), or 0: "
+                                  "the consumer converts its operands in registers",
                                tag="fp8cv")
-    fp8_raw_slots: int = knob(2, "8-bit KV caches: raw 64-key blocks in shared memory (2 or 3)",
-                              tag="fp8raw")
+    fp8_raw_slots: int = knob(2, "8-bit KV caches: raw 64-key blocks in shared memory (2 or "
+                                 "3; 2..5 with fp8_converters = 0)", tag="fp8raw")
     # run-time: the metadata kernel's cost of one split (the split policy "auto")
     split_cost: int = knob(5, "split policy \"auto\": 64-token blocks' worth of cost per split",
                            compile_time=False)

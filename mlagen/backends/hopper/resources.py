@@ -39,8 +39,12 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
             fmt = formats.get(p.kv)
             raw = 64 * fmt.token_bytes(p.kv_lora_rank, p.rope_dim) if fmt.quantized else 0
             raw_slots = m.fp8_raw_slots if raw else 0
+            # fp8_converters = 0: the consumers convert in registers, no bf16 ring; the Q
+            # rows' scales beside the merge's state
+            regs = raw and m.fp8_converters == 0
+            merge += rows * 4 if regs else 0
             fixed = q + probs + wgs * 4 * rows * 4 + merge + raw_slots * (raw + 16) + 1024
-            slots = (WGMMA_SMEM - fixed) // (8192 + 16)
+            slots = 0 if regs else (WGMMA_SMEM - fixed) // (8192 + 16)
             kv = slots * 8192 + raw_slots * raw
             stats = wgs * 4 * rows * 4 + merge + 2 * (slots + raw_slots) * 8 + 1024
         out = {"q": q, "kv": kv, "p": probs, "scores": 0, "stats": stats,
@@ -85,4 +89,4 @@ def needs(s: Schedule, t: Target) -> list[Need]:
     ] + ([Need("bf16 slots of 8 KiB beside the raw ring (a 64-key block is 9)", 9,
                sm["slots"], "fp8_raw_slots",
                f"{sm['slots']} slots fit beside {m.fp8_raw_slots} raw blocks")]
-         if few and formats.get(s.problem.kv).quantized else [])
+         if few and formats.get(s.problem.kv).quantized and m.fp8_converters != 0 else [])

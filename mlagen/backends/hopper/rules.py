@@ -76,12 +76,15 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "schedule", "fp8_mma", (f"fp8_mma = {m.fp8_mma!r} must be one of "
                                       f"{', '.join(FP8_MMAS)}")
         return
-    if m.fp8_converters not in (1, 2):
-        yield "schedule", "fp8_converters", (f"fp8_converters = {m.fp8_converters} must be 1 "
-                                             "or 2 (converter warpgroups)")
-    if m.fp8_raw_slots not in (2, 3):
-        yield "schedule", "fp8_raw_slots", (f"fp8_raw_slots = {m.fp8_raw_slots} must be 2 "
-                                            "or 3")
+    if m.fp8_converters not in (0, 1, 2):
+        yield "schedule", "fp8_converters", (f"fp8_converters = {m.fp8_converters} must be 0 "
+                                             "(the consumer converts in registers), 1 or 2 "
+                                             "(converter warpgroups)")
+    raw_slots = (2, 3, 4, 5) if m.fp8_converters == 0 else (2, 3)
+    if m.fp8_raw_slots not in raw_slots:
+        yield "schedule", "fp8_raw_slots", (f"fp8_raw_slots = {m.fp8_raw_slots} must be "
+                                            f"{raw_slots[0]}..{raw_slots[-1]} with "
+                                            f"fp8_converters = {m.fp8_converters}")
     if p.kv not in ("fp8_e4m3", "fp8_ds_mla"):
         if m.fp8_raw_slots != 2:
             yield "schedule", "fp8_raw_slots", (f"fp8_raw_slots = {m.fp8_raw_slots}: raw "
@@ -103,10 +106,19 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
                                 "alone: mainloop = \"wgmma\" with rows_per_tile = 16 or 32 "
                                 "(and 64 for attention = \"sparse\" over fp8_ds_mla) "
                                 f"(this schedule: {m.mainloop}, {m.rows_per_tile} rows)")
-    elif m.rows_per_tile < 64 and m.warps != 4:
+    elif m.rows_per_tile < 64 and m.warps != 4 and not (m.fp8_converters == 0
+                                                        and m.warps == 8):
         yield "schedule", "warps", (f"warps = {m.warps}: kv_format = {p.kv!r} takes one "
                                     "consumer warpgroup (warps = 4; the converter warpgroup "
-                                    "has the other's registers)")
+                                    "has the other's registers), or two (warps = 8) with "
+                                    "fp8_converters = 0")
+    if m.fp8_converters == 0 and (p.kv != "fp8_e4m3" or p.attention == "sparse"
+                                  or m.rows_per_tile != 16):
+        # mla_fp8_regs.cuh: the 16-row consumer's registers hold O^T, S^T and the fragments
+        yield "schedule", "fp8_converters", ("fp8_converters = 0 (conversion in the "
+                                             "consumer's registers) reads dense fp8_e4m3 "
+                                             "caches with rows_per_tile = 16 (this schedule: "
+                                             f"{p.kv}, {p.attention}, {m.rows_per_tile} rows)")
     if p.kv == "fp8_ds_mla" and p.dtype != "bf16":
         yield "problem", "dtype", (f"dtype = {p.dtype!r}: kv_format = \"fp8_ds_mla\" stores "
                                    "its RoPE values in bf16, so q must be bf16")

@@ -389,10 +389,43 @@ __device__ __forceinline__ void wgmma_m64nNk16_ss_first(float (&d)[N / 2], uint6
     else MLAGEN_WG_N32("f16", MLAGEN_W4, "0");
   }
 }
+// D (64 x 16, fp32) += A (64 x 16, registers: this warp's 16 rows in the m16n8k16 A
+// fragment) * B (16 x 16, K-major, smem): the FP8 consumer that converts its own operands
+// (mla_fp8_regs.cuh).  _first overwrites D.
+#define MLAGEN_WG_RS16(TY, ACC, SCALE)                                                        \
+  asm volatile(                                                                               \
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY                                 \
+      " {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, " SCALE ", 1, 1, 0;\n"     \
+      : ACC(0), ACC(4) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
+template <typename T, bool FIRST = false>
+__device__ __forceinline__ void wgmma_m64n16k16_rs(float (&d)[8], const uint32_t (&a)[4],
+                                                   uint64_t db) {
+  constexpr bool bf = std::is_same<T, __nv_bfloat16>::value;
+  if constexpr (FIRST) {
+    if constexpr (bf) MLAGEN_WG_RS16("bf16", MLAGEN_W4, "0");
+    else MLAGEN_WG_RS16("f16", MLAGEN_W4, "0");
+  } else {
+    if constexpr (bf) MLAGEN_WG_RS16("bf16", MLAGEN_R4, "1");
+    else MLAGEN_WG_RS16("f16", MLAGEN_R4, "1");
+  }
+}
+#undef MLAGEN_WG_RS16
 #undef MLAGEN_WG_N32
 #undef MLAGEN_WG_N16
 #undef MLAGEN_W4
 #undef MLAGEN_R4
+
+// ldmatrix: four 8 x 8 matrices of 16-bit elements (lanes 8 i .. 8 i + 7 give matrix i's
+// row addresses); register i holds this lane's two elements of matrix i (row lane / 4,
+// elements 2 (lane % 4) and + 1; .trans: column lane / 4, rows 2 (lane % 4) and + 1).
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
 
 __device__ __forceinline__ void st_shared_u16(uint32_t addr, uint16_t v) {
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");

@@ -45,6 +45,7 @@
 #pragma once
 #include "mla_wgmma.cuh"   // WgmmaParams, Piece, next_piece, wgmma_params
 #include "mla_fp8.cuh"     // FP8 caches: the raw layout and the conversion
+#include "mla_fp8_regs.cuh"  // FP8 without a converter: the consumer converts in registers
 #include "mla_sparse.cuh"  // token-sparse rows: the gather by index
 
 namespace mlagen {
@@ -66,25 +67,35 @@ struct WgmmaRowsConfig {
   static constexpr bool kExtraPool = SP == 2;
   // FP8 caches: a converter warpgroup (WG1) between the producer and the consumer
   static constexpr bool kFp8 = KV != kKvNative;
-  static_assert(!kFp8 || WG == 1, "FP8 caches: one consumer warpgroup");
-  // FP8: CV converter warpgroups (1 or 2), warpgroups 1..CV
-  static_assert(CV == 1 || (kFp8 && CV == 2), "one or two converter warpgroups (FP8)");
+  static_assert(!kFp8 || WG == 1 || CV == 0, "FP8 caches: one consumer warpgroup (two "
+                                             "where the consumers convert, CV = 0)");
+  // FP8: CV converter warpgroups (1 or 2), warpgroups 1..CV; CV = 0: no converter, the
+  // consumer converts its own MMA operands in registers (mla_fp8_regs.cuh; 16 rows, dense)
+  static_assert(CV == 1 || (kFp8 && (CV == 2 || CV == 0)), "0, 1 or 2 converters (FP8)");
   static constexpr int kConverters = CV;
+  static constexpr bool kRegs = kFp8 && CV == 0;
+  static_assert(!kRegs || (N == 16 && SP == 0), "register conversion: 16 rows, dense");
   // one consumer warpgroup + the producer warp; or two + a producer warpgroup (setmaxnreg
   // works on whole warpgroups); FP8: consumer, CV converter and producer warpgroups
   // sparse: a producer warpgroup (4 warps gather 16 keys of each block apiece)
-  static constexpr int kThreads = kFp8 ? 128 * (2 + CV) : WG == 2 ? 384 : SP ? 256 : 160;
+  static constexpr int kThreads =
+      kRegs ? (WG == 2 ? 384 : 160) : kFp8 ? 128 * (2 + CV) : WG == 2 ? 384 : SP ? 256 : 160;
   static constexpr int kSlices = kD / 64;
   static constexpr int kSliceBytes = 64 * 64 * 2;        // one TMA box: 64 keys x 64 columns
   static constexpr int kTileBytes = kSlices * kSliceBytes;
   static constexpr int kQSliceBytes = N * 128;           // N rows x 64 columns
   static constexpr int kMaxSmem = 232448;                // 227 KiB per CTA
   // m, l and the bad flag of each WG, the columns' key limits
-  static constexpr int kStatBytes = WG == 1 ? 0 : 2 * 2 * N * 4 + 16 + N * 4;
+  // (register conversion: the Q rows' power-of-two scales, N floats, at float kQScale)
+  static constexpr int kStatBytes =
+      (WG == 1 ? 0 : 2 * 2 * N * 4 + 16 + N * 4) + (kRegs ? N * 4 : 0);
+  static constexpr int kQScale = WG == 1 ? 0 : 4 * N + 4 + N;
   // FP8: a ring of RS raw slots (2 or 3), one 64-key block's bytes each (Fp8Layout, 36 or
   // 41 KiB); the bf16 ring takes the rest.  A raw slot stays taken while its block is
   // converted, so RS - 1 blocks are in flight at most
-  static_assert(RS == 2 || (kFp8 && RS == 3), "two or three raw slots (FP8)");
+  // (register conversion: no bf16 ring, so 2..5 raw slots: up to 4 blocks in flight)
+  static_assert(RS == 2 || (kFp8 && RS == 3) || (kRegs && RS >= 2 && RS <= 5),
+                "two or three raw slots (FP8; 2..5 with register conversion)");
   static constexpr int kRawBytes = Fp8Layout<KV>::kRawBytes;
   static constexpr int kRawSlots = kFp8 ? RS : 0;
   // a ring of 8 KiB slots, one TMA box each, filling what Q, P^T and the exchange leave
@@ -93,7 +104,7 @@ struct WgmmaRowsConfig {
   // for 16 rows (fp8_e4m3 / fp8_ds_mla), 14 / 12 for 32
   static constexpr int kFixed = kSlices * kQSliceBytes + WG * (N * 128 + 4 * N * 4) +
                                 kStatBytes + kRawSlots * (kRawBytes + 16) + 1024;
-  static constexpr int kSlots = (kMaxSmem - kFixed) / (kSliceBytes + 16);
+  static constexpr int kSlots = kRegs ? 0 : (kMaxSmem - kFixed) / (kSliceBytes + 16);
   static constexpr int kQOff = 0;
   static constexpr int kKOff = kQOff + kSlices * kQSliceBytes;
   static constexpr int kRawOff = kKOff + kSlots * kSliceBytes;
@@ -120,7 +131,7 @@ struct WgmmaRowsConfig {
   // FP8: the consumer holds one block's 9 slots while the converter fills the next block's
   // first pairs of slices (9 slots: none ahead); the bf16 kernel's TMA keeps two blocks in
   // flight
-  static_assert(kSlots >= (kFp8 ? kSlices : 2 * kSlices), "ring too short");
+  static_assert(kRegs || kSlots >= (kFp8 ? kSlices : 2 * kSlices), "ring too short");
   static_assert(kSmem <= kMaxSmem, "227 KiB of shared memory per CTA");
 };
 
@@ -140,6 +151,9 @@ struct WgmmaRowsKernel {
   using L = Fp8Layout<KV>;
   using Params = RowsParams<KV>;
   static constexpr int kAcc = N / 2;   // accumulator registers of one m64nN tile per thread
+  // the MMAs' input type: T, or fp16 where the consumer converts e4m3 in registers (one
+  // instruction per two values; Q scaled into fp16's range per row, mla_fp8_regs.cuh)
+  using TM = typename std::conditional<C::kRegs, __half, T>::type;
   static constexpr int kCols = N / 4;  // query columns per thread
 
   struct Smem {
@@ -195,6 +209,12 @@ struct WgmmaRowsKernel {
     __device__ __forceinline__ void next() {
       if (++slot == C::kRawSlots) slot = 0, ++lap;
     }
+    // past n blocks (two consumer warpgroups take every other block)
+    __device__ __forceinline__ void skip(int n) {
+      slot += n;
+      lap += slot / C::kRawSlots;
+      slot %= C::kRawSlots;
+    }
   };
   // Shared address of slice j of the block whose slice 0 is in slot0.
   static __device__ __forceinline__ uint32_t slice_addr(uint32_t kbase, int slot0, int j) {
@@ -207,6 +227,10 @@ struct WgmmaRowsKernel {
     sm90::mbar_arrive(&sm.empty[sl >= C::kSlots ? sl - C::kSlots : sl]);
   }
 
+  // a block-table entry outside the cache (TMA fills zeros there): the piece is NaN
+  static __device__ __forceinline__ bool bad_page(const MlaParams& p, int page) {
+    return page < 0 || page >= p.num_blocks;
+  }
   static __device__ __forceinline__ int page_entry(const MlaParams& p, int req, int t0) {
     const int pi = t0 / p.page_size;
     return pi < p.max_blocks ? p.block_table[static_cast<int64_t>(req) * p.bt_stride + pi] : -1;
@@ -297,8 +321,17 @@ struct WgmmaRowsKernel {
           sm90::mbar_wait(&sm.raw_empty[rr.slot], (rr.lap & 1) ^ 1);
           sm90::mbar_arrive_expect_tx(&sm.raw_full[rr.slot], C::kRawBytes);
           unsigned char* dst = sm.raw + rr.slot * C::kRawBytes;
-          sm90::tma_load_3d(dst, &wp.tmap_raw, &sm.raw_full[rr.slot], 0, t0 % p.page_size,
-                            page);
+          if constexpr (C::kRegs) {
+            // four 128-byte-swizzled latent boxes (128 columns each) and the swizzled rope
+            // box: the layouts ldmatrix reads without bank conflicts (mla_fp8_regs.cuh)
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              sm90::tma_load_3d(dst + q * Fp8Regs::kBoxBytes, &wp.tmap_raw,
+                                &sm.raw_full[rr.slot], 64 * q, t0 % p.page_size, page);
+          } else {
+            sm90::tma_load_3d(dst, &wp.tmap_raw, &sm.raw_full[rr.slot], 0, t0 % p.page_size,
+                              page);
+          }
           sm90::tma_load_3d(dst + L::kLatentBytes, &wp.tmap_tail, &sm.raw_full[rr.slot], 256,
                             t0 % p.page_size, page);
           rr.next();
@@ -482,6 +515,187 @@ struct WgmmaRowsKernel {
     sm90::wgmma_commit();
   }
 
+  // ------------------------------------ register conversion (CV = 0, mla_fp8_regs.cuh)
+  // Q rows [row0, row0 + N) into the Q tile as fp16 (the MMA type TM), each 16 columns'
+  // 4-byte pairs permuted as the S^T fragments hold K (pair 2m at m, 2m + 1 at m + 4; rows
+  // past s_q*h_q zero).  A bf16 row is scaled by 2^e, its largest finite |q| into [2^14,
+  // 2^15) (exact in fp16 down to 2^-38 of it; inf and NaN stay), and 2^-e goes to sm.stat[kQScale + r]
+  // for the scores' scale.  Thread t: row t / 8, 16-byte chunks t % 8 + 8 j (8 columns =
+  // 4 pairs, half h = ch % 2 of a k16 step): pair j of the chunk goes to pair
+  // 2h + j / 2 + 4 (j % 2).
+  static __device__ __forceinline__ void load_q_permuted(const MlaParams& p, const Smem& sm,
+                                                         int req, int row0, int rows_total,
+                                                         int t) {
+    constexpr int kPer = kChunks / 8;   // chunks a thread: 9
+    const T* q = static_cast<const T*>(p.q);
+    const int r = t / 8, gr = row0 + r;
+    const bool ok = gr < rows_total;
+    const T* src = q;
+    if (ok) {
+      const int sq = gr / p.h_q, h = gr % p.h_q;
+      src = q + req * p.q_stride_b + sq * p.q_stride_s + h * p.q_stride_h;
+    }
+    uint4 v[kPer];
+    float mx = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      v[j] = ok ? *reinterpret_cast<const uint4*>(src + (t % 8 + 8 * j) * 8)
+                : make_uint4(0u, 0u, 0u, 0u);
+      if constexpr (!std::is_same<T, TM>::value) {
+        const uint32_t w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float a = fabsf(__uint_as_float(w[i] << 16));
+          const float b = fabsf(__uint_as_float(w[i] & 0xffff0000u));
+          mx = a < INFINITY ? fmaxf(mx, a) : mx;
+          mx = b < INFINITY ? fmaxf(mx, b) : mx;
+        }
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    // e = 14 - the exponent of mx (a subnormal mx counts as 2^-126), within [-126, 126]
+    int e = 0;
+    if (mx > 0.f) e = min(max(14 - (max(static_cast<int>(__float_as_uint(mx) >> 23), 1) - 127),
+                              -126), 126);
+    const float sc = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);
+    if (t % 8 == 0) sm.stat[C::kQScale + r] = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
+    const uint32_t qbase = sm90::smem_addr(sm.q);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int ch = t % 8 + 8 * j;
+      uint32_t w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+      if constexpr (!std::is_same<T, TM>::value) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const __half2 hv = __floats2half2_rn(__uint_as_float(w[i] << 16) * sc,
+                                               __uint_as_float(w[i] & 0xffff0000u) * sc);
+          w[i] = *reinterpret_cast<const uint32_t*>(&hv);
+        }
+      }
+      const int k0 = 16 * (ch / 2), h = ch % 2;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int kp = k0 + 2 * (2 * h + i / 2 + 4 * (i % 2));   // k position of the pair
+        const int col = kp % 64;
+        sm90::st_shared_u32(qbase + (kp / 64) * C::kQSliceBytes + r * 128 +
+                                (((col / 8) ^ (r & 7)) << 4) + (col % 8) * 2,
+                            w[i]);
+      }
+    }
+  }
+
+  // Batches: the fragments of a batch's groups (an ldmatrix each, two k16 steps) are
+  // converted first, then one wgmma.fence and the batch's wgmmas, one commit group.  A
+  // batch's wgmmas never accumulate onto the previous batch's (S^T alternates two
+  // accumulators; P V's batches take 4 of the 8 O^T tiles each): a wgmma that reads the
+  // accumulator of the batch still in flight would wait for its write-back, and batches of
+  // one group each, chained, ran the kernel at 132 cycles a wgmma.  Before a batch's
+  // conversion the batch before the last is waited for, so that two batches' fragments are
+  // live at most (ptxas keeps an in-flight wgmma's A registers).
+  static constexpr int kStBatch = 3, kStBatches = kD / 32 / kStBatch;   // 6 of 3 groups
+  static constexpr int kPvBatch = 4, kPvBatches = 16 / kPvBatch;        // 4 of 4 groups
+  static_assert(kStBatches * kStBatch == kD / 32, "whole S^T batches");
+
+  // S^T of a raw block (K from the latent boxes and the rope box, converted by this warp's
+  // lanes into A fragments; Q^T from the permuted Q tile), issued; waited for and summed
+  // into s.  Lane l gives ldmatrix the row of key 16 warp + 8 ((l / 8) % 2) + l % 8, chunk
+  // + l / 16.
+  static __device__ __forceinline__ void regs_scores(uint32_t raw, const Smem& sm, int warp,
+                                                     int lane, float (&s)[kAcc]) {
+    using P01 = fp8::Pair<0, 1>;
+    using P23 = fp8::Pair<2, 3>;
+    const int r = 16 * warp + 8 * ((lane >> 3) & 1) + (lane & 7), hi = lane >> 4;
+    const uint32_t row = raw + r * 128, rope = raw + L::kLatentBytes + r * 64;
+    float s1[kAcc];
+#pragma unroll
+    for (int b = 0; b < kStBatches; ++b) {
+      if (b >= 2) sm90::wgmma_wait<1>();
+      uint32_t a[kStBatch][2][4];
+#pragma unroll
+      for (int j = 0; j < kStBatch; ++j) {
+        const int kk = 2 * (kStBatch * b + j);   // two k16 steps a group: 16 latent, 2 rope
+        uint32_t w[4], lo[4], hw[4];
+        if (kk < 32) {
+          const int c = (kk % 8) + hi;   // chunk of latent box kk / 8
+          sm90::ldsm_x4(row + (kk / 8) * Fp8Regs::kBoxBytes + ((c ^ (r & 7)) << 4), w);
+        } else {
+          const int c = (kk - 32) + hi;   // chunk of the rope box
+          sm90::ldsm_x4(rope + ((c ^ ((r >> 1) & 3)) << 4), w);
+        }
+        fp8::e4m3x16_f16<P01, P23>(w, lo, hw);
+        a[j][0][0] = lo[0], a[j][0][1] = lo[1], a[j][0][2] = hw[0], a[j][0][3] = hw[1];
+        a[j][1][0] = lo[2], a[j][1][1] = lo[3], a[j][1][2] = hw[2], a[j][1][3] = hw[3];
+      }
+      float(&acc)[kAcc] = b % 2 ? s1 : s;
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kStBatch; ++j) {
+        const int kk = 2 * (kStBatch * b + j);
+        if (b < 2 && j == 0)
+          sm90::wgmma_m64n16k16_rs<TM, true>(acc, a[j][0], q_desc(sm.q, kk));
+        else
+          sm90::wgmma_m64n16k16_rs<TM>(acc, a[j][0], q_desc(sm.q, kk));
+        sm90::wgmma_m64n16k16_rs<TM>(acc, a[j][1], q_desc(sm.q, kk + 1));
+      }
+      sm90::wgmma_commit();
+    }
+    sm90::wgmma_wait<0>();
+    sm90::reg_fence(s);
+    sm90::reg_fence(s1);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) s[i] += s1[i];
+  }
+
+  // O^T += V^T P^T of a raw block: V^T fragments by ldmatrix.trans from the latent boxes
+  // (value columns 64 mt + 16 warp .. + 15 are chunk 4 (mt % 2) + warp of box mt / 2), keys
+  // at or past rem zeroed (a piece's last block); issued, not waited for.  Lane l gives the
+  // row of key 32 kp + 8 (l / 8) + l % 8: matrices 0..3 are keys 0-7, 8-15 of step 2 kp and
+  // of step 2 kp + 1.  Batch b: steps 2 kp, 2 kp + 1 (kp = b / 2) of tiles 4 (b % 2) .. + 3.
+  static __device__ __forceinline__ void regs_pv(uint32_t raw, uint32_t pbase, int warp,
+                                                 int lane, int rem, float (&o)[8][kAcc]) {
+    using P02 = fp8::Pair<0, 2>;
+    using P13 = fp8::Pair<1, 3>;
+    const int kc = 2 * (lane % 4);   // this lane's first key of a fragment word, per 8 keys
+#pragma unroll
+    for (int b = 0; b < kPvBatches; ++b) {
+      const int kp = b / 2;
+      const int r = 32 * kp + 8 * (lane >> 3) + (lane & 7);
+      if (b >= 2) sm90::wgmma_wait<1>();
+      uint32_t a[kPvBatch][2][4];
+#pragma unroll
+      for (int j = 0; j < kPvBatch; ++j) {
+        const int mt = kPvBatch * (b % 2) + j;
+        const int c = 4 * (mt % 2) + warp;
+        uint32_t w[4], lo[4], hw[4];
+        sm90::ldsm_x4_trans(raw + (mt / 2) * Fp8Regs::kBoxBytes + r * 128 + ((c ^ (r & 7)) << 4),
+                            w);
+        fp8::e4m3x16_f16<P02, P13>(w, lo, hw);
+        if (rem < C::kBlock) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t keep = fp8::keep_keys(32 * kp + 8 * i + kc, rem);
+            lo[i] &= keep;
+            hw[i] &= keep;
+          }
+        }
+        a[j][0][0] = lo[0], a[j][0][1] = hw[0], a[j][0][2] = lo[1], a[j][0][3] = hw[1];
+        a[j][1][0] = lo[2], a[j][1][1] = hw[2], a[j][1][2] = lo[3], a[j][1][3] = hw[3];
+      }
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kPvBatch; ++j) {
+        const int mt = kPvBatch * (b % 2) + j;
+        sm90::wgmma_m64n16k16_rs<TM>(o[mt], a[j][0],
+                                     sm90::desc_sw128(pbase + (2 * kp) * 32, 16, 1024));
+        sm90::wgmma_m64n16k16_rs<TM>(o[mt], a[j][1],
+                                     sm90::desc_sw128(pbase + (2 * kp + 1) * 32, 16, 1024));
+      }
+      sm90::wgmma_commit();
+    }
+  }
+
   // Wait for a block's 9 slices (from the ring position rg on; rg moves past them), zero
   // its tail if the piece ends inside it, issue its scores.
   static __device__ __forceinline__ void start_block(const Smem& sm, Ring& rg, uint32_t kbase,
@@ -511,6 +725,87 @@ struct WgmmaRowsKernel {
   // column (N) 8 (i >> 2) + 2 (lane % 4) + (i & 1); column slot c = 2 (i >> 2) + (i & 1).
   static __device__ __forceinline__ int col_slot(int i) { return 2 * (i >> 2) + (i & 1); }
 
+  // A block's softmax: the masked, scaled scores, their column maxima over the warpgroup,
+  // the running max and sums, P^T [N][64 keys] into pbase, O^T rescaled where a max moved;
+  // ends at the barrier after which P^T is complete.
+  static __device__ __forceinline__ void softmax_block(
+      const float (&s)[kAcc], int t0, const int (&lim)[kCols], const int* lims, bool vk0,
+      bool vk1, float scale, float (&m)[kCols], float (&lsum)[kCols], float (&o)[8][kAcc],
+      float* red, uint32_t pbase, int bar, int warp, int lane, int k0, int c2) {
+    // masked, scaled scores (another array: C7515) and this thread's column maxima
+    float xs[kAcc];
+    float mx[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) mx[c] = -INFINITY;
+#pragma unroll
+    for (int i2 = 0; i2 < kAcc; ++i2) {
+      const int key = t0 + k0 + 8 * ((i2 >> 1) & 1), c = col_slot(i2);
+      const int lc = WG == 1 ? lim[c] : lims[8 * (c >> 1) + c2 + (c & 1)];
+      const bool vk = ((i2 >> 1) & 1) ? vk1 : vk0;
+      const float x = key < lc && vk ? s[i2] * scale : -INFINITY;
+      xs[i2] = x;
+      mx[c] = fmaxf(mx[c], x);
+    }
+    // over the 8 lanes of a column (lane / 4), then the 4 warps through shared memory
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 4));
+      mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 8));
+      mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 16));
+    }
+    if (lane < 4) {
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) red[warp * N + 8 * (c >> 1) + c2 + (c & 1)] = mx[c];
+    }
+    sm90::bar_sync(bar, 128);
+    float alpha[kCols];
+    bool moved = false;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const int col = 8 * (c >> 1) + c2 + (c & 1);
+      const float bm = fmaxf(fmaxf(red[col], red[N + col]),
+                             fmaxf(red[2 * N + col], red[3 * N + col]));
+      // the conditional rescale (kRescaleSlack); m = -inf: any finite bm moves
+      const bool move = bm > m[c] + kRescaleSlack;
+      alpha[c] = move ? exp2f(m[c] - bm) : 1.f;
+      m[c] = move ? bm : m[c];
+      moved |= move;
+      lsum[c] *= alpha[c];   // this thread's share of the column sum
+    }
+    // P^T [N][64 keys], K-major, 128-byte rows swizzled: key chunk (key / 8) ^ (col % 8).
+    // The previous block's P V is done (waited for), so P^T may be rewritten.
+#pragma unroll
+    for (int i2 = 0; i2 < kAcc; ++i2) {
+      const int c = col_slot(i2);
+      const int key = k0 + 8 * ((i2 >> 1) & 1);
+      const int col = 8 * (c >> 1) + c2 + (c & 1);
+      const float x = xs[i2];
+      const float pe = x == -INFINITY ? 0.f : exp2f(x - m[c]);
+      lsum[c] += pe;
+      // P rounded to T (the kernels' rounding point), then to the MMA type (register
+      // conversion: fp16, exact for P >= 2^-14)
+      TM pv;
+      if constexpr (std::is_same<TM, T>::value)
+        pv = static_cast<T>(pe);
+      else
+        pv = static_cast<TM>(static_cast<float>(static_cast<T>(pe)));
+      sm90::st_shared_u16(pbase + col * 128 + (((key >> 3) ^ (col & 7)) << 4) + (key & 7) * 2,
+                          *reinterpret_cast<uint16_t*>(&pv));
+    }
+    // every warp holds all N columns, so all four take this branch alike
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+        for (int i2 = 0; i2 < kAcc; ++i2) o[mt][i2] *= alpha[col_slot(i2)];
+    }
+    // the rescale stays ahead of wgmma_fence (else ptxas injects a fence per tile, C7519)
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+    sm90::fence_proxy_async();
+    sm90::bar_sync(bar, 128);   // P^T complete; every warp has read red
+  }
+
   // Consumer warpgroup wg (0 or 1) of WG: the blocks i of each piece with i % WG == wg.
   static __device__ void consumer(const MlaParams& p, const Smem& sm, int wg) {
     const int t = WG == 1 ? threadIdx.x : threadIdx.x % 128, warp = t / 32, lane = t % 32;
@@ -523,6 +818,7 @@ struct WgmmaRowsKernel {
     const uint32_t pbase = sm90::smem_addr(sm.p + wg * N * 128);
     float* red = sm.red + wg * 4 * N;
     Ring rg;
+    RawRing rr;   // register conversion: the raw blocks, in order
     int req = 0;
     Piece pc;
     while (next_piece(p, req, pc)) {
@@ -564,7 +860,10 @@ struct WgmmaRowsKernel {
       const float o_scale = FAULT == kFaultDescaleNotInOutput ? 1.f : dk;
       // Q of this piece: with two warpgroups both load it and both wait (the last piece's
       // S^T were waited for before its merge, so Q may be rewritten)
-      load_q(p, sm, pc.req, row0, rows_total, threadIdx.x);
+      if constexpr (C::kRegs) {
+        if (wg == 0) load_q_permuted(p, sm, pc.req, row0, rows_total, t);
+      } else
+        load_q(p, sm, pc.req, row0, rows_total, threadIdx.x);
       cp_async_wait<0>();
       sm90::fence_proxy_async();
       if constexpr (WG == 1)
@@ -584,6 +883,41 @@ struct WgmmaRowsKernel {
       bool bad = false;
 #pragma unroll
       for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+      // register conversion (CV = 0): a block's raw slot goes back once its P V is done
+      if constexpr (C::kRegs) {
+        const uint32_t rbase = sm90::smem_addr(sm.raw);
+        float qinv[kCols];   // 2^-e of this thread's query columns (load_q_permuted)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c)
+          qinv[c] = sm.stat[C::kQScale + 8 * (c >> 1) + c2 + (c & 1)];
+        // two warpgroups: each takes every other block, so every other raw slot
+        RawRing rb = rr;
+        if constexpr (WG == 2) rb.skip(wg);
+#pragma unroll 1
+        for (int i = wg; i < n; i += WG) {
+          const int t0 = pc.start + i * C::kBlock;
+          const int page = page_entry(p, pc.req, t0);
+          bad |= bad_page(p, page);
+          const uint32_t raw = rbase + rb.slot * C::kRawBytes;
+          sm90::mbar_wait(&sm.raw_full[rb.slot], rb.lap & 1);
+          regs_scores(raw, sm, warp, lane, s);
+#pragma unroll
+          for (int i2 = 0; i2 < kAcc; ++i2) s[i2] *= qinv[col_slot(i2)];
+#pragma unroll
+          for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+          softmax_block(s, t0, lim, lims, true, true, scale, m, lsum, o, red, pbase, bar, warp,
+                        lane, k0, c2);
+          const int rem = FAULT == kFaultSkipPartialPage ? C::kBlock : pc.end - t0;
+          regs_pv(raw, pbase, warp, lane, rem, o);
+          sm90::wgmma_wait<0>();
+#pragma unroll
+          for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
+          __syncwarp();
+          if (lane == 0) sm90::mbar_arrive(&sm.raw_empty[rb.slot]);
+          rb.skip(WG);
+        }
+        rr.skip(n);   // past the piece's blocks, both warpgroups alike
+      } else
       // one block at a time: its slots go back to the producer as soon as its P V is done,
       // before the next block's wait (holding them through that wait halves the bytes in
       // flight when the loads are the limit)
@@ -598,7 +932,7 @@ struct WgmmaRowsKernel {
           vk1 = sparse_slot(p, row, t0 + k0 + 8, pc.end, bad) >= 0;
         } else {
           const int page = page_entry(p, pc.req, t0);
-          bad |= page < 0 || page >= p.num_blocks;
+          bad |= bad_page(p, page);
         }
         // the ring position of block i (one warpgroup: the last block's end)
         Ring rb = rg;
@@ -614,72 +948,8 @@ struct WgmmaRowsKernel {
         // holds only V while the softmax and P V run
         if (WG == 2 && lane == 0) release_slice(sm, slot0, C::kSlices - 1);
 
-        // masked, scaled scores (another array: C7515) and this thread's column maxima
-        float xs[kAcc];
-        float mx[kCols];
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) mx[c] = -INFINITY;
-#pragma unroll
-        for (int i2 = 0; i2 < kAcc; ++i2) {
-          const int key = t0 + k0 + 8 * ((i2 >> 1) & 1), c = col_slot(i2);
-          const int lc = WG == 1 ? lim[c] : lims[8 * (c >> 1) + c2 + (c & 1)];
-          const bool vk = ((i2 >> 1) & 1) ? vk1 : vk0;
-          const float x = key < lc && vk ? s[i2] * scale : -INFINITY;
-          xs[i2] = x;
-          mx[c] = fmaxf(mx[c], x);
-        }
-        // over the 8 lanes of a column (lane / 4), then the 4 warps through shared memory
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 4));
-          mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 8));
-          mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 16));
-        }
-        if (lane < 4) {
-#pragma unroll
-          for (int c = 0; c < kCols; ++c) red[warp * N + 8 * (c >> 1) + c2 + (c & 1)] = mx[c];
-        }
-        sm90::bar_sync(bar, 128);
-        float alpha[kCols];
-        bool moved = false;
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          const int col = 8 * (c >> 1) + c2 + (c & 1);
-          const float bm = fmaxf(fmaxf(red[col], red[N + col]),
-                                 fmaxf(red[2 * N + col], red[3 * N + col]));
-          // the conditional rescale (kRescaleSlack); m = -inf: any finite bm moves
-          const bool move = bm > m[c] + kRescaleSlack;
-          alpha[c] = move ? exp2f(m[c] - bm) : 1.f;
-          m[c] = move ? bm : m[c];
-          moved |= move;
-          lsum[c] *= alpha[c];   // this thread's share of the column sum
-        }
-        // P^T [N][64 keys], K-major, 128-byte rows swizzled: key chunk (key / 8) ^ (col % 8).
-        // The previous block's P V is done (waited for), so P^T may be rewritten.
-#pragma unroll
-        for (int i2 = 0; i2 < kAcc; ++i2) {
-          const int c = col_slot(i2);
-          const int key = k0 + 8 * ((i2 >> 1) & 1);
-          const int col = 8 * (c >> 1) + c2 + (c & 1);
-          const float x = xs[i2];
-          const float pe = x == -INFINITY ? 0.f : exp2f(x - m[c]);
-          lsum[c] += pe;
-          T pv = static_cast<T>(pe);
-          sm90::st_shared_u16(pbase + col * 128 + (((key >> 3) ^ (col & 7)) << 4) + (key & 7) * 2,
-                              *reinterpret_cast<uint16_t*>(&pv));
-        }
-        // every warp holds all N columns, so all four take this branch alike
-        if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-          for (int mt = 0; mt < 8; ++mt)
-#pragma unroll
-            for (int i2 = 0; i2 < kAcc; ++i2) o[mt][i2] *= alpha[col_slot(i2)];
-        }
-        // the rescale stays ahead of wgmma_fence (else ptxas injects a fence per tile, C7519)
-#pragma unroll
-        for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
-        sm90::fence_proxy_async();
-        sm90::bar_sync(bar, 128);   // P^T complete; every warp has read red
+        softmax_block(s, t0, lim, lims, vk0, vk1, scale, m, lsum, o, red, pbase, bar, warp,
+                      lane, k0, c2);
 
         sm90::wgmma_fence();
 #pragma unroll
@@ -696,7 +966,7 @@ struct WgmmaRowsKernel {
         // lane j of each warp hands back slice j's slot (the V slices only, with two WGs)
         if (lane < (WG == 1 ? C::kSlices : C::kSlices - 1)) release_slice(sm, slot0, lane);
       }
-      if constexpr (WG == 2) rg.skip_blocks(n);   // past the piece's blocks, both WGs alike
+      if constexpr (WG == 2 && !C::kRegs) rg.skip_blocks(n);   // past the piece's blocks
       const bool bad_len = p.seqlens[pc.req] < 0;
       // metadata planned for the 64-row kernel's cluster merge (another library's): this
       // kernel never merges, so each half would write the output alone; NaN and flag 4
@@ -821,9 +1091,13 @@ struct WgmmaRowsKernel {
         if (gr >= rows_total) continue;
         // one address per (row, slot), the 8 value tiles at immediate offsets from it (the
         // epilogue runs once per piece from a cold instruction cache: its size is its time)
+        // the value column of O^T's M row (register conversion: rows g, g + 8 of a warp
+        // hold its columns 2g, 2g + 1, mla_fp8_regs.cuh)
+        const int vc = C::kRegs ? 16 * warp + 2 * (lane / 4) + ((i2 >> 1) & 1)
+                                : k0 + 8 * ((i2 >> 1) & 1);
         const int64_t base =
             ((pc.direct ? static_cast<int64_t>(pc.req) : static_cast<int64_t>(pc.slot)) *
-                 rows_total + gr) * kDV + k0 + 8 * ((i2 >> 1) & 1);
+                 rows_total + gr) * kDV + vc;
         if (pc.direct) {
           T* dst = static_cast<T*>(p.out) + base;
 #pragma unroll
@@ -848,13 +1122,19 @@ struct WgmmaRowsKernel {
       }
       for (int s = 0; s < C::kRawSlots; ++s) {
         sm90::mbar_init(&sm.raw_full[s], C::kSparse ? 128 : 1);
-        sm90::mbar_init(&sm.raw_empty[s], 4 * C::kConverters);   // one a converter warp
+        // one a converter warp (register conversion: one a consumer warp)
+        sm90::mbar_init(&sm.raw_empty[s], 4 * (C::kRegs ? 1 : C::kConverters));
       }
       sm90::fence_mbar_init();
     }
     __syncthreads();
     pdl_wait_primary();   // launched as a dependent of the stream's last kernel
-    if constexpr (C::kFp8) {
+    if constexpr (C::kRegs && WG == 1) {
+      if (threadIdx.x < 128)
+        consumer(wp.p, sm, 0);
+      else if (threadIdx.x == 128)
+        producer(wp, sm);
+    } else if constexpr (C::kFp8 && !C::kRegs) {
       const int wg = threadIdx.x / 128;
       if (wg == 0) {
         sm90::setmaxnreg_inc<C::kFp8ConsumerRegs>();
@@ -920,8 +1200,10 @@ cudaError_t split_wgmma_rows_ctas_per_sm_impl(int* n) {
 
 // The FP8 cache's two tensor maps over its bytes as 16-bit elements (mla_fp8.cuh): the
 // latent box (256 elements x 64 keys) and the tail box from element 256 on, both
-// unswizzled; reused while the cache tensor is the same (as wgmma_params).
-template <int KV>
+// unswizzled; reused while the cache tensor is the same (as wgmma_params).  REGS (register
+// conversion, mla_fp8_regs.cuh): 128-byte-swizzled latent boxes of 64 elements (128
+// columns) and a 64-byte-swizzled rope box (fp8_e4m3's 64 bytes), for ldmatrix.
+template <int KV, bool REGS = false>
 cudaError_t fp8_params(const MlaParams& p, WgmmaFp8Params* wp) {
   using L = Fp8Layout<KV>;
   if (p.page_size % 64 != 0) return cudaErrorInvalidValue;
@@ -947,16 +1229,19 @@ cudaError_t fp8_params(const MlaParams& p, WgmmaFp8Params* wp) {
   // the strides are in bytes already (a byte is an element of an FP8 cache)
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.k_stride_token),
                                  static_cast<cuuint64_t>(p.k_stride_block)};
-  const cuuint32_t box_raw[3] = {256, 64, 1};
+  static_assert(!REGS || KV == kKvE4m3, "register conversion: fp8_e4m3");
+  const cuuint32_t box_raw[3] = {REGS ? 64u : 256u, 64, 1};
   const cuuint32_t box_tail[3] = {static_cast<cuuint32_t>(L::kTailRow / 2), 64, 1};
+  const auto sw_raw = REGS ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
+  const auto sw_tail = REGS ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE;
   const cuuint32_t elem[3] = {1, 1, 1};
   void* base = const_cast<void*>(p.k);
   if (encode(&wp->tmap_raw, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, base, dims, strides, box_raw,
-             elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             elem, CU_TENSOR_MAP_INTERLEAVE_NONE, sw_raw,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
           CUDA_SUCCESS ||
       encode(&wp->tmap_tail, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, base, dims, strides, box_tail,
-             elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             elem, CU_TENSOR_MAP_INTERLEAVE_NONE, sw_tail,
              CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
     return cudaErrorInvalidValue;
   last = Last{p.k, p.page_size, p.num_blocks, p.k_stride_token, p.k_stride_block,
@@ -975,7 +1260,7 @@ cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream
   } else if constexpr (KV == kKvNative)
     e = wgmma_params<T>(p, &wp);
   else
-    e = fp8_params<KV>(p, &wp);
+    e = fp8_params<KV, CV == 0>(p, &wp);
   if (e != cudaSuccess) return e;
   e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS, SP>();
   if (e != cudaSuccess) return e;

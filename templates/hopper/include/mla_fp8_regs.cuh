@@ -1,0 +1,86 @@
+// FP8 caches, "dequantize" mode without a converter warpgroup (mla_wgmma_rows.cuh, CV = 0):
+// the consumer warpgroup reads the raw e4m3 bytes from shared memory with ldmatrix,
+// converts them in registers to the A fragments of its wgmmas (A from registers), and no
+// bf16 copy of the block is ever stored.  A block then costs shared memory its 36 KiB once
+// written and twice read (S^T and P V), where the converter's bf16 ring wrote and read 72
+// KiB more; and with no ring, the raw slots alone fill shared memory, 4 blocks in flight.
+//
+// Raw slot (fp8_e4m3, 36 KiB): four latent boxes of 64 keys x 128 bytes (columns [128 q,
+// 128 q + 128)), 128-byte swizzle (16-byte chunk c of key r at c ^ (r % 8)), then the rope
+// box, 64 keys x 64 bytes, 64-byte swizzle (chunk c of key r at c ^ ((r / 2) % 4)).
+//
+// S^T = K Q^T, A = K (keys in M): ldmatrix (not transposed) of 8 keys x 16 bytes gives lane
+// l the 4 bytes 4 (l % 4) .. + 3 of key l / 4's 16 columns.  The A fragment of m64nNk16
+// wants columns 2c, 2c + 1 (register 0) and 2c + 8, 2c + 9 (register 2) of a k16 step:
+// bytes 0, 1 go to register 0 and bytes 2, 3 to register 2, so column 4c + j of the cache
+// stands at k position 2c + j, and 4c + 2 + j at 2c + 8 + j.  Q is stored permuted the same
+// way (Q's 4-byte column pair 2m of each 16 columns at pair m, 2m + 1 at pair m + 4;
+// load_q_permuted), and K Q^T sums the same products.
+//
+// O^T += V^T P^T, A = V^T (value columns in M, keys in K): ldmatrix.trans of 8 keys x 16
+// bytes gives lane l, as one 32-bit word, the bytes (key 2 (l % 4), columns 2 (l / 4) and
+// + 1), (key 2 (l % 4) + 1, the same columns).  Bytes 0 and 2 (one column, two keys) make
+// register 0 of M row l / 4, bytes 1 and 3 register 1 of M row l / 4 + 8: fragment row g
+// holds value column 2g, row g + 8 column 2g + 1 of the warp's 16 (the epilogue's vcol).
+//
+// The MMAs are fp16 (one conversion instruction per two e4m3 values, where the bf16 bit
+// placement of mla_fp8.cuh costs five and a NaN pass): every e4m3 value is exact in fp16;
+// a bf16 Q row is scaled by a power of two into fp16's range (load_q_permuted, the scale
+// undone in the scores' scale); P is rounded to bf16 first, then to fp16, exact for
+// P >= 2^-14 (below, fp16 keeps 2^-24 absolute: at most n * 2^-25 of the row sum over n
+// keys).
+#pragma once
+#include "mla_fp8.cuh"
+
+namespace mlagen {
+namespace hopper {
+
+struct Fp8Regs {
+  static constexpr int kBoxBytes = 64 * 128;   // one latent box: 64 keys x 128 columns
+};
+
+namespace fp8 {
+
+// Two bytes of a 4-byte word, B0 to the low half of a pair, B1 to the high: prmt's
+// selector (the low 16 bits of the result).
+template <int B0, int B1>
+struct Pair {
+  static constexpr uint32_t kBytes = B0 | B1 << 4;
+  static constexpr bool kHalves = (B0 == 0 && B1 == 1) || (B0 == 2 && B1 == 3);
+};
+
+// 4 e4m3 bytes -> two fp16x2 words, lo = (P::B0, P::B1), hi = (Q::B0, Q::B1), by the
+// hardware conversion (exact: every e4m3 value is an fp16; NaN stays NaN).  Where a pair
+// is a half of the word as stored (S^T's fragments), the conversion reads that half.
+template <class P, class Q>
+__device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  if constexpr (P::kBytes == 0x10 && Q::kBytes == 0x32) {
+    asm("{\n .reg .b16 x, y;\n mov.b32 {x, y}, %2;\n"
+        " cvt.rn.f16x2.e4m3x2 %0, x;\n cvt.rn.f16x2.e4m3x2 %1, y;\n}\n"
+        : "=r"(lo), "=r"(hi) : "r"(w));
+  } else {
+    asm("{\n .reg .b32 a, b;\n .reg .b16 x, y, u, v;\n"
+        " prmt.b32 a, %2, 0, %3;\n prmt.b32 b, %2, 0, %4;\n"
+        " mov.b32 {x, u}, a;\n mov.b32 {y, v}, b;\n"
+        " cvt.rn.f16x2.e4m3x2 %0, x;\n cvt.rn.f16x2.e4m3x2 %1, y;\n}\n"
+        : "=r"(lo), "=r"(hi) : "r"(w), "n"(P::kBytes), "n"(Q::kBytes));
+  }
+}
+
+// Four words (an ldmatrix's) at once.
+template <class P, class Q>
+__device__ __forceinline__ void e4m3x16_f16(const uint32_t (&r)[4], uint32_t (&lo)[4],
+                                            uint32_t (&hi)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) e4m3x4_f16<P, Q>(r[i], lo[i], hi[i]);
+}
+
+// The keys of a V^T fragment word kept below `rem` (a piece's last, partial block): half h
+// of the word is key k0 + h.
+__device__ __forceinline__ uint32_t keep_keys(int k0, int rem) {
+  return (k0 < rem ? 0x0000ffffu : 0u) | (k0 + 1 < rem ? 0xffff0000u : 0u);
+}
+
+}  // namespace fp8
+}  // namespace hopper
+}  // namespace mlagen
