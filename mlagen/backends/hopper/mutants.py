@@ -22,6 +22,7 @@ DS64 = ("hopper_sparse_ds_mla_r64",)                # the 64-row producer's fp8_
 POOLS = ("hopper_sparse_two_pools",)                 # a second pool (extra_topk), its own page
 FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, k_descale
 FP8D = ("hopper_fp8_ds_mla",)                                    # e4m3 tiles with fp32 scales
+FP8R = ("hopper_fp8_e4m3_regs",)        # fp8_e4m3 converted in the consumer's registers
 
 MAX_MOVES = "running-sum rescale when the max moves"
 WG_MERGE = "few-rows kernel's warpgroup merge when the second holds the larger max"
@@ -68,10 +69,10 @@ MUTANTS = (
            "j * 64, t0 % p.page_size, page);", "j * 64, t0 % C::kBlock, page);",
            "a block's row inside its page taken modulo the block", ROWS1, PAGE_OFFSET),
     Mutant("rows_bad_page_bound", "hopper", "mla_wgmma_rows.cuh",
-           "bad |= page < 0 || page >= p.num_blocks;",
-           "bad |= page < 0 || page > p.num_blocks;",
+           "return page < 0 || page >= p.num_blocks;",
+           "return page < 0 || page > p.num_blocks;",
            "an entry equal to num_blocks passes the bad-page check (> for >=)",
-           ROWS1, BAD_LAST),
+           ROWS1 + FP8R, BAD_LAST),
     # ---- the few-rows kernel's token-sparse mode (indices name the keys)
     Mutant("rows_sparse_unmasked", "hopper", "mla_wgmma_rows.cuh",
            "const float x = key < lc && vk ? s[i2] * scale : -INFINITY;",
@@ -188,4 +189,28 @@ MUTANTS = (
            "dk = p.k_descale[pc.req * p.k_descale_stride];", "dk = p.k_descale[0];",
            "fp8_e4m3: every sequence takes the first's descale (a per-sequence descale "
            "ignored)", FP8E, FP8_SCALE),
+    # ---- conversion in the consumer's registers (mla_fp8_regs.cuh, fp8_converters = 0)
+    Mutant("regs_q_not_permuted", "hopper", "mla_wgmma_rows.cuh",
+           "const int kp = k0 + 2 * (2 * h + i / 2 + 4 * (i % 2));",
+           "const int kp = k0 + 2 * (4 * h + i);",
+           "Q stored in cache column order while the K fragments hold each 16 columns "
+           "permuted (column pairs 2m + 1 meet the wrong q)", FP8R),
+    Mutant("regs_pv_tail_kept", "hopper", "mla_wgmma_rows.cuh",
+           "if (rem < C::kBlock) {", "if (false) {",
+           "the keys past a piece's end in its last block not zeroed in the V^T fragments "
+           "(a NaN there reaches O through P = 0)", FP8R),
+    Mutant("regs_value_column", "hopper", "mla_wgmma_rows.cuh",
+           "const int vc = C::kRegs ? 16 * warp + 2 * (lane / 4) + ((i2 >> 1) & 1)",
+           "const int vc = C::kRegs ? 16 * warp + (lane / 4) + 8 * ((i2 >> 1) & 1)",
+           "O^T's rows written as the converter kernel's (row g = value column g), not as "
+           "the V^T fragments hold them (row g = column 2g)", FP8R),
+    Mutant("regs_pv_pairs_as_stored", "hopper", "mla_wgmma_rows.cuh",
+           "using P02 = fp8::Pair<0, 2>;", "using P02 = fp8::Pair<0, 1>;",
+           "V^T's fragment pairs taken as the bytes lie (one key, two value columns) "
+           "instead of one column of two keys", FP8R),
+    Mutant("regs_rope_swizzle", "hopper", "mla_wgmma_rows.cuh",
+           "sm90::ldsm_x4(rope + ((c ^ ((r >> 1) & 3)) << 4), w);",
+           "sm90::ldsm_x4(rope + ((c ^ (r & 3)) << 4), w);",
+           "the rope box read with the 128-byte swizzle's row pattern instead of the 64-byte "
+           "swizzle TMA wrote", FP8R),
 )
