@@ -795,7 +795,7 @@ def vllm_lines(rep: Report) -> list[str]:
     if not rep.vllm_fp8_lib:
         return []
     out = ["", f"**vLLM's dense FP8 kernel timed in this run** (`{rep.vllm_fp8_lib}`, the same "
-           f"fp8_e4m3 cache, its q quantized per sequence): geomean of its time / ours "
+           f"fp8_e4m3 cache, its q quantized with one scale): geomean of its time / ours "
            f"{_f(rep.geomean_vllm, '.3f')}.", "",
            "| row | its check | its cos-diff | its eager ms | ours / its speed | its graph us | "
            "graph: ours / its speed |", "|---|---|---|---|---|---|---|"]

@@ -5,11 +5,11 @@ LIB is the torch extension of vLLM's FlashMLA fork (github.com/vllm-project/Flas
 `csrc/extension/sm90/dense_fp8/`: pybind.cpp, flash_fwd_mla_fp8_sm90.cu,
 flash_fwd_mla_metadata.cu, compiled with -DNO_PYBIND11=1 against CUTLASS e94e888 for sm_90a,
 benchmarks/anchors/README.md).  It exports ``get_mla_decoding_metadata_dense_fp8`` and
-``fwd_kvcache_mla_fp8``: q and the cache both e4m3, one descale per sequence each, one KV
-head in 64-token pages.  The call runs on an mlagen bench Caller's fp8_e4m3 cache (the very
-bytes ours reads); its q is the Caller's bf16 q quantized per sequence (amax / 448), the
-kernel's own input convention, so its answer is checked against the reference on that
-dequantized q.
+``fwd_kvcache_mla_fp8``: q and the cache both e4m3, one descale each for the whole tensor
+(its pybind.cpp checks both descales are of shape (1)), one KV head in 64-token pages.  The
+call runs on an mlagen bench Caller's fp8_e4m3 cache (the very bytes ours reads); its q is
+the Caller's bf16 q quantized with one scale (amax / 448), the kernel's own input
+convention, so its answer is checked against the reference on that dequantized q.
 """
 
 from __future__ import annotations
@@ -64,12 +64,14 @@ class VllmFp8Call:
                              f"not k_cache {tuple(c.k.shape)}")
         self.mod, self.k, self.bt, self.seqlens = mod, c.k, c.bt, c.seqlens
         b, s_q, h_q, _ = c.q.shape
-        amax = c.q.float().abs().amax(dim=(1, 2, 3)).clamp(min=1e-12)
+        # one descale for the whole q and one for the cache: the fork's pybind.cpp checks
+        # both are of shape (1) (CHECK_SHAPE(descale_q_, 1))
+        amax = c.q.float().abs().amax().clamp(min=1e-12).reshape(1)
         self.descale_q = (amax / kvformat.E4M3_MAX).contiguous()
-        self.q8 = (c.q.float() / self.descale_q[:, None, None, None]).to(torch.float8_e4m3fn)
+        self.q8 = (c.q.float() / self.descale_q).to(torch.float8_e4m3fn)
         # the q this kernel computes with, for the reference (check_output reads c.q)
-        self.q = (self.q8.float() * self.descale_q[:, None, None, None]).to(c.q.dtype)
-        self.descale_k = c.descale.reshape(1).expand(b).contiguous().float()
+        self.q = (self.q8.float() * self.descale_q).to(c.q.dtype)
+        self.descale_k = c.descale.reshape(1).contiguous().float()
         self.kv, self.descale = c.kv, c.descale
         self.md, self.ns = mod.get_mla_decoding_metadata_dense_fp8(c.seqlens, s_q * h_q, 1)
 
