@@ -13,6 +13,7 @@ import collections
 import io
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -271,3 +272,49 @@ def test_the_wall_limit_stops_a_run_and_says_where_it_was(tmp_path, monkeypatch)
     assert all(not o.caught and o.error.startswith("not reached: the harness's wall limit")
                for o in got)
     assert got[0].seconds >= 2.0 and got[1].seconds == 0.0
+
+
+def test_children_skip_the_baseline_and_log_where_the_parent_reads(monkeypatch):
+    """A child run verifies the mutant alone (the parent ran the baselines), and its log
+    goes to the file whose last line the wall limit reports."""
+    import json
+    import subprocess
+    import time
+
+    seen = []
+
+    class FakeProc:
+        returncode = 0
+
+        def __init__(self, cmd, stdout=None, stderr=None):
+            seen.append((cmd, stdout, stderr))
+            out = cmd[cmd.index("--out") + 1]
+            m, n, prof = cmd[cmd.index("--only") + 1], cmd[cmd.index("--schedule") + 1], \
+                cmd[cmd.index("--profile") + 1]
+            Path(out).write_text(json.dumps({"outcomes": [dict(
+                mutant=m, schedule=n, profile=prof, caught=True, how="mismatch")]}))
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeProc)
+    m = by_name("merged_empty_lse")
+    got = list(harness._in_processes([(m, "sc11_attn", "smoke")], 1, None, None,
+                                     time.perf_counter() + 60))
+    assert [o.caught for o in got] == [True]
+    (cmd, stdout, stderr), = seen
+    assert "--no-baseline" in cmd and "--in-process" in cmd
+    assert stderr == subprocess.STDOUT and stdout is not None and stdout != subprocess.DEVNULL
+
+
+def test_no_baseline_flag_reaches_the_run(monkeypatch):
+    seen = {}
+
+    def fake_run(*a, **kw):
+        seen.update(kw)
+        return harness.Report("sc11")
+
+    monkeypatch.setattr(harness, "run", fake_run)
+    harness.main(["--target", "sc11", "--only", "merged_empty_lse", "--in-process",
+                  "--no-baseline"])
+    assert seen["baseline"] is False

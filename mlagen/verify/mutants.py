@@ -347,15 +347,19 @@ def _in_processes(todo, parallel: int, examples, time_budget_s,
             while waiting and len(running) < parallel:
                 i, (m, n, prof) = waiting.pop(0)
                 out = Path(d) / f"{i}.json"
+                # the parent ran the baselines: a child that ran its own again spent half
+                # its time there (and, stopped at the wall limit, reported 0 examples)
                 cmd = [sys.executable, "-m", "mlagen.verify.mutants", "--target", m.target,
                        "--only", m.name, "--schedule", n, "--profile", prof, "--no-prebuild",
-                       "--in-process", "--out", str(out)]
+                       "--in-process", "--no-baseline", "--out", str(out)]
                 if examples:
                     cmd += ["--examples", str(examples)]
                 if time_budget_s:
                     cmd += ["--time-budget", str(time_budget_s)]
-                errf = open(Path(d) / f"{i}.err", "w+")      # a file: a pipe could fill
-                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf)
+                # a file: a pipe could fill; the child's log lines too, so that a run stopped
+                # at the wall limit says how far it got
+                errf = open(Path(d) / f"{i}.err", "w+")
+                proc = subprocess.Popen(cmd, stdout=errf, stderr=subprocess.STDOUT)
                 running.append((proc, out, m, n, prof, errf, time.perf_counter()))
             time.sleep(0.5)
             for item in list(running):
@@ -428,6 +432,9 @@ def main(argv=None) -> int:
                     help="run verify in this process (default: a process a run)")
     ap.add_argument("--no-prebuild", action="store_true",
                     help="do not build the mutants ahead in parallel (verify builds them)")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="do not verify the unmutated schedules first (a mutant caught by a "
+                         "check the schedule fails unmutated is then counted caught)")
     ap.add_argument("--shard", default=None, metavar="K/N",
                     help="run the K-th (0-based) of N groups of the schedules only, so that N "
                          "calls run the whole list (each with its schedules' baselines)")
@@ -482,7 +489,8 @@ def main(argv=None) -> int:
                   args.time_budget, args.jobs, log=sys.stdout,
                   prebuild_all=False if args.no_prebuild else None,
                   first_schedule=args.first_schedule, parallel=args.parallel,
-                  isolate=not args.in_process, wall_limit_s=args.wall_limit, shard=shard)
+                  isolate=not args.in_process, wall_limit_s=args.wall_limit, shard=shard,
+                  baseline=not args.no_baseline)
     except (MlagenError, ValueError) as e:
         print(f"mlagen: {e}", file=sys.stderr)
         return 2
