@@ -187,6 +187,35 @@ def test_hopper_path_cases_put_rows_that_see_no_key_through_the_combine():
     assert any(0 in c.seqlens for c in forced)
 
 
+@pytest.mark.parametrize("name", ["hopper_fp8_e4m3_regs", "sc11_attn"])
+def test_path_cases_hold_query_rows_twelve_binades_apart(name):
+    """q_spread: each query row scaled by its own power of two, the cache untouched; a path
+    case of every attention-only schedule (the register-conversion FP8 kernel scales each
+    row into fp16 and back: another row's scale there is a wrong answer)."""
+    s = example(name)
+    spread = [c for c in path_cases(s) if c.data == "q_spread"]
+    assert len(spread) == 1
+    c = spread[0]
+    plain = Case(**{**c.__dict__, "data": "randn"}).inputs()
+    inp = c.inputs()
+    assert torch.equal(inp.k_cache.view(torch.uint8), plain.k_cache.view(torch.uint8))
+    ratio = inp.q.double() / plain.q.double()
+    per_row = ratio.flatten(0, 2).nan_to_num(1.0)
+    row_f = per_row.max(dim=1).values
+    assert torch.equal(per_row.min(dim=1).values, row_f)      # one factor a row
+    exps = torch.log2(row_f)
+    assert torch.equal(exps, exps.round()) and float(exps.min()) <= -8 and float(exps.max()) == 0
+    assert len(set(exps.tolist())) >= min(8, row_f.numel())
+
+
+def test_q_spread_leaves_the_fused_operator_alone():
+    s = example("sc11_fused_tp4")
+    assert not [c for c in path_cases(s) if c.data == "q_spread"]
+    c = path_cases(s)[0]
+    inp = Case(**{**c.__dict__, "data": "randn"}).inputs()
+    assert adversarial.apply(inp, "q_spread", 3) is inp
+
+
 # ---------------------------------------------------------------- SC11's two ---------
 def test_sc11_family_has_heads_that_leave_the_last_core_short():
     """(a) a head count with a remainder of 2+ over the cores: 11 heads over 4 cores

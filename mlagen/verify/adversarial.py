@@ -17,6 +17,9 @@ and the reference see them, so both get the same rounded values):
     ties           every key of a sequence is the same key: all its scores tie
     very_negative  every score shifted far below zero (exp of the raw score underflows)
     very_large     every score shifted far above zero (exp of the raw score overflows)
+    q_spread       (a path case, never drawn) each query row scaled by its own power of two,
+                   2^0 down to 2^-12: a kernel that scales q rows into a narrower type
+                   (mla_fp8_regs.cuh's fp16) and undoes it with another row's scale, or none
 
 Attention-only problems get exact control: every query holds 1 in the first rope column
 (column dv = 512) and key t holds f(t) / softmax_scale there, so key t's score is its
@@ -43,6 +46,9 @@ PATTERNS = ("randn", "rising", "dominant", "ties", "very_negative", "very_large"
 # drawn only where the schedule's pieces are drawn too (Backend.runtime_shapes "split_kv")
 PIECE_PATTERNS = ("dominant_odd",)
 ODD_BLOCK = 64                 # dominant_odd: the block size whose odd blocks hold the key
+# path cases alone (strategies.path_cases): adding them leaves hypothesis's draws as they were
+ROW_PATTERNS = ("q_spread",)
+Q_SPREAD_BINADES = 13          # q_spread: rows at 2^0 .. 2^-12 (down: scores shrink, stay exact)
 # rising: log2 units per 64-key block (past a rescale slack of 8, and well past it)
 RISE_STEPS = (3.0, 9.0, 12.0, 24.0)
 # far past any slack, and past 128 log2 units (2^128 overflows fp32): a merge of two
@@ -63,9 +69,11 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
     pattern's free choices (where a rise starts, its step, the dominant key's place)."""
     if pattern == "randn":
         return inp
-    if pattern not in PATTERNS + PIECE_PATTERNS:
+    if pattern not in PATTERNS + PIECE_PATTERNS + ROW_PATTERNS:
         raise ValueError(f"unknown data pattern {pattern!r}; one of "
-                         f"{PATTERNS + PIECE_PATTERNS}")
+                         f"{PATTERNS + PIECE_PATTERNS + ROW_PATTERNS}")
+    if pattern == "q_spread":
+        return _q_spread(inp, arg)
     fmt = kvformat.get(inp.kv)
     page_descale = _page_descale(inp) if fmt.quantized else None
     # a quantized cache is shaped as values and stored again in its format (kernel and
@@ -123,6 +131,23 @@ def apply(inp: MlaInputs, pattern: str, arg: int) -> MlaInputs:
             q[..., dv] = inp.q[..., dv]
         out = dataclasses.replace(out, q=q)
     out.meta = dict(inp.meta, data=pattern, data_arg=arg)
+    return out
+
+
+def _q_spread(inp: MlaInputs, arg: int) -> MlaInputs:
+    """q_spread: query row (b, s, h) times 2^-e, e = (131 b + 17 s + 7 h + arg) % 13 (exact
+    in bf16 and fp16 for randn rows); the cache unchanged.  The fused operator's query is the
+    kernel's own: unchanged there."""
+    if inp.q is None:
+        return inp
+    b, s_q, h = inp.q.shape[:3]
+    e = (131 * torch.arange(b)[:, None, None] + 17 * torch.arange(s_q)[None, :, None]
+         + 7 * torch.arange(h)[None, None, :] + arg) % Q_SPREAD_BINADES
+    f = torch.pow(2.0, -e.double()).to(inp.q.device)
+    q = inp.q.clone() if inp.q.is_contiguous() else _strided_copy(inp.q)
+    q.copy_((q.double() * f[..., None]).to(q.dtype))
+    out = dataclasses.replace(inp, q=q)
+    out.meta = dict(inp.meta, data="q_spread", data_arg=arg)
     return out
 
 

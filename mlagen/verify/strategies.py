@@ -486,6 +486,9 @@ def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
            case(prob, (long, long // 2 + 1, 3 * block), sq, h, "dominant", 5, 2),
            case(prob, (long, block + 1, 0), max(1, sq // 2), h, "very_large", 0, 3),
            case(prob, (long, 2 * block), 1, h, "rising", 7, 4)]
+    if not fused:
+        # query rows 12 binades apart (a kernel that rescales q rows per row)
+        out.append(case(prob, (block + 1, 2 * block, 1), sq, h, "q_spread", 1, 17))
     for heads in shapes.get("heads", ())[1:]:
         out.append(case(prob, (block + 1, long), sq, heads, "rising", heads, 5 + heads))
     for page in shapes.get("page_size", ())[1:]:

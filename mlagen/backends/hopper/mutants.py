@@ -208,6 +208,11 @@ MUTANTS = (
            "using P02 = fp8::Pair<0, 2>;", "using P02 = fp8::Pair<0, 1>;",
            "V^T's fragment pairs taken as the bytes lie (one key, two value columns) "
            "instead of one column of two keys", FP8R),
+    Mutant("regs_q_scale_first_row", "hopper", "mla_wgmma_rows.cuh",
+           "qinv[c] = sm.stat[C::kQScale + 8 * (c >> 1) + c2 + (c & 1)];",
+           "qinv[c] = sm.stat[C::kQScale];",
+           "every query column's scores unscaled by the first row's power of two (randn rows "
+           "mostly share one; the q_spread path case spreads them 12 binades)", FP8R),
     Mutant("regs_rope_swizzle", "hopper", "mla_wgmma_rows.cuh",
            "sm90::ldsm_x4(rope + ((c ^ ((r >> 1) & 3)) << 4), w);",
            "sm90::ldsm_x4(rope + ((c ^ (r & 3)) << 4), w);",
