@@ -91,6 +91,14 @@ def test_rules_accept_both_formats_and_fp16_e4m3():
         assert s.problem.kv == kv
 
 
+def test_rules_accept_register_conversion_with_one_or_two_consumer_warpgroups():
+    for warps, raw in ((4, 2), (8, 4), (8, 5)):
+        s = loads(_toml(warps=warps, extra=f"fp8_converters = 0\nfp8_raw_slots = {raw}"),
+                  source="ok.toml")
+        assert (s.mapping.fp8_converters, s.mapping.warps) == (0, warps)
+        assert s.variant_name().endswith(f"_w{warps}_wgmma_fp8dequant_fp8cv0_fp8raw{raw}")
+
+
 def test_variant_names_carry_the_format_and_16_bit_names_do_not_change():
     bf = Schedule.build(**ROWS, rows_per_tile=16)
     assert bf.variant_name() == "hopper_bf16_bkv64_buf2_r16_w4_wgmma"
