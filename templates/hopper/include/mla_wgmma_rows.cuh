@@ -519,8 +519,8 @@ struct WgmmaRowsKernel {
   // Q rows [row0, row0 + N) into the Q tile as fp16 (the MMA type TM), each 16 columns'
   // 4-byte pairs permuted as the S^T fragments hold K (pair 2m at m, 2m + 1 at m + 4; rows
   // past s_q*h_q zero).  A bf16 row is scaled by 2^e, its largest finite |q| into [2^14,
-  // 2^15) (exact in fp16 down to 2^-38 of it; inf and NaN stay), and 2^-e goes to sm.stat[kQScale + r]
-  // for the scores' scale.  Thread t: row t / 8, 16-byte chunks t % 8 + 8 j (8 columns =
+  // 2^15) (exact in fp16 down to 2^-38 of it; inf and NaN stay), and 2^-e goes to
+  // sm.stat[kQScale + r] for the scores' scale.  Thread t: row t / 8, 16-byte chunks t % 8 + 8 j (8 columns =
   // 4 pairs, half h = ch % 2 of a k16 step): pair j of the chunk goes to pair
   // 2h + j / 2 + 4 (j % 2).
   static __device__ __forceinline__ void load_q_permuted(const MlaParams& p, const Smem& sm,
