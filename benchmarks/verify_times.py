@@ -67,6 +67,20 @@ def one(schedule: Path, profile: str, timeout_s: float, tmp: Path) -> dict:
     return row
 
 
+
+def _argv_without_out() -> list[str]:
+    """The command line as recorded: --out's folder is the record's own place, a path of
+    one machine (the record lives in benchmarks/results/ wherever it was written)."""
+    out, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            out.append(arg)
+    return out
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("schedules", nargs="*", type=Path,
@@ -107,7 +121,7 @@ def main() -> int:
     date = subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=ROOT, text=True,
                           capture_output=True).stdout.strip() or "unknown"
     rec = dict(commit=commit, commit_date=date, device=dev, bars_s=BARS,
-               command="python benchmarks/verify_times.py " + " ".join(sys.argv[1:]),
+               command="python benchmarks/verify_times.py " + " ".join(_argv_without_out()),
                note="one schedule at a time, each a fresh `mlagen verify --json` process; "
                     "wall_s: the whole command (imports, builds on a cold cache, workers, "
                     "examples); examples_s: the examples alone; setup_s: runner ready",
