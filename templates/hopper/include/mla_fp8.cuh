@@ -80,6 +80,31 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
 constexpr uint32_t kTwo120 = 0x7B807B80u;   // bf16x2 (2^120, 2^120)
 constexpr uint32_t kMaxFusedExp = 134u << 7;  // bf16 exponent field of 2^7
 
+// Two bytes of a 4-byte word, B0 to the low half of a pair, B1 to the high: prmt's
+// selector (the low 16 bits of the result).
+template <int B0, int B1>
+struct Pair {
+  static constexpr uint32_t kBytes = B0 | B1 << 4;
+};
+
+// 4 e4m3 bytes -> two fp16x2 words, lo = (P::B0, P::B1), hi = (Q::B0, Q::B1), by the
+// hardware conversion (exact: every e4m3 value is an fp16; NaN stays NaN).  Where a pair
+// is a half of the word as stored (S^T's fragments), the conversion reads that half.
+template <class P, class Q>
+__device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  if constexpr (P::kBytes == 0x10 && Q::kBytes == 0x32) {
+    asm("{\n .reg .b16 x, y;\n mov.b32 {x, y}, %2;\n"
+        " cvt.rn.f16x2.e4m3x2 %0, x;\n cvt.rn.f16x2.e4m3x2 %1, y;\n}\n"
+        : "=r"(lo), "=r"(hi) : "r"(w));
+  } else {
+    asm("{\n .reg .b32 a, b;\n .reg .b16 x, y, u, v;\n"
+        " prmt.b32 a, %2, 0, %3;\n prmt.b32 b, %2, 0, %4;\n"
+        " mov.b32 {x, u}, a;\n mov.b32 {y, v}, b;\n"
+        " cvt.rn.f16x2.e4m3x2 %0, x;\n cvt.rn.f16x2.e4m3x2 %1, y;\n}\n"
+        : "=r"(lo), "=r"(hi) : "r"(w), "n"(P::kBytes), "n"(Q::kBytes));
+  }
+}
+
 // 16 e4m3 bytes -> 16 values of T (8 words), each times `scale2` (a bf16x2 power of two;
 // ds_mla's tile scale) unless SCALED is false.  TWICE: the planted fault, the scale twice.
 // bf16: the placed values times 2^120 * scale in one multiply, exact (a power of two), where
@@ -112,17 +137,10 @@ __device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint3
       }
     }
   } else {
+    // fp16 (fp8_e4m3 only: e4m3 is exact in fp16; the hardware conversion)
+    static_assert(!SCALED, "fp8_ds_mla needs bf16 (its RoPE values are bf16)");
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // fp16 (fp8_e4m3 only: e4m3 is exact in fp16; the hardware conversion)
-      static_assert(!SCALED, "fp8_ds_mla needs bf16 (its RoPE values are bf16)");
-      uint32_t lo, hi;
-      asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n"
-          " cvt.rn.f16x2.e4m3x2 %0, a;\n cvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
-          : "=r"(lo), "=r"(hi) : "r"(w[i]));
-      o[2 * i] = lo;
-      o[2 * i + 1] = hi;
-    }
+    for (int i = 0; i < 4; ++i) e4m3x4_f16<Pair<0, 1>, Pair<2, 3>>(w[i], o[2 * i], o[2 * i + 1]);
   }
 }
 

@@ -41,32 +41,6 @@ struct Fp8Regs {
 
 namespace fp8 {
 
-// Two bytes of a 4-byte word, B0 to the low half of a pair, B1 to the high: prmt's
-// selector (the low 16 bits of the result).
-template <int B0, int B1>
-struct Pair {
-  static constexpr uint32_t kBytes = B0 | B1 << 4;
-  static constexpr bool kHalves = (B0 == 0 && B1 == 1) || (B0 == 2 && B1 == 3);
-};
-
-// 4 e4m3 bytes -> two fp16x2 words, lo = (P::B0, P::B1), hi = (Q::B0, Q::B1), by the
-// hardware conversion (exact: every e4m3 value is an fp16; NaN stays NaN).  Where a pair
-// is a half of the word as stored (S^T's fragments), the conversion reads that half.
-template <class P, class Q>
-__device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  if constexpr (P::kBytes == 0x10 && Q::kBytes == 0x32) {
-    asm("{\n .reg .b16 x, y;\n mov.b32 {x, y}, %2;\n"
-        " cvt.rn.f16x2.e4m3x2 %0, x;\n cvt.rn.f16x2.e4m3x2 %1, y;\n}\n"
-        : "=r"(lo), "=r"(hi) : "r"(w));
-  } else {
-    asm("{\n .reg .b32 a, b;\n .reg .b16 x, y, u, v;\n"
-        " prmt.b32 a, %2, 0, %3;\n prmt.b32 b, %2, 0, %4;\n"
-        " mov.b32 {x, u}, a;\n mov.b32 {y, v}, b;\n"
-        " cvt.rn.f16x2.e4m3x2 %0, x;\n cvt.rn.f16x2.e4m3x2 %1, y;\n}\n"
-        : "=r"(lo), "=r"(hi) : "r"(w), "n"(P::kBytes), "n"(Q::kBytes));
-  }
-}
-
 // Four words (an ldmatrix's) at once.
 template <class P, class Q>
 __device__ __forceinline__ void e4m3x16_f16(const uint32_t (&r)[4], uint32_t (&lo)[4],
