@@ -121,3 +121,19 @@ def test_pooled_model_refusals(runs):
         enable(copy.deepcopy(model), target="no-such-kind")
     back = disable(copy.deepcopy(m))
     assert not any(isinstance(x, pools.PooledAttention) for x in back.modules())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_pooled_generation_on_hopper_matches_eager():
+    """Decode steps through mlagen.flash_mla_with_kvcache with extra_k_cache (d_qk 512 = 448 +
+    64 RoPE, V the whole key, the layer's sinks: Hopper's d_qk 512 sparse kernel), the
+    prefill in torch on the GPU; tokens equal eager's on the GPU."""
+    model = tiny_v4_model().cuda()
+    ids, mask = (t.cuda() for t in prompts())
+    want = _generate(model, ids, mask)
+    m = enable(copy.deepcopy(model), target="hopper")
+    got = _generate(m, ids, mask)
+    assert {layer.self_attn.last["path"] for layer in m.model.layers} == {"kernel"}
+    assert torch.equal(got.sequences, want.sequences)
+    assert _logit_error(want, got) <= LOGIT_RTOL

@@ -119,14 +119,15 @@ WGMMA = dict(target="hopper", mainloop="wgmma", rows_per_tile=64, block_kv=64, b
              warps=8)
 
 
-def _header_constant(tmp_path, header: str, expr: str) -> int:
-    """The integer C++ expression `expr` as a program built with `header` prints it."""
+def _header_constant(tmp_path, header: str, expr: str, prelude: str = "") -> int:
+    """The integer C++ expression `expr` as a program built with `header` (after the lines
+    `prelude`, a rendered source's defines) prints it."""
     import subprocess
 
     from mlagen.paths import TEMPLATES_DIR
 
     src = tmp_path / "constant.cu"
-    src.write_text(f'#include <cstdio>\n#include "{header}"\nint main() {{\n'
+    src.write_text(f'#include <cstdio>\n{prelude}#include "{header}"\nint main() {{\n'
                    f'  std::printf("%d\\n", static_cast<int>({expr}));\n  return 0;\n}}\n')
     exe = tmp_path / "constant"
     subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",

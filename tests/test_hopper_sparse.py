@@ -179,3 +179,107 @@ def test_verify_draws_sparse_cases(wrong):
                shrink_budget_s=1.0)
     assert set(seen) == {"SparseInputs"}
     assert r.ok != wrong, r.failure and r.failure.message
+
+
+# ------------------------------------------------ d_qk 512 (kv_lora_rank 448, V = all 512)
+D512 = dict(SPARSE, kv_lora_rank=448, rope_dim=64, v_dim=512, topk=128)
+
+
+@pytest.mark.parametrize("kv,rows", [("", 16), ("", 32), ("fp8_ue8m0_paged", 16),
+                                     ("fp8_ue8m0_paged", 32)])
+def test_d512_schedules_are_legal(kv, rows):
+    s = Schedule.build(**D512, kv_format=kv, rows_per_tile=rows, page_size=256)
+    check(s)
+    assert "dqk512" in s.variant_name()
+    src = __import__("mlagen.backends.hopper", fromlist=["render"]).render(s).files
+    assert all("#define MLAGEN_D_QK 512" in text for text in src.values())
+
+
+@pytest.mark.parametrize("knobs,words", [
+    (dict(rows_per_tile=64, warps=8), "sparse mode alone"),
+    (dict(attention="dense", topk=0), "sparse mode alone"),
+    (dict(kv_format="fp8_e4m3"), "d_qk 512 reads bf16 or fp8_ue8m0_paged"),
+    (dict(v_dim=448), "v_dim = 448"),
+    (dict(kv_lora_rank=256, v_dim=0), "kv_lora_rank = 512 or 448"),
+])
+def test_d512_refusals(knobs, words):
+    with pytest.raises(ScheduleError) as e:
+        check(Schedule.build(**{**D512, "rows_per_tile": 16, **knobs}))
+    assert words in e.value.message
+
+
+def test_d576_refuses_the_paged_format():
+    with pytest.raises(ScheduleError) as e:
+        check(Schedule.build(**SPARSE, rows_per_tile=16, kv_format="fp8_ue8m0_paged",
+                             kv_lora_rank=512))
+    assert "d_qk 512's format" in e.value.message
+
+
+def test_d512_default_schedules():
+    s = sparse.sparse_schedule(128, "fp8_ue8m0_paged", None, True, 2, 512)
+    assert (s.problem.d, s.problem.dv, s.mapping.rows_per_tile) == (512, 512, 32)   # never 64
+    assert sparse.sparse_schedule(16, "bf16", None, False, 1, 512).mapping.rows_per_tile == 16
+    with pytest.raises(InputError, match="d_qk = 512"):
+        sparse.sparse_schedule(16, "fp8_ue8m0_paged", s, False, 2, 576)
+
+
+def _paged(blocks=4, page=64, pad=True):
+    """A fp8_ue8m0_paged cache view as FlashMLA's MODEL1 lays it out."""
+    stride = -(-page * 584 // 576) * 576 if pad else page * 584
+    buf = torch.zeros(blocks, stride, dtype=torch.uint8)
+    return buf[:, :page * 584].view(blocks, page, 1, 584)
+
+
+def _args512(**over):
+    kw = dict(q=torch.zeros(2, 2, 16, 512, dtype=torch.bfloat16), k_cache=_paged(),
+              indices=torch.zeros(2, 2, 64, dtype=torch.int32))
+    kw.update(over)
+    return _args(**kw)
+
+
+@pytest.mark.parametrize("over,words", [
+    (dict(k_cache=torch.zeros(4, 64, 1, 656, dtype=torch.uint8)), "fp8_ue8m0_paged (584 bytes"),
+    (dict(k_cache=torch.zeros(4, 64, 1, 576, dtype=torch.bfloat16), is_fp8_kvcache=False),
+     "must be [..., 512]"),
+    (dict(q=torch.zeros(2, 2, 16, 576, dtype=torch.bfloat16)), "fp8_ds_mla (656 bytes"),
+    (dict(q=torch.zeros(2, 2, 16, 448, dtype=torch.bfloat16)), "d_qk 576 or 512"),
+    (dict(k_cache=_paged().transpose(0, 1).contiguous().transpose(0, 1)), "page's bytes"),
+    (dict(k_cache=_paged(pad=False)[:, :, :, :584][:3]), "CUDA"),      # unpadded pages: taken
+    (dict(extra_k_cache=torch.zeros(4, 64, 1, 584, dtype=torch.uint8),
+          extra_indices_in_kvcache=torch.zeros(2, 2, 8, dtype=torch.int32)), "CUDA"),
+    (dict(extra_k_cache=torch.zeros(4, 64, 1, 656, dtype=torch.uint8),
+          extra_indices_in_kvcache=torch.zeros(2, 2, 8, dtype=torch.int32)), "one format"),
+])
+def test_d512_argument_checks(over, words):
+    with pytest.raises(InputError) as e:
+        api.flash_mla_with_kvcache(**_args512(**over))
+    assert words in str(e.value)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("kv,rows,pools", [("fp8_ue8m0_paged", 16, 2), ("fp8_ue8m0_paged", 32, 1),
+                                           ("", 16, 1), ("", 32, 2)])
+def test_d512_smem_model_and_registers(kv, rows, pools, tmp_path):
+    """resources.hopper_smem == WgmmaRowsConfig<...>::kSmem built with MLAGEN_D_QK 512 (the
+    model's copy of the raw block: data rows, then 16-byte scale rows), the ring its kSlots;
+    the split kernel without spills or serialized wgmma."""
+    import re
+
+    from test_hopper_compile import _header_constant, _ptxas_split
+
+    from mlagen.backends.hopper import render
+    from mlagen.backends.hopper.abi import KV_CODE
+    from mlagen.backends.hopper.resources import hopper_smem
+
+    two = dict(extra_topk=512, extra_page_size=64, extra_kv_format=kv) if pools == 2 else {}
+    s = Schedule.build(**D512, kv_format=kv, rows_per_tile=rows, page_size=256, **two)
+    cfg = f"mlagen::hopper::WgmmaRowsConfig<{rows}, 1, {KV_CODE[kv or 'bf16']}, 1, 2, {pools}>"
+    sm = hopper_smem(s)
+    pre = "#define MLAGEN_D_QK 512\n"
+    assert sm["total"] == _header_constant(tmp_path, "mla_wgmma_rows.cuh", cfg + "::kSmem", pre)
+    assert sm["slots"] == _header_constant(tmp_path, "mla_wgmma_rows.cuh", cfg + "::kSlots", pre)
+    log = _ptxas_split(render(s), tmp_path)
+    assert "mla_split_wgmma_rows_kernel" in log
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert spills and max(spills) == 0, log
+    assert "serialized" not in log and "C7508" not in log, log

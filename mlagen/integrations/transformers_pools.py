@@ -22,7 +22,9 @@ all in one softmax, V = the whole key (dv = head_dim: transformers rotates the o
 dims back, so they are values too).  Each pool's entries are packed valid first
 (mlagen.integrations.sparse.compact), so its topk is what the step really attends to.  The
 pools are paged (page_size, extra_page_size) as a kernel takes them: decode steps on a
-target that generates sparse kernels (the emulated card) run its two-pool kernel (a schedule with
+target with a FlashMLA-compatible call (Hopper: the window as k_cache, the compressed pool as
+extra_k_cache, d_qk = head_dim) go through that call; on another target that generates
+sparse kernels (the emulated card) they run its two-pool kernel (a schedule with
 kv_lora_rank = head_dim - rope, v_dim = head_dim, sinks; topk = sliding_window, extra_topk
 the compressed pool's count rounded up to 8); the prefill and target "torch" run
 mlagen.reference.sparse_attention.
@@ -39,7 +41,8 @@ from torch import nn
 from .. import reference
 from ..errors import InputError, MlagenError
 from ..problem import SparseInputs, SparsePool
-from .sparse import DTYPE_NAMES, ScheduleRunner, compact, pad_topk, sparse_schedules
+from .sparse import (DTYPE_NAMES, ScheduleRunner, compact, kernel_call, pad_topk,
+                     sparse_schedules)
 
 
 def _visible(mask: Optional[torch.Tensor], shape) -> torch.Tensor:
@@ -73,9 +76,11 @@ class PooledAttention(nn.Module):
         super().__init__()
         self.inner, self.config, self.layer_idx = attn, config, attn.layer_idx
         self.page_size, self.extra_page_size = page_size, extra_page_size
-        # decode steps through the target's generated two-pool kernel, if it makes them
+        # decode steps through the target's FlashMLA-compatible call (Hopper: extra_k_cache
+        # and its indices, d_qk from q), else its generated two-pool kernel, if it makes them
+        self.call = kernel_call(target)
         self.runner = None
-        if sparse_schedules(target):
+        if self.call is None and sparse_schedules(target):
             d = attn.head_dim
             self.runner = ScheduleRunner(
                 target, heads=config.num_attention_heads, page_size=page_size,
@@ -88,7 +93,7 @@ class PooledAttention(nn.Module):
             except MlagenError as e:
                 raise InputError(f"target {target!r} cannot run this model's two-pool "
                                  f"attention: {e}") from None
-        self.target = target if self.runner is not None else "torch"
+        self.target = target if self.call or self.runner is not None else "torch"
         # the model's own rotary helper (partial RoPE on the trailing dims, interleaved)
         self._rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb
         self.rope_dim = int(config.qk_rope_head_dim)
@@ -137,6 +142,8 @@ class PooledAttention(nn.Module):
             pools.append(_pool(compressed, _visible(keep, (b, s, t)), "compressed",
                                self.extra_page_size))
         sink = self.inner.sinks.detach().float()
+        if self.call is not None and s == 1:
+            return self._call(q, pools, sink)
         if self.runner is not None and s == 1:
             return self._kernel(q, pools, sink)
         out, lse = reference.sparse_attention(q.float(), pools, dv=d,
@@ -144,6 +151,23 @@ class PooledAttention(nn.Module):
                                               attn_sink=sink, rope_dim=self.rope_dim)
         self.last = dict(pools=pools, lse=lse, path="torch")
         return out
+
+    def _call(self, q: torch.Tensor, pools: list, sink: torch.Tensor) -> torch.Tensor:
+        """A decode step through the target's FlashMLA-compatible call (FlashMLA 9241ae3's
+        MODEL1 convention: the window as the main cache, the compressed entries as
+        extra_k_cache, each with its own page size and index lists)."""
+        flash_mla_with_kvcache, get_mla_metadata = self.call
+        sched, _ = get_mla_metadata()
+        main, extra = pools[0], (pools[1] if len(pools) > 1 else None)
+        dtype = self.inner.kv_proj.weight.dtype
+        out, lse = flash_mla_with_kvcache(
+            q.to(dtype).contiguous(), main.k_cache.to(dtype), None, None, q.shape[-1], sched,
+            softmax_scale=float(self.inner.scaling), indices=main.indices.to(torch.int32),
+            attn_sink=sink.contiguous(),
+            extra_k_cache=None if extra is None else extra.k_cache.to(dtype),
+            extra_indices_in_kvcache=None if extra is None else extra.indices.to(torch.int32))
+        self.last = dict(pools=pools, lse=lse, path="kernel")
+        return out.float()
 
     def _kernel(self, q: torch.Tensor, pools: list, sink: torch.Tensor) -> torch.Tensor:
         """A decode step through the generated kernel: the window's topk is the sliding

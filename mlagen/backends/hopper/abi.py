@@ -19,7 +19,7 @@ EXTRA_FIELDS = ("k2_stride_block", "k2_stride_token",   # elements (fp8_ds_mla: 
 EXTRA_INDEX = {name: i for i, name in enumerate(EXTRA_FIELDS)}
 # KV-cache formats -> the split kernel's KV template argument and mlagen_hopper_kv_format()
 # (kKv* in mla_common.cuh)
-KV_CODE = {"bf16": 0, "fp16": 0, "fp8_e4m3": 1, "fp8_ds_mla": 2}
+KV_CODE = {"bf16": 0, "fp16": 0, "fp8_e4m3": 1, "fp8_ds_mla": 2, "fp8_ue8m0_paged": 3}
 
 
 def shape_array(**values: int) -> list[int]:

@@ -15,7 +15,7 @@ class HopperBackend(Backend):
     rounded = ("p",)                  # P is rounded to bf16/fp16 before the P @ V product
     run_point = (64, 4096)
     # 8-bit caches through the few-rows wgmma kernel's converter (mla_fp8.cuh)
-    kv_formats = ("bf16", "fp16", "fp8_e4m3", "fp8_ds_mla")
+    kv_formats = ("bf16", "fp16", "fp8_e4m3", "fp8_ds_mla", "fp8_ue8m0_paged")
     # token-sparse decode (DeepSeek-V3.2's indices): the few-rows wgmma kernel's sparse mode
     # (mla_wgmma_rows.cuh, SP), bf16 and fp8_ds_mla caches (rules.hopper_sparse)
     attentions = ("dense", "sparse")

@@ -39,6 +39,8 @@ class HopperMapping(Mapping):
         # and the tile knobs are compiled in, so every shape with the same knobs shares one
         # build; a 16-bit cache's names carry neither its format (the dtype) nor fp8_mma
         parts = super().variant_parts(s)
+        if s.problem.d != 576:   # the key's width (mla_common.cuh kD): 576 unsaid
+            parts.insert(1, f"dqk{s.problem.d}")
         if s.problem.attention == "sparse":   # topk, sinks: run-time; the kernel's mode
             # a second pool (extra_topk; its topk and page size run-time) is another kernel
             pools = ["pools2"] if s.problem.extra_topk else []

@@ -38,6 +38,8 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
             # before the bf16 ring (Fp8Layout in mla_fp8.cuh)
             fmt = formats.get(p.kv)
             raw = 64 * fmt.token_bytes(p.kv_lora_rank, p.rope_dim) if fmt.quantized else 0
+            if fmt.paged:   # a key's data row, then its scale row in 16 bytes (not 8)
+                raw += 64 * 8
             raw_slots = m.fp8_raw_slots if raw else 0
             # fp8_converters = 0: the consumers convert in registers, no bf16 ring; the Q
             # rows' scales beside the merge's state

@@ -19,9 +19,28 @@ def hopper_problem(s: Schedule, t: Target) -> Iterator[Violation]:
     if p.fused:
         yield "problem", "fused", ("fused = true is not available on target hopper "
                                    "(attention-only, FlashMLA's API)")
-    if (p.kv_lora_rank, p.rope_dim) != (512, 64):
+    # the key's width d_qk (mla_common.cuh kD): 576, or 512 (a 448-value latent) in the
+    # few-rows kernel's sparse mode; the values are the key's first 512 columns either way
+    if (p.kv_lora_rank, p.rope_dim) not in ((512, 64), (448, 64)):
         yield "problem", "kv_lora_rank", ("the hopper kernels are built for kv_lora_rank = 512 "
-                                          "and rope_dim = 64")
+                                          "or 448 with rope_dim = 64 (d_qk 576 or 512)")
+        return
+    if p.dv != 512:
+        yield "problem", "v_dim", (f"v_dim = {p.dv}: the hopper kernels' values are the key's "
+                                   "first 512 columns (v_dim = 512)")
+    if p.d == 512:
+        m = s.mapping
+        if p.attention != "sparse" or m.mainloop != "wgmma" or m.rows_per_tile not in (16, 32):
+            yield "problem", "kv_lora_rank", ("kv_lora_rank = 448 (d_qk 512) is read by the "
+                                              "few-rows wgmma kernel's sparse mode alone: "
+                                              "attention = \"sparse\", mainloop = \"wgmma\", "
+                                              "rows_per_tile = 16 or 32")
+        if p.kv not in ("bf16", "fp8_ue8m0_paged"):
+            yield "problem", "kv_format", (f"kv_format = {p.kv!r}: d_qk 512 reads bf16 or "
+                                           "fp8_ue8m0_paged caches on hopper")
+    elif p.kv == "fp8_ue8m0_paged":
+        yield "problem", "kv_format", ("kv_format = \"fp8_ue8m0_paged\" is d_qk 512's format "
+                                       "on hopper (kv_lora_rank = 448, rope_dim = 64)")
 
 
 def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
@@ -85,7 +104,7 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "schedule", "fp8_raw_slots", (f"fp8_raw_slots = {m.fp8_raw_slots} must be "
                                             f"{raw_slots[0]}..{raw_slots[-1]} with "
                                             f"fp8_converters = {m.fp8_converters}")
-    if p.kv not in ("fp8_e4m3", "fp8_ds_mla"):
+    if p.kv not in ("fp8_e4m3", "fp8_ds_mla", "fp8_ue8m0_paged"):
         if m.fp8_raw_slots != 2:
             yield "schedule", "fp8_raw_slots", (f"fp8_raw_slots = {m.fp8_raw_slots}: raw "
                                                 "slots are for 8-bit kv_formats; this cache "
@@ -119,12 +138,12 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
                                              "consumer's registers) reads dense fp8_e4m3 "
                                              "caches with rows_per_tile = 16 (this schedule: "
                                              f"{p.kv}, {p.attention}, {m.rows_per_tile} rows)")
-    if p.kv == "fp8_ds_mla" and p.dtype != "bf16":
-        yield "problem", "dtype", (f"dtype = {p.dtype!r}: kv_format = \"fp8_ds_mla\" stores "
+    if p.kv in ("fp8_ds_mla", "fp8_ue8m0_paged") and p.dtype != "bf16":
+        yield "problem", "dtype", (f"dtype = {p.dtype!r}: kv_format = {p.kv!r} stores "
                                    "its RoPE values in bf16, so q must be bf16")
 
 
-SPARSE_FORMATS = ("bf16", "fp8_ds_mla")
+SPARSE_FORMATS = ("bf16", "fp8_ds_mla", "fp8_ue8m0_paged")
 
 
 def hopper_sparse(s: Schedule, t: Target) -> Iterator[Violation]:

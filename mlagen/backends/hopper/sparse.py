@@ -35,7 +35,11 @@ from mlagen.schedule.rules import plan_of
 from . import defaults, ops, scheduler
 
 D, DV = 576, 512
-_SPARSE_FORMATS = {576: "bf16", 656: "fp8_ds_mla"}   # the cache's last dimension -> format
+# the key's width (q's last dimension) -> its 8-bit cache format and that cache's width:
+# d_qk 576 (DeepSeek-V3.2) fp8_ds_mla, d_qk 512 (a 448-value latent, DeepSeek-V4's;
+# FlashMLA's MODEL1) fp8_ue8m0_paged, whose [blocks, page, 1, 584] view's token stride is no
+# token's (kvformat.paged_rows)
+D_QK = {576: ("fp8_ds_mla", 656), 512: ("fp8_ue8m0_paged", 584)}
 _BYTE_DTYPES = (torch.float8_e4m3fn, torch.uint8)
 _PLANS: dict = {}
 _PLAN_LIMIT = 4096
@@ -66,7 +70,7 @@ def wide_rows(h_q: int, tokens: int) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None,
-                    wide: bool = False, pools: int = 1) -> Schedule:
+                    wide: bool = False, pools: int = 1, d: int = D) -> Schedule:
     """The canonical sparse schedule of a call: the caller's (checked: sparse, its format),
     else 16-row tiles up to 16 heads, 32-row tiles up to 32, and beyond 32 heads the 64-row
     kernel's sparse mode where `wide` (wide_rows: enough tokens to fill the device;
@@ -79,15 +83,20 @@ def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None,
         if schedule.problem.kv != kv:
             raise InputError(f"schedule {schedule.name!r} reads {schedule.problem.kv} caches, "
                              f"this k_cache is {kv}")
+        if schedule.problem.d != d:
+            raise InputError(f"schedule {schedule.name!r} is built for d_qk = "
+                             f"{schedule.problem.d} (kv_lora_rank + rope_dim), q has {d}")
         if (2 if schedule.problem.extra_topk else 1) != pools:
             raise InputError(f"schedule {schedule.name!r} reads "
                              f"{'two pools' if schedule.problem.extra_topk else 'one pool'} of "
                              f"keys, this call {'two' if pools == 2 else 'one'} (extra_topk "
                              "in the schedule, extra_k_cache in the call)")
         return defaults.canonical(schedule)
-    rows = 16 if h_q <= 16 else (64 if wide and h_q > 32 else 32)
+    # (d_qk 512: the few-rows kernel alone)
+    rows = 16 if h_q <= 16 else (64 if wide and h_q > 32 and d == D else 32)
     return defaults.canonical(Schedule.build(
         name=f"hopper_sparse_{kv}", target="hopper", dtype="bf16", kv_format=kv,
+        kv_lora_rank=d - 64, rope_dim=64, v_dim=DV,
         attention="sparse", topk=2048, extra_topk=512 if pools == 2 else 0, causal=False,
         rows_per_tile=rows, block_kv=64, buffers=2, warps=8 if rows == 64 else 4,
         mainloop="wgmma"))
@@ -95,8 +104,8 @@ def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None,
 
 @functools.lru_cache(maxsize=64)
 def _library(h_q: int, kv: str, schedule: Optional[Schedule], wide: bool = False,
-             pools: int = 1) -> tuple[str, int, int, int]:
-    s = sparse_schedule(h_q, kv, schedule, wide, pools)
+             pools: int = 1, d: int = D) -> tuple[str, int, int, int]:
+    s = sparse_schedule(h_q, kv, schedule, wide, pools, d)
     m = s.mapping
     key = ops.library(plan_of(s))
     return key, m.rows_per_tile, 0 if m.split_kv == "auto" else int(m.split_kv), m.split_cost
@@ -105,17 +114,20 @@ def _library(h_q: int, kv: str, schedule: Optional[Schedule], wide: bool = False
 def check_sparse_inputs(q, k_cache, indices, topk_length, attn_sink, head_dim_v, causal,
                         is_fp8_kvcache, softmax_scale) -> str:
     """Raise InputError for anything the sparse kernel cannot take; return the cache's
-    format (bf16 or fp8_ds_mla).  Shape and dtype checks first (they run on CPU tensors)."""
+    format (bf16, or D_QK's 8-bit one of q's width).  Shape and dtype checks first (they run
+    on CPU tensors)."""
     for name, t in (("q", q), ("k_cache", k_cache), ("indices", indices)):
         if not isinstance(t, torch.Tensor):
             raise InputError(f"{name} must be a torch.Tensor")
     if q.dtype != torch.bfloat16:
         raise InputError(f"sparse decode takes a bfloat16 q, got {q.dtype}")
-    if q.dim() != 4 or q.shape[-1] != D:
-        raise InputError(f"q must be [b, s_q, h_q, {D}], got shape {tuple(q.shape)}")
-    b, s_q, h_q, _ = q.shape
+    if q.dim() != 4 or q.shape[-1] not in D_QK:
+        raise InputError(f"q must be [b, s_q, h_q, d_qk] with d_qk 576 or 512, got shape "
+                         f"{tuple(q.shape)}")
+    b, s_q, h_q, d = q.shape
+    fp8, fp8_width = D_QK[d]
     if b < 1 or not 1 <= s_q <= 8 or not 1 <= h_q <= 128:
-        raise InputError(f"q is [b = {b}, s_q = {s_q}, h_q = {h_q}, {D}]: b >= 1, s_q in 1..8, "
+        raise InputError(f"q is [b = {b}, s_q = {s_q}, h_q = {h_q}, {d}]: b >= 1, s_q in 1..8, "
                          "h_q in 1..128")
     if b * s_q > 8192:
         raise InputError(f"b * s_q = {b * s_q}: at most 8192 query tokens per call")
@@ -124,29 +136,26 @@ def check_sparse_inputs(q, k_cache, indices, topk_length, attn_sink, head_dim_v,
                          f"{tuple(k_cache.shape)}")
     nb, page, _, width = k_cache.shape
     if k_cache.dtype in _BYTE_DTYPES:
-        if width != 656:
-            raise InputError(f"an 8-bit k_cache for sparse decode is fp8_ds_mla (656 bytes a "
-                             f"token), got width {width}")
-        kv = "fp8_ds_mla"
+        if width != fp8_width:
+            raise InputError(f"an 8-bit k_cache for sparse decode with d_qk {d} is {fp8} "
+                             f"({fp8_width} bytes a token), got width {width}")
+        kv = fp8
     elif k_cache.dtype == torch.bfloat16:
-        if width != D:
-            raise InputError(f"a bfloat16 k_cache must be [..., {D}], got width {width}")
+        if width != d:
+            raise InputError(f"a bfloat16 k_cache for q's d_qk {d} must be [..., {d}], got "
+                             f"width {width}")
         kv = "bf16"
     else:
-        raise InputError(f"sparse decode reads bfloat16 or fp8_ds_mla (uint8 / float8_e4m3fn "
-                         f"[..., 656]) caches, got {k_cache.dtype}")
-    if bool(is_fp8_kvcache) != (kv == "fp8_ds_mla"):
+        raise InputError(f"sparse decode with d_qk {d} reads bfloat16 or {fp8} (uint8 / "
+                         f"float8_e4m3fn [..., {fp8_width}]) caches, got {k_cache.dtype}")
+    if bool(is_fp8_kvcache) != (kv == fp8):
         raise InputError(f"is_fp8_kvcache={bool(is_fp8_kvcache)} but k_cache is a {kv} cache")
     if not 1 <= page <= 256 or nb < 1:
         raise InputError(f"k_cache has {nb} blocks of {page} tokens: page size 1..256, at least "
                          "one block")
     if nb * page >= 2 ** 31:
         raise InputError(f"k_cache holds {nb * page} slots: int32 indices reach 2**31 - 1")
-    if k_cache.stride(-1) != 1:
-        raise InputError("k_cache's last dimension must be contiguous (stride 1)")
-    per16 = 16 // k_cache.element_size()
-    if k_cache.stride(0) % per16 or k_cache.stride(1) % per16:
-        raise InputError("k_cache's block and token strides must be multiples of 16 bytes")
+    _check_strides("k_cache", k_cache, kv)
     if head_dim_v != DV:
         raise InputError(f"head_dim_v = {head_dim_v}: the kernels are built for {DV}")
     if causal:
@@ -173,6 +182,24 @@ def check_sparse_inputs(q, k_cache, indices, topk_length, attn_sink, head_dim_v,
         if not (float(softmax_scale) > 0 and float(softmax_scale) != float("inf")):
             raise InputError(f"softmax_scale = {softmax_scale} must be a positive finite number")
     return kv
+
+
+def _check_strides(name: str, cache: torch.Tensor, kv: str) -> None:
+    """A cache's strides the gather can take: 16-byte blocks and tokens; fp8_ue8m0_paged,
+    each page's bytes in order (its view's token stride is the view's width) on 16-byte
+    page boundaries."""
+    if cache.stride(-1) != 1:
+        raise InputError(f"{name}'s last dimension must be contiguous (stride 1)")
+    if kv == "fp8_ue8m0_paged":
+        if cache.stride(1) != cache.shape[3] or cache.stride(0) % 16 \
+                or cache.stride(0) < cache.shape[1] * cache.shape[3]:
+            raise InputError(f"{name} (fp8_ue8m0_paged) must keep each page's bytes in order "
+                             f"(token stride {cache.shape[3]}) on 16-byte page boundaries, got "
+                             f"strides {tuple(cache.stride())}")
+        return
+    per16 = 16 // cache.element_size()
+    if cache.stride(0) % per16 or cache.stride(1) % per16:
+        raise InputError(f"{name}'s block and token strides must be multiples of 16 bytes")
 
 
 def _length_vector(name: str, t, b: int) -> None:
@@ -212,12 +239,8 @@ def check_extra_inputs(q, k_cache, extra_k_cache, extra_indices, extra_topk_leng
     if nb * page >= 2 ** 31:
         raise InputError(f"extra_k_cache holds {nb * page} slots: int32 indices reach "
                          "2**31 - 1")
-    if extra_k_cache.stride(-1) != 1:
-        raise InputError("extra_k_cache's last dimension must be contiguous (stride 1)")
-    per16 = 16 // extra_k_cache.element_size()
-    if extra_k_cache.stride(0) % per16 or extra_k_cache.stride(1) % per16:
-        raise InputError("extra_k_cache's block and token strides must be multiples of 16 "
-                         "bytes")
+    _check_strides("extra_k_cache", extra_k_cache,
+                   "bf16" if extra_k_cache.dtype == torch.bfloat16 else D_QK[q.shape[-1]][0])
     if extra_indices.dtype != torch.int32 or extra_indices.dim() != 3 \
             or tuple(extra_indices.shape[:2]) != (b, s_q):
         raise InputError(f"extra_indices_in_kvcache must be int32 [b = {b}, s_q = {s_q}, "
@@ -293,14 +316,14 @@ def sparse_decode(q, k_cache, indices, topk_length, attn_sink, sched: FlashMLASc
                       "topk_length": topk_length, "attn_sink": attn_sink,
                       "extra_k_cache": extra_k_cache, "extra_indices_in_kvcache": extra_indices,
                       "extra_topk_length": extra_topk_length})
-        b, s_q, h_q, _ = q.shape
-        key, rows, fixed, cost = _library(h_q, kv, schedule, wide_rows(h_q, b * s_q), pools)
+        b, s_q, h_q, d = q.shape
+        key, rows, fixed, cost = _library(h_q, kv, schedule, wide_rows(h_q, b * s_q), pools, d)
         if fixed:
             parts = b * s_q * fixed
         else:
             slots = ops.sm_count(q.device) * ops.get(key).ctas_per_sm()
             parts = scheduler.num_parts(slots, h_q, rows)
-        scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
+        scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
         plan = _SparsePlan(q, k_cache, indices, key, parts, fixed, cost, scale,
                            extra_k_cache, extra_indices)
         if sig is not None and (softmax_scale is None or isinstance(softmax_scale, (int, float))):
@@ -316,8 +339,8 @@ class _SparsePlan:
 
     def __init__(self, q, k_cache, indices, key, parts, fixed, cost, scale,
                  extra_k_cache=None, extra_indices=None):
-        b, s_q, h_q, _ = q.shape
-        self.b, self.s_q, self.h_q, self.topk = b, s_q, h_q, indices.shape[2]
+        b, s_q, h_q, d = q.shape
+        self.b, self.s_q, self.h_q, self.d, self.topk = b, s_q, h_q, d, indices.shape[2]
         self.key, self.parts, self.fixed, self.cost = key, parts, fixed, cost
         self.extra_topk = 0 if extra_indices is None else extra_indices.shape[2]
         self.config = ("sparse", b, s_q, h_q, k_cache.shape[1], self.topk, key)
@@ -325,7 +348,7 @@ class _SparsePlan:
         if self.extra_topk:
             self.config += (extra_k_cache.shape[1], self.extra_topk)
             self.extra_shape = ops.extra_shape(extra_k_cache, self.extra_topk)
-        q1 = q.reshape(b * s_q, 1, h_q, D)
+        q1 = q.reshape(b * s_q, 1, h_q, d)
         i1 = indices.reshape(b * s_q, self.topk)
         self.decode = ops.DecodePlan(q1, k_cache, i1, parts, scale, False, key)
 
@@ -335,7 +358,7 @@ class _SparsePlan:
     def run(self, q, k_cache, indices, topk_length, attn_sink, sched, extra_k_cache=None,
             extra_indices=None, extra_topk_length=None):
         b, s_q, h_q, topk = self.b, self.s_q, self.h_q, self.topk
-        q1 = q.reshape(b * s_q, 1, h_q, D)
+        q1 = q.reshape(b * s_q, 1, h_q, self.d)
         i1 = indices.reshape(b * s_q, topk)
         if q1.stride(-1) != 1 or any(st % 8 for st in q1.stride()[:3]):
             q1 = q1.contiguous()

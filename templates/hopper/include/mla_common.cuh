@@ -10,8 +10,16 @@
 namespace mlagen {
 namespace hopper {
 
-constexpr int kD = 576;              // key width: kv_lora_rank 512 + rope 64
+// The key's width, the problem's kv_lora_rank + rope_dim (the rendered sources define
+// MLAGEN_D_QK): 576 (512 + 64, DeepSeek-V3's), or 512 (448 + 64, DeepSeek-V4's; the
+// few-rows kernel's sparse mode alone).  The values are the key's first 512 columns either
+// way (V4's include its 64 RoPE columns).
+#ifndef MLAGEN_D_QK
+#define MLAGEN_D_QK 576
+#endif
+constexpr int kD = MLAGEN_D_QK;      // key width
 constexpr int kDV = 512;             // value width: the first 512 columns of the key
+static_assert(kD == 576 || kD == 512, "d_qk 576 or 512");
 constexpr int kChunks = kD / 8;      // 16-byte chunks per key row
 constexpr int kSchedBlock = 64;      // tokens per scheduler unit (independent of block_kv)
 constexpr int kMetaInts = 8;         // ints per part in the scheduler metadata
@@ -43,6 +51,9 @@ constexpr int kFaultDescaleNotInOutput = 8;   // fp8_e4m3: k_descale left out of
 constexpr int kKvNative = 0;    // "bf16" / "fp16": [blocks, page, 1, 576] in q's dtype
 constexpr int kKvE4m3 = 1;      // "fp8_e4m3": 576 e4m3 a token, true = e4m3 * k_descale
 constexpr int kKvDsMla = 2;     // "fp8_ds_mla": 512 e4m3 | 4 fp32 tile scales | 64 bf16 RoPE
+constexpr int kKvUe8m0 = 3;     // "fp8_ue8m0_paged" (d_qk 512): per page, each token's data row
+                                // (448 e4m3 | 64 bf16 RoPE), then each token's 7 UE8M0 scales
+                                // (one per 64 values) and a pad byte
 
 // The two fp16 halves of a 32-bit word as floats, the low half first (the 64-row kernel's
 // fp16 partials and cluster-merge exchange).

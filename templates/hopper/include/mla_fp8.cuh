@@ -24,12 +24,18 @@ namespace mlagen {
 namespace hopper {
 
 // (kKvNative: no raw slots)
+// fp8_ue8m0_paged (sparse rows only, gathered key by key): a raw block is the 64 keys' data
+// rows (448 e4m3 | 64 bf16 RoPE, 576 bytes), then their scale rows (7 UE8M0 bytes and the
+// pad byte, in 16 bytes a key).
 template <int KV>
 struct Fp8Layout {
   static constexpr bool kFp8 = KV != kKvNative;
-  static constexpr int kTokenBytes = KV == kKvE4m3 ? 576 : KV == kKvDsMla ? 656 : 512;
-  static constexpr int kLatentBytes = kFp8 ? 64 * 512 : 0;      // the latent box
-  static constexpr int kTailRow = kTokenBytes - 512;            // 64 or 144
+  static constexpr bool kPaged = KV == kKvUe8m0;
+  static constexpr int kTokenBytes = KV == kKvE4m3 ? 576 : KV == kKvDsMla ? 656
+                                   : kPaged ? 584 : 512;
+  static constexpr int kRowBytes = kPaged ? 576 : 512;           // a key's bytes in the first part
+  static constexpr int kLatentBytes = kFp8 ? 64 * kRowBytes : 0;   // the latent box (data rows)
+  static constexpr int kTailRow = kPaged ? 16 : kTokenBytes - 512;   // 64, 144 or 16
   static constexpr int kRawBytes = kFp8 ? kLatentBytes + 64 * kTailRow : 0;   // a block's slot
   static_assert(kRawBytes % 1024 == 0, "raw slots on 1024-byte boundaries");
   static_assert(kTailRow % 16 == 0, "16-byte box rows");
@@ -142,6 +148,13 @@ __device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint3
 #pragma unroll
     for (int i = 0; i < 4; ++i) e4m3x4_f16<Pair<0, 1>, Pair<2, 3>>(w[i], o[2 * i], o[2 * i + 1]);
   }
+}
+
+// A UE8M0 scale byte (2^(e - 127); 255: NaN) as bf16x2: bf16 has fp32's exponent range, so
+// the byte is the exponent field (e = 0, 2^-127, a bf16 subnormal).
+__device__ __forceinline__ uint32_t ue8m0_bf16x2(uint32_t e) {
+  const uint32_t b = e == 255u ? 0x7fc0u : e == 0u ? 0x0040u : e << 7;
+  return b | (b << 16);
 }
 
 // A power-of-two fp32 scale as bf16x2 (its low 16 bits are zero).

@@ -45,6 +45,11 @@ __device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, boo
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(valid ? 16 : 0) : "memory");
 }
+// 8 bytes (.ca: .cg copies 16 alone), zero-filled where !valid.
+__device__ __forceinline__ void cp_async8_to(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 8 : 0) : "memory");
+}
 // An arrival on bar once this thread's cp.async copies so far have landed; .noinc: the
 // barrier's count includes this arrival (mbar_init counts the arriving threads).
 __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
@@ -442,6 +447,11 @@ __device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
 }
 __device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
   asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t ld_shared_u8(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
 }
 __device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
   float v;

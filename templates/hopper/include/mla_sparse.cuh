@@ -74,18 +74,25 @@ __device__ __forceinline__ bool sparse_has_key(int64_t off) { return off != kNoK
 // The byte offset from the main cache (p.k) of the key this lane announces for its warp's
 // 16 keys of the block at t0 (lanes l and l + 16 alike: key 16 warp + l % 16), kNoKey where
 // there is none.  elem: bytes a stride unit (both pools are in one format).
-template <bool X>
+// PAGED (fp8_ue8m0_paged, bytes): a page is its keys' data rows of ROW bytes, then their
+// 8-byte scale rows (the view's token stride is no key's); *scale: the key's scale row.
+template <bool X, int ROW = 0>
 __device__ __forceinline__ int64_t sparse_key_offset(const MlaParams& p, const SparseRow<X>& row,
                                                      int t0, int end, int warp, int lane,
-                                                     int elem) {
+                                                     int elem, int64_t* scale = nullptr) {
   bool bad = false, extra;   // the consumer flags it
   const int e = sparse_slot(p, row, t0 + 16 * warp + (lane & 15), end, bad, extra);
   if (e < 0) return kNoKey;
-  if (X && extra)
-    return (reinterpret_cast<intptr_t>(p.k2) - reinterpret_cast<intptr_t>(p.k)) +
-           ((e / p.page_size2) * p.k2_stride_block + (e % p.page_size2) * p.k2_stride_token) *
-               elem;
-  return ((e / p.page_size) * p.k_stride_block + (e % p.page_size) * p.k_stride_token) * elem;
+  const bool x = X && extra;
+  const int ps = x ? p.page_size2 : p.page_size;
+  const int64_t base =
+      (x ? reinterpret_cast<intptr_t>(p.k2) - reinterpret_cast<intptr_t>(p.k) : 0) +
+      static_cast<int64_t>(e / ps) * (x ? p.k2_stride_block : p.k_stride_block) * elem;
+  if constexpr (ROW > 0) {
+    *scale = base + static_cast<int64_t>(ps) * ROW + (e % ps) * 8;
+    return base + static_cast<int64_t>(e % ps) * ROW;
+  }
+  return base + (e % ps) * (x ? p.k2_stride_token : p.k_stride_token) * elem;
 }
 
 // Key by key (the rows kernel's FP8 raw layout): this warp's 16 keys of a block, key row

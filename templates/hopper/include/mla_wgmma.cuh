@@ -95,7 +95,8 @@ struct WgmmaConfig {
   // distinct banks
   static constexpr int kStageBytes = kTileBytes / 8;
   static constexpr int kStageRow16 = 256 * 2 + 16;
-  static_assert(16 * kStageRow16 <= kStageBytes, "stage");
+  // (d_qk 512 has no 64-row kernel: mla_common.cuh kD)
+  static_assert(kD != 576 || 16 * kStageRow16 <= kStageBytes, "stage");
   // setmaxnreg: the producer warpgroup gives its registers to the consumers, most to WG1
   // (O half, scores, softmax copy, P fragments); ptxas honours it because
   // __launch_bounds__ fixes the entry count at 65536 / 384 = 168

@@ -74,6 +74,10 @@ struct WgmmaRowsConfig {
   static_assert(CV == 1 || (kFp8 && (CV == 2 || CV == 0)), "0, 1 or 2 converters (FP8)");
   static constexpr int kConverters = CV;
   static constexpr bool kRegs = kFp8 && CV == 0;
+  // d_qk 512 (mla_common.cuh kD): sparse rows with one consumer warpgroup (the two-warpgroup
+  // and register paths hand a rope slice back early, which d_qk 512's values include)
+  static_assert(kD == 576 || (SP != 0 && WG == 1 && !kRegs), "d_qk 512: sparse rows only");
+  static_assert((KV == kKvUe8m0) == (kD == 512 && kFp8), "fp8_ue8m0_paged is d_qk 512's FP8");
   static_assert(!kRegs || (N == 16 && SP == 0), "register conversion: 16 rows, dense");
   // one consumer warpgroup + the producer warp; or two + a producer warpgroup (setmaxnreg
   // works on whole warpgroups); FP8: consumer, CV converter and producer warpgroups
@@ -265,9 +269,34 @@ struct WgmmaRowsKernel {
 #pragma unroll 1
       for (int i = 0; i < n; ++i) {
         const int t0 = pc.start + i * C::kBlock;
-        const int64_t off = sparse_key_offset(p, row, t0, pc.end, warp, lane, kElem);
+        int64_t off = 0;
+        if constexpr (!L::kPaged) off = sparse_key_offset(p, row, t0, pc.end, warp, lane, kElem);
         const int slot0 = rg.slot, lap0 = rg.lap;
-        if constexpr (C::kFp8) {
+        if constexpr (L::kPaged) {
+          // fp8_ue8m0_paged: a key's 576-byte data row (36 chunks: lane l the chunk l, lanes
+          // 0..3 also 32 + l) and its 8-byte scale row (lane 31), from two places of its page
+          int64_t sc;
+          const int64_t doff = sparse_key_offset<C::kExtraPool, L::kRowBytes>(
+              p, row, t0, pc.end, warp, lane, 1, &sc);
+          sm90::mbar_wait(&sm.raw_empty[rr.slot], (rr.lap & 1) ^ 1);
+          const uint32_t raw = rbase + rr.slot * C::kRawBytes;
+#pragma unroll 4
+          for (int k = 0; k < 16; ++k) {
+            const int r = 16 * warp + k;
+            const int64_t o = __shfl_sync(0xffffffffu, doff, k);
+            const int64_t so = __shfl_sync(0xffffffffu, sc, k);
+            const bool ok = sparse_has_key(o);
+            const unsigned char* src = kc + (ok ? o : 0);
+            sm90::cp_async16_to(raw + r * L::kRowBytes + lane * 16, src + lane * 16, ok);
+            if (lane < L::kRowBytes / 16 - 32)
+              sm90::cp_async16_to(raw + r * L::kRowBytes + (32 + lane) * 16,
+                                  src + (32 + lane) * 16, ok);
+            else if (lane == 31)
+              sm90::cp_async8_to(raw + L::kLatentBytes + r * L::kTailRow, kc + (ok ? so : 0), ok);
+          }
+          sm90::cp_async_mbar_arrive(&sm.raw_full[rr.slot]);
+          rr.next();
+        } else if constexpr (C::kFp8) {
           sm90::mbar_wait(&sm.raw_empty[rr.slot], (rr.lap & 1) ^ 1);
           const uint32_t raw = rbase + rr.slot * C::kRawBytes;
           sparse_gather_keys(kc, off, warp, [&](int r, const unsigned char* src, bool ok) {
@@ -375,6 +404,35 @@ struct WgmmaRowsKernel {
     sm90::mbar_arrive(&sm.full[sl >= C::kSlots ? sl - C::kSlots : sl]);
   }
 
+  // fp8_ue8m0_paged: slice pair q of a raw block (its columns [128 q, 128 q + 128)) into
+  // slice 2 q + k8 / 4 (dst) by this thread's chunk k8 of each of its key rows, as the
+  // ds_mla latent but with one UE8M0 scale a slice (64 values); slice 7 (q = 3, k8 >= 4) is
+  // the RoPE: raw bytes [448, 576) of the row copied, chunks 2 (k8 - 4) and + 1.
+  static __device__ __forceinline__ void convert_paged_pair(uint32_t raw, uint32_t tail,
+                                                            uint32_t dst, int q, int t, int k8) {
+    constexpr int kT = 128 * C::kConverters;
+    const int odd = k8 >> 2, sl = 2 * q + odd;
+#pragma unroll
+    for (int it = 0; it < 4 / C::kConverters; ++it) {
+      const int r = (t + kT * it) >> 3;
+      const uint32_t src = raw + r * L::kRowBytes;
+      if (q == 3 && odd) {
+        const int c = 2 * (k8 - 4);
+        const uint4 a = fp8::ld_shared_v4(src + 448 + c * 16);
+        const uint4 b = fp8::ld_shared_v4(src + 448 + (c + 1) * 16);
+        fp8::st_shared_v4(dst + r * 128 + ((c ^ (r & 7)) << 4), a.x, a.y, a.z, a.w);
+        fp8::st_shared_v4(dst + r * 128 + (((c + 1) ^ (r & 7)) << 4), b.x, b.y, b.z, b.w);
+      } else {
+        const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : sl;
+        const uint4 v = fp8::ld_shared_v4(src + q * 128 + k8 * 16);
+        const uint32_t sc = fp8::ue8m0_bf16x2(sm90::ld_shared_u8(tail + r * L::kTailRow + ts));
+        uint32_t o[8];
+        fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, sc, o);
+        fp8::st_converted16(dst + r * 128, o, k8, r);
+      }
+    }
+  }
+
   static __device__ void converter(const MlaParams& p, const Smem& sm) {
     constexpr int kT = 128 * C::kConverters;   // converter threads
     const int t = threadIdx.x - 128, lane = t % 32;
@@ -397,6 +455,16 @@ struct WgmmaRowsKernel {
           wait_slot(sm, slot0, lap0, 2 * q);
           wait_slot(sm, slot0, lap0, 2 * q + 1);
           const int k8 = t % 8, odd = k8 >> 2;
+          if constexpr (L::kPaged) {
+            convert_paged_pair(raw, tail, slice_addr(kbase, slot0, 2 * q + odd), q, t, k8);
+            sm90::fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) {
+              fill_slot(sm, slot0, 2 * q);
+              fill_slot(sm, slot0, 2 * q + 1);
+            }
+            continue;
+          }
           const int tile = FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q;
           uint4 v[4];
           uint32_t sc[4] = {0u, 0u, 0u, 0u};
@@ -421,6 +489,12 @@ struct WgmmaRowsKernel {
             fill_slot(sm, slot0, 2 * q);
             fill_slot(sm, slot0, 2 * q + 1);
           }
+        }
+        if constexpr (L::kPaged) {   // no slice past the values (d_qk 512)
+          if (lane == 0) sm90::mbar_arrive(&sm.raw_empty[rr.slot]);
+          rg.skip_block();
+          rr.next();
+          continue;
         }
         // the rope slice: columns [512, 576)
         wait_slot(sm, slot0, lap0, C::kSlices - 1);
@@ -595,8 +669,8 @@ struct WgmmaRowsKernel {
   // conversion the batch before the last is waited for, so that two batches' fragments are
   // live at most (ptxas keeps an in-flight wgmma's A registers).
   static constexpr int kStBatch = 3, kStBatches = kD / 32 / kStBatch;   // 6 of 3 groups
+  static_assert(!C::kRegs || kStBatches * kStBatch == kD / 32, "whole S^T batches");
   static constexpr int kPvBatch = 4, kPvBatches = 16 / kPvBatch;        // 4 of 4 groups
-  static_assert(kStBatches * kStBatch == kD / 32, "whole S^T batches");
 
   // S^T of a raw block (K from the latent boxes and the rope box, converted by this warp's
   // lanes into A fragments; Q^T from the permuted Q tile), issued; waited for and summed
