@@ -98,16 +98,17 @@ struct Pair {
 // is a half of the word as stored (S^T's fragments), the conversion reads that half.
 template <class P, class Q>
 __device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  if constexpr (P::kBytes == 0x10 && Q::kBytes == 0x32) {
+  // one prmt puts both pairs in place (none where they are the word's halves already)
+  constexpr uint32_t kSel = P::kBytes | Q::kBytes << 8;
+  if constexpr (kSel == 0x3210) {
     asm("{\n .reg .b16 x, y;\n mov.b32 {x, y}, %2;\n"
         " cvt.rn.f16x2.e4m3x2 %0, x;\n cvt.rn.f16x2.e4m3x2 %1, y;\n}\n"
         : "=r"(lo), "=r"(hi) : "r"(w));
   } else {
-    asm("{\n .reg .b32 a, b;\n .reg .b16 x, y, u, v;\n"
-        " prmt.b32 a, %2, 0, %3;\n prmt.b32 b, %2, 0, %4;\n"
-        " mov.b32 {x, u}, a;\n mov.b32 {y, v}, b;\n"
+    asm("{\n .reg .b32 a;\n .reg .b16 x, y;\n prmt.b32 a, %2, 0, %3;\n"
+        " mov.b32 {x, y}, a;\n"
         " cvt.rn.f16x2.e4m3x2 %0, x;\n cvt.rn.f16x2.e4m3x2 %1, y;\n}\n"
-        : "=r"(lo), "=r"(hi) : "r"(w), "n"(P::kBytes), "n"(Q::kBytes));
+        : "=r"(lo), "=r"(hi) : "r"(w), "n"(kSel));
   }
 }
 

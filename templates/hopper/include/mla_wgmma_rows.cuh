@@ -682,6 +682,8 @@ struct WgmmaRowsKernel {
     using P23 = fp8::Pair<2, 3>;
     const int r = 16 * warp + 8 * ((lane >> 3) & 1) + (lane & 7), hi = lane >> 4;
     const uint32_t row = raw + r * 128, rope = raw + L::kLatentBytes + r * 64;
+    // Q's descriptor once: each k16 step's is a constant offset from it (one add)
+    const sm90::SmemDesc qd = sm90::make_desc_sw128(sm90::smem_addr(sm.q), 16, 1024);
     float s1[kAcc];
 #pragma unroll
     for (int b = 0; b < kStBatches; ++b) {
@@ -707,11 +709,14 @@ struct WgmmaRowsKernel {
 #pragma unroll
       for (int j = 0; j < kStBatch; ++j) {
         const int kk = 2 * (kStBatch * b + j);
+        const uint64_t d0 = sm90::desc_at(qd, (kk >> 2) * C::kQSliceBytes + (kk & 3) * 32);
+        const uint64_t d1 =
+            sm90::desc_at(qd, ((kk + 1) >> 2) * C::kQSliceBytes + ((kk + 1) & 3) * 32);
         if (b < 2 && j == 0)
-          sm90::wgmma_m64n16k16_rs<TM, true>(acc, a[j][0], q_desc(sm.q, kk));
+          sm90::wgmma_m64n16k16_rs<TM, true>(acc, a[j][0], d0);
         else
-          sm90::wgmma_m64n16k16_rs<TM>(acc, a[j][0], q_desc(sm.q, kk));
-        sm90::wgmma_m64n16k16_rs<TM>(acc, a[j][1], q_desc(sm.q, kk + 1));
+          sm90::wgmma_m64n16k16_rs<TM>(acc, a[j][0], d0);
+        sm90::wgmma_m64n16k16_rs<TM>(acc, a[j][1], d1);
       }
       sm90::wgmma_commit();
     }
@@ -732,6 +737,7 @@ struct WgmmaRowsKernel {
     using P02 = fp8::Pair<0, 2>;
     using P13 = fp8::Pair<1, 3>;
     const int kc = 2 * (lane % 4);   // this lane's first key of a fragment word, per 8 keys
+    const sm90::SmemDesc pd = sm90::make_desc_sw128(pbase, 16, 1024);   // P^T's, once
 #pragma unroll
     for (int b = 0; b < kPvBatches; ++b) {
       const int kp = b / 2;
@@ -761,10 +767,8 @@ struct WgmmaRowsKernel {
 #pragma unroll
       for (int j = 0; j < kPvBatch; ++j) {
         const int mt = kPvBatch * (b % 2) + j;
-        sm90::wgmma_m64n16k16_rs<TM>(o[mt], a[j][0],
-                                     sm90::desc_sw128(pbase + (2 * kp) * 32, 16, 1024));
-        sm90::wgmma_m64n16k16_rs<TM>(o[mt], a[j][1],
-                                     sm90::desc_sw128(pbase + (2 * kp + 1) * 32, 16, 1024));
+        sm90::wgmma_m64n16k16_rs<TM>(o[mt], a[j][0], sm90::desc_at(pd, (2 * kp) * 32));
+        sm90::wgmma_m64n16k16_rs<TM>(o[mt], a[j][1], sm90::desc_at(pd, (2 * kp + 1) * 32));
       }
       sm90::wgmma_commit();
     }
