@@ -56,8 +56,14 @@ def make(kv, seqlens, s_q, h_q, topk, page, extra=None, seed=0, invalid=0.2, rep
     inp = nan_unnamed(inp, RANK)
     mv = lambda t: None if t is None else t.cuda()   # noqa: E731
     return replace(inp, q=inp.q.cuda(), attn_sink=mv(inp.attn_sink),
-                   pools=[replace(p, k_cache=p.k_cache.cuda(), indices=p.indices.cuda(),
+                   pools=[replace(p, k_cache=strided_cuda(p.k_cache), indices=p.indices.cuda(),
                                   topk_length=mv(p.topk_length)) for p in inp.pools])
+
+
+def strided_cuda(t):
+    """t on the GPU with its strides (.cuda() makes a padded fp8_ue8m0_paged view
+    contiguous: odd page sizes then lose the 16-byte page alignment the gather needs)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cuda").copy_(t)
 
 
 def run(inp, sched=None, schedule=None):
@@ -170,6 +176,16 @@ def test_running_max_moves_late(kv):
         cache = vals if kv == "bf16" else kvformat.quantize(vals.float(), kv, rank=RANK)
         pools.append(replace(pool, k_cache=cache))
     check(replace(inp, q=q, pools=pools))
+
+
+def test_contiguous_odd_pages_are_refused():
+    """A fp8_ue8m0_paged cache copied contiguous (.cuda() of the padded view) with pages of
+    an odd size: its pages no longer start on 16 bytes, refused in one line."""
+    inp = make("fp8_ue8m0_paged", [300], 1, 16, 64, 1, seed=7)
+    pool = inp.pools[0]
+    flat = replace(pool, k_cache=pool.k_cache.contiguous())
+    with pytest.raises(InputError, match="16-byte page boundaries"):
+        run(replace(inp, pools=[flat]))
 
 
 @pytest.mark.parametrize("kv", FORMATS)

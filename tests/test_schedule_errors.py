@@ -108,7 +108,8 @@ def test_every_rule_is_exercised_by_a_bad_file(monkeypatch):
 
 
 # rules no shipped target can break from a file (test_the_attention_rule_... checks them)
-UNREACHABLE_FROM_FILES = {"attention_supported"}     # every target has dense and sparse
+# (every target has dense and sparse kernels and reads every KV format)
+UNREACHABLE_FROM_FILES = {"attention_supported", "kv_format_supported"}
 
 
 def test_the_attention_rule_refuses_a_kind_the_target_lacks(monkeypatch):
@@ -119,6 +120,16 @@ def test_the_attention_rule_refuses_a_kind_the_target_lacks(monkeypatch):
     with pytest.raises(ScheduleError, match="attention = 'sparse': target sc11 has dense "
                                             "kernels"):
         Schedule.build(target="sc11", heads=32, attention="sparse", topk=64, causal=False)
+
+
+def test_the_format_rule_refuses_a_format_the_target_lacks(monkeypatch):
+    from mlagen.backends import backend
+    from mlagen.schedule import Schedule
+
+    monkeypatch.setattr(type(backend("hopper")), "kv_formats", ("bf16", "fp16"))
+    with pytest.raises(ScheduleError, match="kv_format = 'fp8_e4m3': target hopper reads "
+                                            "bf16, fp16 caches"):
+        Schedule.build(target="hopper", heads=32, kv_format="fp8_e4m3")
 
 
 def test_positions_follow_toml_structure():

@@ -65,6 +65,28 @@ def nan_unnamed(inp: SparseInputs, rank: int) -> SparseInputs:
     return inp
 
 
+def nan_named(inp: SparseInputs, rank: int) -> SparseInputs:
+    """A NaN in the first slot row (0, 0) names in each pool, in place: 16-bit caches a
+    value, 8-bit ones the e4m3 byte 2 of the latent (a 4-byte word's upper half, which a
+    converter handles apart from the lower), so that row's output is NaN; returns inp."""
+    for pool in inp.pools:
+        slots = adversarial._named(pool, 0, 0)
+        if not slots.numel():
+            continue
+        slot = int(slots[0])
+        c = pool.k_cache
+        page = c.shape[1]
+        fmt = kvformat.get(pool.kv_format or "bf16")
+        if fmt.paged:
+            data, _ = kvformat.paged_rows(c, rank)
+            data[slot // page, slot % page, 2] = 0x7F
+        elif fmt.quantized:
+            c.view(torch.uint8)[slot // page, slot % page, 0, 2] = 0x7F
+        else:
+            c[slot // page, slot % page, 0, 3] = float("nan")
+    return inp
+
+
 @dataclass(frozen=True)
 class SparseCase:
     """One drawn sparse problem; `inputs()` makes its tensors."""
@@ -85,6 +107,7 @@ class SparseCase:
     windows: bool = False                    # lists of consecutive-slot windows (runs)
     data: str = "randn"                      # adversarial.PATTERNS
     data_arg: int = 0
+    nan_named: bool = False                  # a NaN in a slot row (0, 0) names (nan_named())
     split_kv = None                          # the schedule's own split (strategies.Case's knob)
 
     def clean_inputs(self) -> SparseInputs:
@@ -108,6 +131,8 @@ class SparseCase:
         inp = dataclasses.replace(inp, pools=pools)
         inp = adversarial.apply_sparse(inp, self.data, self.data_arg, p.kv_lora_rank)
         inp = nan_unnamed(inp, p.kv_lora_rank)
+        if self.nan_named:
+            inp = nan_named(inp, p.kv_lora_rank)
         inp.meta.update(self.fields())
         return inp
 
@@ -122,7 +147,8 @@ class SparseCase:
                     topk_length=self.topk_length, zero_length=list(self.zero_length),
                     empty_rows=[list(r) for r in self.empty_rows],
                     infinite_sinks=self.infinite_sinks, windows=self.windows, data=self.data,
-                    data_arg=self.data_arg, dtype=self.problem.dtype,
+                    data_arg=self.data_arg, nan_named=self.nan_named,
+                    dtype=self.problem.dtype,
                     page_size=self.problem.page_size)
 
     def describe(self) -> str:
@@ -141,7 +167,8 @@ class SparseCase:
                    else "")
                 + (", sinks +inf / -inf" if self.infinite_sinks else "")
                 + (", windows of consecutive slots" if self.windows else "")
-                + (f", data {self.data} ({self.data_arg})" if self.data != "randn" else ""))
+                + (f", data {self.data} ({self.data_arg})" if self.data != "randn" else "")
+                + (", a NaN in a slot row (0, 0) names" if self.nan_named else ""))
 
 
 def _lengths(topk: int, bounds: Bounds) -> st.SearchStrategy:
@@ -223,4 +250,6 @@ def sparse_path_cases(s, bounds: Bounds = Bounds()) -> list[SparseCase]:
         SparseCase(p, b, sq, h, lens, xl, 6, invalid=0.1, repeats=0.1, topk_length=True,
                    windows=True),
         SparseCase(p, 3, sq, h, full, xl[:3], 7, windows=True, data="rising", data_arg=3),
+        # a NaN in a named slot (a NaN byte in a word's upper half, for 8-bit caches)
+        SparseCase(p, 2, sq, h, lens[-2:], xl[-2:], 8, nan_named=True),
     ]

@@ -489,6 +489,14 @@ def path_cases(s: Schedule, bounds: Bounds = Bounds()) -> list[Case]:
     if not fused:
         # query rows 12 binades apart (a kernel that rescales q rows per row)
         out.append(case(prob, (block + 1, 2 * block, 1), sq, h, "q_spread", 1, 17))
+    if fmt.quantized and not fused:
+        # e4m3 NaN bytes in a token every row sees, in a 4-byte word's upper half (bytes 2
+        # and 7: a converter places the halves of a word apart) and in the RoPE
+        nan = float("nan")
+        poisons = (Poison("cache", 0, 0, 0, 2, nan), Poison("cache", 1, block + 3, 0, 7, nan),
+                   Poison("cache", 1, 5, 0, prob.kv_lora_rank + 2, nan))
+        out.append(dataclasses.replace(
+            case(prob, (block + 1, 2 * block + 5), sq, h, "randn", 0, 18), poisons=poisons))
     for heads in shapes.get("heads", ())[1:]:
         out.append(case(prob, (block + 1, long), sq, heads, "rising", heads, 5 + heads))
     for page in shapes.get("page_size", ())[1:]:

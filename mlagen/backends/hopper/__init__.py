@@ -25,7 +25,8 @@ FAULT_CODE = {"none": 0, "causal_off_by_one": 1, "wrong_scale": 2, "skip_partial
               "kv_scale_twice": 7, "descale_not_in_output": 8}
 # the dequantization faults mla_wgmma_rows.cuh plants, by the format whose path has them
 FP8_FAULTS = {"fp8_e4m3": ("kv_scale_twice", "descale_not_in_output"),
-              "fp8_ds_mla": ("kv_scale_wrong_tile", "kv_scale_twice")}
+              "fp8_ds_mla": ("kv_scale_wrong_tile", "kv_scale_twice"),
+              "fp8_ue8m0_paged": ("kv_scale_wrong_tile", "kv_scale_twice")}
 # the faults mla_wgmma.cuh and mla_wgmma_rows.cuh plant (its split kernel; bad_split_merge is the combine's)
 WGMMA_FAULTS = ("none", "causal_off_by_one", "wrong_scale", "skip_partial_page",
                 "bad_split_merge")

@@ -23,6 +23,7 @@ POOLS = ("hopper_sparse_two_pools",)                 # a second pool (extra_topk
 FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, k_descale
 FP8D = ("hopper_fp8_ds_mla",)                                    # e4m3 tiles with fp32 scales
 FP8R = ("hopper_fp8_e4m3_regs",)        # fp8_e4m3 converted in the consumer's registers
+V4 = ("hopper_sparse_v4",)              # d_qk 512, fp8_ue8m0_paged pages, two pools
 
 MAX_MOVES = "running-sum rescale when the max moves"
 WG_MERGE = "few-rows kernel's warpgroup merge when the second holds the larger max"
@@ -98,8 +99,8 @@ MUTANTS = (
            "key's)", ("hopper_sparse_bf16",) + SPARSE64),
     # ---- the second pool of keys (mla_sparse.cuh SparseRow: both kernels' sparse modes)
     Mutant("sparse_extra_page_size", "hopper", "mla_sparse.cuh",
-           "((e / p.page_size2) * p.k2_stride_block + (e % p.page_size2) * p.k2_stride_token) *",
-           "((e / p.page_size) * p.k2_stride_block + (e % p.page_size) * p.k2_stride_token) *",
+           "const int ps = x ? p.page_size2 : p.page_size;",
+           "const int ps = p.page_size;",
            "an extra pool's slot split into page and offset by the main pool's page size",
            POOLS, PAGE_OFFSET),
     Mutant("sparse_pool_split_late", "hopper", "mla_sparse.cuh",
@@ -218,4 +219,25 @@ MUTANTS = (
            "sm90::ldsm_x4(rope + ((c ^ (r & 3)) << 4), w);",
            "the rope box read with the 128-byte swizzle's row pattern instead of the 64-byte "
            "swizzle TMA wrote", FP8R),
+    # ---- d_qk 512's page-major fp8_ue8m0_paged cache (the sparse gather and converter)
+    Mutant("paged_scale_row_stride", "hopper", "mla_sparse.cuh",
+           "*scale = base + static_cast<int64_t>(ps) * ROW + (e % ps) * 8;",
+           "*scale = base + static_cast<int64_t>(ps) * ROW + (e % ps) * 7;",
+           "fp8_ue8m0_paged: a key's scale row found 7 bytes a token apart (the 7 scales "
+           "without the pad byte) instead of 8", V4, FP8_SCALE),
+    Mutant("paged_data_row_as_view", "hopper", "mla_sparse.cuh",
+           "return base + static_cast<int64_t>(e % ps) * ROW;",
+           "return base + (e % ps) * (x ? p.k2_stride_token : p.k_stride_token) * elem;",
+           "fp8_ue8m0_paged: a key's data row at the [blocks, page, 1, 584] view's token "
+           "stride (584) instead of the page's 576-byte data rows", V4),
+    Mutant("paged_rope_unswizzled", "hopper", "mla_wgmma_rows.cuh",
+           "fp8::st_shared_v4(dst + r * 128 + ((c ^ (r & 7)) << 4), a.x, a.y, a.z, a.w);",
+           "fp8::st_shared_v4(dst + r * 128 + (c << 4), a.x, a.y, a.z, a.w);",
+           "fp8_ue8m0_paged: the RoPE slice's even chunks stored without the 128-byte "
+           "swizzle the wgmma descriptors read", V4),
+    Mutant("paged_scale_per_pair", "hopper", "mla_wgmma_rows.cuh",
+           "const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : sl;",
+           "const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : 2 * q;",
+           "fp8_ue8m0_paged: one scale for both slices of a pair (fp8_ds_mla's 128-value "
+           "tiles) instead of one per 64 values", V4, FP8_SCALE),
 )

@@ -156,7 +156,8 @@ def hopper_sparse(s: Schedule, t: Target) -> Iterator[Violation]:
         return
     if p.kv not in SPARSE_FORMATS:
         yield "problem", "kv_format", (f"kv_format = {p.kv!r}: attention = \"sparse\" reads "
-                                       f"{' or '.join(SPARSE_FORMATS)} caches on hopper")
+                                       f"{', '.join(SPARSE_FORMATS[:-1])} or "
+                                       f"{SPARSE_FORMATS[-1]} caches on hopper")
     if p.extra_topk and p.extra_kv != p.kv:
         # one kernel reads both pools: the gather's element size and the converter are the
         # main pool's

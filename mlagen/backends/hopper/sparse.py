@@ -195,7 +195,9 @@ def _check_strides(name: str, cache: torch.Tensor, kv: str) -> None:
                 or cache.stride(0) < cache.shape[1] * cache.shape[3]:
             raise InputError(f"{name} (fp8_ue8m0_paged) must keep each page's bytes in order "
                              f"(token stride {cache.shape[3]}) on 16-byte page boundaries, got "
-                             f"strides {tuple(cache.stride())}")
+                             f"strides {tuple(cache.stride())} (the layout pads each page to "
+                             "a multiple of 576 bytes; a contiguous copy of the view drops it, "
+                             "which an odd page size needs)")
         return
     per16 = 16 // cache.element_size()
     if cache.stride(0) % per16 or cache.stride(1) % per16:
