@@ -27,3 +27,21 @@ def test_stage_refuses_a_folder_that_is_not_a_repository(tmp_path):
              "--dest", str(tmp_path / "out"))
     assert p.returncode == 2 and "git archive 46d64a8 failed" in p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "out" / "flashmla").exists()
+
+
+FLASHMLA = SCRIPT.parent / "flashmla_sparse.py"
+
+
+def test_flashmla_anchor_refuses_in_one_line(tmp_path):
+    """The FlashMLA sparse anchor's script (the same staging helpers): a folder that was
+    not staged, a mirror that is not a repository."""
+    for args, words in ((("build", "--src", str(tmp_path), "--out", str(tmp_path / "o")),
+                         "staged"),
+                        (("stage", "--flashmla", str(tmp_path / "none"), "--cutlass",
+                          str(tmp_path), "--dest", str(tmp_path / "out")),
+                         "git archive 9241ae3")):
+        p = subprocess.run([sys.executable, str(FLASHMLA), *args], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and p.stdout == "", p.stderr
+        assert p.stderr.strip().splitlines() == [p.stderr.strip()]
+        assert words in p.stderr and "Traceback" not in p.stderr

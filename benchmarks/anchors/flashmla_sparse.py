@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.machinery
-import io
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
+
+import staging   # benchmarks/anchors/staging.py (this script's folder is on sys.path)
 
 FLASHMLA_COMMIT = "9241ae3"
 CUTLASS_COMMIT = "147f5673d0c1c3dcf66f78d677fd647e4a020219"   # 9241ae3's csrc/cutlass
@@ -92,24 +92,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
 
 def fail(msg: str):
-    """Bad input: one line, exit status 2."""
-    print(f"flashmla_sparse: {msg}", file=sys.stderr)
-    raise SystemExit(2)
+    staging.fail("flashmla_sparse", msg)
 
 
 def _archive(repo: Path, commit: str, paths: list[str], dest: Path) -> int:
-    """Extract `paths` of `repo` at `commit` into dest; returns the number of files."""
-    try:
-        data = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit,
-                               *paths], check=True, capture_output=True).stdout
-    except (subprocess.CalledProcessError, OSError) as e:
-        why = getattr(e, "stderr", None) or str(e).encode()
-        fail(f"{repo}: git archive {commit} failed: "
-             f"{(why.decode(errors='replace').strip().splitlines() or ['?'])[-1]}")
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = [m for m in tar.getmembers() if m.isfile()]
-        tar.extractall(dest, members=members, filter="data")
-    return len(members)
+    return staging.archive("flashmla_sparse", repo, commit, paths, dest)
 
 
 def stage(flashmla: Path, cutlass: Path, dest: Path) -> None:

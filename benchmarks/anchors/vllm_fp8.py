@@ -20,11 +20,10 @@ Nothing of either project is copied into this repository.
 from __future__ import annotations
 
 import argparse
-import io
-import subprocess
 import sys
-import tarfile
 from pathlib import Path
+
+import staging   # benchmarks/anchors/staging.py (this script's folder is on sys.path)
 
 FLASHMLA_COMMIT = "46d64a8"
 CUTLASS_COMMIT = "e94e888"
@@ -43,24 +42,11 @@ CXX = ["-O3", "-std=c++17", "-DNDEBUG", "-Wno-deprecated-declarations", "-DNO_PY
 
 
 def fail(msg: str):
-    """Bad input: one line, exit status 2."""
-    print(f"vllm_fp8: {msg}", file=sys.stderr)
-    raise SystemExit(2)
+    staging.fail("vllm_fp8", msg)
 
 
 def _archive(repo: Path, commit: str, paths: list[str], dest: Path) -> int:
-    """Extract `paths` of `repo` at `commit` into dest; returns the number of files."""
-    try:
-        data = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit,
-                               *paths], check=True, capture_output=True).stdout
-    except (subprocess.CalledProcessError, OSError) as e:
-        why = getattr(e, "stderr", None) or str(e).encode()
-        fail(f"{repo}: git archive {commit} failed: "
-             f"{(why.decode(errors='replace').strip().splitlines() or ['?'])[-1]}")
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = [m for m in tar.getmembers() if m.isfile()]
-        tar.extractall(dest, members=members, filter="data")
-    return len(members)
+    return staging.archive("vllm_fp8", repo, commit, paths, dest)
 
 
 def stage(flashmla: Path, cutlass: Path, dest: Path) -> None:
