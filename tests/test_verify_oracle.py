@@ -185,7 +185,7 @@ def sparse_online_runner(scale_factor=1.0, block=64):
                     acc = acc * alpha[:, None] + p.bfloat16().float() @ kb[:, :inp.dv]
                     den = den * alpha + p.sum(-1)
                     m = new
-                seen = den > 0
+                seen = den != 0          # a NaN key makes the row NaN, as the kernels do
                 o[i, s] = torch.where(seen[:, None], acc / den.clamp_min(1e-30)[:, None], 0.0)
                 lse[i, :, s] = torch.where(seen, m + den.log(), math.inf)
         if inp.attn_sink is not None:
