@@ -22,8 +22,8 @@ all in one softmax, V = the whole key (dv = head_dim: transformers rotates the o
 dims back, so they are values too).  Each pool's entries are packed valid first
 (mlagen.integrations.sparse.compact), so its topk is what the step really attends to.  The
 pools are paged (page_size, extra_page_size) as a kernel takes them: decode steps on a
-target with a FlashMLA-compatible call (Hopper: the window as k_cache, the compressed pool as
-extra_k_cache, d_qk = head_dim) go through that call; on another target that generates
+target with a FlashMLA-compatible call (the GPU's: the window as k_cache, the compressed pool
+as extra_k_cache, d_qk = head_dim) go through that call; on another target that generates
 sparse kernels (the emulated card) they run its two-pool kernel (a schedule with
 kv_lora_rank = head_dim - rope, v_dim = head_dim, sinks; topk = sliding_window, extra_topk
 the compressed pool's count rounded up to 8); the prefill and target "torch" run
@@ -76,8 +76,8 @@ class PooledAttention(nn.Module):
         super().__init__()
         self.inner, self.config, self.layer_idx = attn, config, attn.layer_idx
         self.page_size, self.extra_page_size = page_size, extra_page_size
-        # decode steps through the target's FlashMLA-compatible call (Hopper: extra_k_cache
-        # and its indices, d_qk from q), else its generated two-pool kernel, if it makes them
+        # decode steps through the target's FlashMLA-compatible call (the GPU target's:
+        # extra_k_cache and its indices, d_qk from q), else its generated two-pool kernel, if it makes them
         self.call = kernel_call(target)
         self.runner = None
         if self.call is None and sparse_schedules(target):
