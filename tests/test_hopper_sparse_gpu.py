@@ -207,6 +207,42 @@ def test_graph_capture():
     assert torch.equal(out, ref[0]) and torch.equal(lse, ref[1])
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(b=st.integers(1, 40), s_q=st.integers(1, 8), topk=st.integers(1, 300),
+       extra_topk=st.sampled_from([0, 1, 77]), data=st.data())
+def test_row_lengths_in_one_launch_match_torch(b, s_q, topk, extra_topk, data):
+    """The call's one length launch (DecodePlan.sparse_lengths) against row_lengths and
+    two_pool_lengths: lengths absent, negative, 0, past topk, a strided view, rows past
+    one CTA's 256."""
+    from mlagen.backends.hopper import ops, sparse
+
+    def lengths(cap):
+        kind = data.draw(st.sampled_from(["none", "plain", "strided"]))
+        if kind == "none":
+            return None
+        vals = data.draw(st.lists(st.integers(-3, cap + 5), min_size=b, max_size=b))
+        t = torch.tensor(vals, dtype=torch.int32, device="cuda")
+        if kind == "strided":
+            t = torch.stack([t, torch.full_like(t, -7)], 1).reshape(-1)[::2]
+        return t
+
+    tl, xl = lengths(topk), lengths(extra_topk) if extra_topk else None
+    key = sparse._library(16, "bf16", None, False, 2 if extra_topk else 1, 576)[0]
+    q = torch.zeros(b * s_q, 1, 16, 576, dtype=torch.bfloat16, device="cuda")
+    k = torch.zeros(1, 64, 1, 576, dtype=torch.bfloat16, device="cuda")
+    plan = ops.DecodePlan(q, k, torch.zeros(b * s_q, topk, dtype=torch.int32, device="cuda"),
+                          1, 1.0, False, key)
+    lens, len1 = plan.sparse_lengths(tl, xl, s_q, topk, extra_topk)
+    want = sparse.row_lengths(tl, b, s_q, topk, "cuda")
+    if extra_topk:
+        want, want1 = sparse.two_pool_lengths(want, sparse.row_lengths(xl, b, s_q, extra_topk,
+                                                                       "cuda"))
+        assert len1.is_contiguous() and torch.equal(len1, want1)
+    else:
+        assert len1 is None
+    assert lens.is_contiguous() and torch.equal(lens, want)
+
+
 def test_dense_call_with_a_sched_meta():
     """FlashMLA 9241ae3's dense form: get_mla_metadata() then the call fills it."""
     from mlagen.problem import make_inputs

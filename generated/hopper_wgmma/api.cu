@@ -39,6 +39,16 @@ int mlagen_hopper_metadata(const int* seqlens, int batch, int num_parts, int fix
                                            static_cast<cudaStream_t>(stream)));
 }
 
+// A sparse call's row lengths (launch_sparse_lengths; null lengths: topk, extra_topk 0: one
+// pool and len1 unwritten).
+int mlagen_hopper_sparse_lengths(const int* topk_length, const int* extra_topk_length, int rows,
+                                 int s_q, int topk, int extra_topk, int* lens, int* len1,
+                                 void* stream) {
+  return static_cast<int>(launch_sparse_lengths(topk_length, extra_topk_length, rows, s_q,
+                                                topk, extra_topk, lens, len1,
+                                                static_cast<cudaStream_t>(stream)));
+}
+
 // One decode step.  shape[] holds what stays fixed for a call signature (the host caches
 // it per shape); its entries are declared once, in mlagen/backends/hopper/abi.py, and
 // their indices rendered here.  The workspace starts with the partial O; the partial lse

@@ -13,5 +13,12 @@ cudaError_t launch_scheduler(const int* seqlens, int batch, int num_parts, int f
                                num_splits, stream);
 }
 
+cudaError_t launch_sparse_lengths(const int* topk_length, const int* extra_topk_length,
+                                  int rows, int s_q, int topk, int extra_topk, int* lens,
+                                  int* len1, cudaStream_t stream) {
+  return launch_sparse_lengths_impl(topk_length, extra_topk_length, rows, s_q, topk,
+                                    extra_topk, lens, len1, stream);
+}
+
 }  // namespace hopper
 }  // namespace mlagen

@@ -42,6 +42,8 @@ class KernelLib:
         lib.mlagen_hopper_error_string.argtypes = [I]
         lib.mlagen_hopper_metadata.restype = I
         lib.mlagen_hopper_metadata.argtypes = [P, I, I, I, I, P, P, P]
+        lib.mlagen_hopper_sparse_lengths.restype = I
+        lib.mlagen_hopper_sparse_lengths.argtypes = [P, P, I, I, I, I, P, P, P]
         # a two-pool sparse variant has its own entry (the extra pool's arguments after
         # the decode's), so that neither entry can be called for the other's kernel
         p = schedule.problem
@@ -259,6 +261,16 @@ def extra_shape(extra_k_cache: torch.Tensor, extra_topk: int):
         num_blocks2=extra_k_cache.shape[0]))
 
 
+def _pointer(t: Optional[torch.Tensor]) -> Optional[int]:
+    """A [b] length vector's device pointer, its elements one int apart (a strided view is
+    copied), or None."""
+    if t is None:
+        return None
+    if t.dim() == 1 and t.shape[0] > 1 and t.stride(0) != 1:
+        t = t.contiguous()
+    return t.data_ptr()
+
+
 class DecodePlan:
     """What stays fixed for one call signature (shapes, strides, dtypes, devices, scale,
     causal, kernel): the checked sizes and the C entry's shape[] array, so that a repeated
@@ -320,6 +332,27 @@ class DecodePlan:
                                  stream, ws)
         except TypeError:      # not tensors: the Python path's checks say what is wrong
             return None
+
+    def sparse_lengths(self, topk_length, extra_topk_length, s_q: int, topk: int,
+                       extra_topk: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """A sparse call's (each flattened row's key count, its main-list length or None for
+        one pool) from FlashMLA's int32 [b] lengths (None: topk) in one launch on the
+        current stream (mla_sparse_lengths_kernel), for the rows of this plan's flattened
+        q; new contiguous tensors, which the scheduler and the kernel read by pointer."""
+        if _get_device() != self.idx:
+            with torch.cuda.device(self.idx):
+                return self.sparse_lengths(topk_length, extra_topk_length, s_q, topk,
+                                           extra_topk)
+        rows = self.out_shape[0]
+        buf = torch.empty(2 * rows if extra_topk else rows, dtype=torch.int32,
+                          device=self.device)
+        code = self.lib.lib.mlagen_hopper_sparse_lengths(
+            _pointer(topk_length), _pointer(extra_topk_length), rows, s_q, topk, extra_topk,
+            buf.data_ptr(), buf.data_ptr() + 4 * rows if extra_topk else None,
+            _raw_stream(self.idx))
+        if code:
+            self.lib.check(code, "sparse lengths launch")
+        return (buf[:rows], buf[rows:]) if extra_topk else (buf, None)
 
     def workspace(self, stream: int) -> torch.Tensor:
         """Partial O (fp32, or fp16 then its scales in the same floats: the 64-row wgmma

@@ -268,10 +268,9 @@ def _on_one_cuda(named: dict) -> None:
 
 def row_lengths(topk_length: Optional[torch.Tensor], b: int, s_q: int, topk: int,
                 device) -> torch.Tensor:
-    """The kernel's length of each flattened row: topk_length[b] clipped to topk, or topk
-    (device ops only: no sync).  A new contiguous tensor of b * s_q ints: the scheduler
-    reads it by pointer (an expand + reshape is a stride-0 view when b = 1, and the kernel
-    read past its one int)."""
+    """The kernel's length of each flattened row: topk_length[b] clipped to topk, or topk,
+    as b * s_q contiguous ints.  The statement in torch of what the call's one launch
+    computes (DecodePlan.sparse_lengths; tests compare the two)."""
     if topk_length is None:
         return torch.full((b * s_q,), topk, dtype=torch.int32, device=device)
     return torch.repeat_interleave(topk_length.clamp(max=topk).to(torch.int32), s_q)
@@ -284,8 +283,9 @@ def _tensor_sig(t) -> Optional[tuple]:
 def two_pool_lengths(main: torch.Tensor, extra: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(each row's key count over both pools, its main-list length): the kernel's seqlens
-    and len1 (row_lengths of each pool; device ops only).  A negative length in either
-    pool makes the count negative, so the kernel flags the row (kErrorBadLength)."""
+    and len1 from row_lengths of each pool, in torch (the call launches
+    DecodePlan.sparse_lengths).  A negative length in either pool makes the count
+    negative, so the kernel flags the row (kErrorBadLength)."""
     bad = (main < 0) | (extra < 0)
     total = torch.where(bad, torch.full_like(main, -1), main + extra)
     return total, main
@@ -302,8 +302,7 @@ def sparse_decode(q, k_cache, indices, topk_length, attn_sink, sched: FlashMLASc
     try:
         sig = (q.shape, q.stride(), q.dtype, q.device, k_cache.shape, k_cache.stride(),
                k_cache.dtype, k_cache.device, indices.shape, indices.stride(), indices.dtype,
-               None if topk_length is None else (topk_length.shape, topk_length.dtype),
-               None if attn_sink is None else (attn_sink.shape, attn_sink.dtype),
+               _tensor_sig(topk_length), _tensor_sig(attn_sink),
                head_dim_v, softmax_scale, bool(causal), bool(is_fp8_kvcache), schedule,
                *(_tensor_sig(t) for t in extra))
         plan = _PLANS.get(sig)
@@ -366,15 +365,14 @@ class _SparsePlan:
             q1 = q1.contiguous()
         if i1.stride(-1) != 1 or i1.stride(0) != topk:
             i1 = i1.contiguous()
-        lens = row_lengths(topk_length, b, s_q, topk, q.device)
+        xk = self.extra_topk
+        # one launch (row_lengths and two_pool_lengths say what it computes)
+        lens, len1 = self.decode.sparse_lengths(topk_length, extra_topk_length, s_q, topk, xk)
         extra = None
-        if self.extra_topk:
-            xk = self.extra_topk
+        if xk:
             x1 = extra_indices.reshape(b * s_q, xk)
             if x1.stride(-1) != 1 or x1.stride(0) != xk:
                 x1 = x1.contiguous()     # extra_shape's idx2_stride is extra_topk
-            lens, len1 = two_pool_lengths(lens, row_lengths(extra_topk_length, b, s_q, xk,
-                                                            q.device))
             extra = (self.extra_shape, extra_k_cache, x1, len1)
         if sched is None or not sched.have_initialized:
             md, ns = self.metadata(lens)

@@ -165,6 +165,11 @@ int split_cluster(int batch, int num_parts);
 cudaError_t launch_combine(const MlaParams& p, cudaStream_t stream);
 cudaError_t launch_scheduler(const int* seqlens, int batch, int num_parts, int fixed_cost,
                              int fixed_splits, int* sched, int* num_splits, cudaStream_t stream);
+// Sparse calls: each flattened row's key count from FlashMLA's per-sequence lengths (in
+// scheduler.cu beside the scheduler, which reads them).
+cudaError_t launch_sparse_lengths(const int* topk_length, const int* extra_topk_length,
+                                  int rows, int s_q, int topk, int extra_topk, int* lens,
+                                  int* len1, cudaStream_t stream);
 
 template <typename T> struct Pair;
 template <> struct Pair<__nv_bfloat16> {

@@ -146,6 +146,36 @@ mla_scheduler_kernel(const int* seqlens, int batch, int parts, int fixed_cost,
     plan_part(cum, nblk, batch, p, payload, fixed_cost, sched + p * kMetaInts);
 }
 
+// A sparse call's row lengths, one launch where the host took several torch ops: row r of
+// the b * s_q flattened rows (sequence r / s_q) has min(topk_length[r / s_q], topk) main
+// keys (topk where topk_length is null; negative stays negative, so the kernel flags the
+// row), and with a second pool (extra_topk > 0) that count plus the extra list's likewise,
+// -1 where either is negative; len1[r] the main count (mla_sparse.cuh SparseRow::split).
+__global__ void mla_sparse_lengths_kernel(const int* topk_length, const int* extra_topk_length,
+                                          int rows, int s_q, int topk, int extra_topk,
+                                          int* lens, int* len1) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const int b = r / s_q;
+  const int main = topk_length ? min(topk_length[b], topk) : topk;
+  if (extra_topk == 0) {
+    lens[r] = main;
+    return;
+  }
+  const int extra = extra_topk_length ? min(extra_topk_length[b], extra_topk) : extra_topk;
+  lens[r] = main < 0 || extra < 0 ? -1 : main + extra;
+  len1[r] = main;
+}
+
+inline cudaError_t launch_sparse_lengths_impl(const int* topk_length,
+                                              const int* extra_topk_length, int rows, int s_q,
+                                              int topk, int extra_topk, int* lens, int* len1,
+                                              cudaStream_t stream) {
+  mla_sparse_lengths_kernel<<<(rows + 255) / 256, 256, 0, stream>>>(
+      topk_length, extra_topk_length, rows, s_q, topk, extra_topk, lens, len1);
+  return cudaGetLastError();
+}
+
 inline cudaError_t launch_scheduler_impl(const int* seqlens, int batch, int parts,
                                          int fixed_cost, int fixed_splits, int* sched,
                                          int* num_splits, cudaStream_t stream) {
