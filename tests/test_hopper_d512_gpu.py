@@ -5,7 +5,8 @@ rows), one pool and two (a window pool in pages of 256 with topk 128, a compress
 pages of 64 or 2 with topk 512 / 1024), sinks, against mlagen.reference.sparse_attention:
 fixed cases, hypothesis-drawn shapes, page sizes, lengths (0, 1, page edges), invalid and
 repeated entries, NaN in every slot no entry names, a running max that moves late, a slot
-past the cache."""
+past the cache.  The 64-row kernel (its producer warpgroup converts fp8_ue8m0_paged in its
+own K stages and a side buffer) by explicit schedules beside the default tiles."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from mlagen import kvformat
 from mlagen.errors import InputError
 from mlagen.problem import make_sparse_inputs
 from mlagen.reference import sparse_attention
-from mlagen.schedule.records import Problem
+from mlagen.schedule.records import Problem, Schedule
 
 from hopper_util import assert_close
 
@@ -66,6 +67,16 @@ def strided_cuda(t):
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cuda").copy_(t)
 
 
+def wide(kv, pools):
+    """A 64-row schedule for d_qk 512 (the default takes it only where wide_rows says)."""
+    fmt = "" if kv == "bf16" else kv
+    two = dict(extra_topk=512, extra_page_size=64, extra_kv_format=fmt) if pools == 2 else {}
+    return Schedule.build(target="hopper", dtype="bf16", kv_format=fmt, kv_lora_rank=RANK,
+                          rope_dim=64, v_dim=512, attention="sparse", topk=128, causal=False,
+                          rows_per_tile=64, block_kv=64, buffers=2, warps=8, mainloop="wgmma",
+                          **two)
+
+
 def run(inp, sched=None, schedule=None):
     a = api()
     main = inp.pools[0]
@@ -109,8 +120,10 @@ def check(inp, sched=None, schedule=None):
     ([1000, 1000, 17], 3, 20, 100, 16),  # topk not a multiple of 64
     ([64, 0], 2, 128, 130, 32),          # a sequence with no key: all-invalid rows
 ])
-def test_one_pool(kv, seqlens, s_q, h_q, topk, page):
-    check(make(kv, seqlens, s_q, h_q, topk, page, seed=1, repeats=0.1))
+@pytest.mark.parametrize("rows", [0, 64])
+def test_one_pool(kv, seqlens, s_q, h_q, topk, page, rows):
+    check(make(kv, seqlens, s_q, h_q, topk, page, seed=1, repeats=0.1),
+          schedule=wide(kv, 1) if rows else None)
 
 
 @pytest.mark.parametrize("kv", FORMATS)
@@ -120,9 +133,10 @@ def test_one_pool(kv, seqlens, s_q, h_q, topk, page):
     (16, 2, ([3000, 0, 700], 512, 64)),      # a TP shard of V4-Flash's 64 heads
     (8, 1, ([65, 64, 63], 64, 64)),          # lengths at a page edge
 ])
-def test_two_pools(kv, h_q, s_q, extra):
+@pytest.mark.parametrize("rows", [0, 64])
+def test_two_pools(kv, h_q, s_q, extra, rows):
     inp = make(kv, [5000, 900, 0], s_q, h_q, 128, 256, extra=extra, seed=11)
-    out, lse = check(inp)
+    out, lse = check(inp, schedule=wide(kv, 2) if rows else None)
     assert torch.isfinite(lse[0]).all()
 
 
@@ -143,19 +157,21 @@ def test_lengths_zero_and_past_topk(kv):
        seqlens=st.lists(st.integers(0, 3000), min_size=1, max_size=3),
        extra_len=st.integers(0, 3000), invalid=st.sampled_from([0.0, 0.3, 1.0]),
        repeats=st.sampled_from([0.0, 0.2]), topk_length=st.booleans(), sinks=st.booleans(),
-       seed=st.integers(0, 2 ** 16))
+       rows=st.sampled_from([0, 64]), seed=st.integers(0, 2 ** 16))
 def test_drawn(kv, h_q, s_q, topk, extra_topk, page, extra_page, seqlens, extra_len, invalid,
-               repeats, topk_length, sinks, seed):
+               repeats, topk_length, sinks, rows, seed):
     print(dict(kv=kv, h_q=h_q, s_q=s_q, topk=topk, extra_topk=extra_topk, page=page,
                extra_page=extra_page, seqlens=seqlens, extra_len=extra_len, invalid=invalid,
-               repeats=repeats, topk_length=topk_length, sinks=sinks, seed=seed), flush=True)
+               repeats=repeats, topk_length=topk_length, sinks=sinks, rows=rows, seed=seed),
+          flush=True)
     extra = ([extra_len] * len(seqlens), extra_topk, extra_page) if extra_topk else None
     check(make(kv, seqlens, s_q, h_q, topk, page, extra, seed, invalid, repeats, topk_length,
-               sinks))
+               sinks), schedule=wide(kv, 2 if extra else 1) if rows else None)
 
 
 @pytest.mark.parametrize("kv", FORMATS)
-def test_running_max_moves_late(kv):
+@pytest.mark.parametrize("rows", [0, 64])
+def test_running_max_moves_late(kv, rows):
     """Keys of rising scores through the first RoPE column (448, stored in bf16 by both
     formats) and a dominant key at the last valid entry of row (0, 0)."""
     inp = make(kv, [4000, 3000], 2, 64, 500, 64, extra=([2000, 2000], 512, 64), seed=4,
@@ -175,7 +191,7 @@ def test_running_max_moves_late(kv):
             flat[last, RANK] = 3000.0
         cache = vals if kv == "bf16" else kvformat.quantize(vals.float(), kv, rank=RANK)
         pools.append(replace(pool, k_cache=cache))
-    check(replace(inp, q=q, pools=pools))
+    check(replace(inp, q=q, pools=pools), schedule=wide(kv, 2) if rows else None)
 
 
 def test_contiguous_odd_pages_are_refused():
@@ -189,14 +205,16 @@ def test_contiguous_odd_pages_are_refused():
 
 
 @pytest.mark.parametrize("kv", FORMATS)
-def test_slot_past_the_cache_gives_nan_and_flag(kv):
+@pytest.mark.parametrize("rows", [0, 64])
+def test_slot_past_the_cache_gives_nan_and_flag(kv, rows):
     a = api()
     inp = make(kv, [500, 500], 1, 16, 128, 64, seed=5, invalid=0.0)
     pool = inp.pools[0]
     bad = pool.indices.clone()
     bad[1, 0, 3] = pool.k_cache.shape[0] * pool.k_cache.shape[1]   # one past the last slot
     a.device_error_flags().zero_()
-    out, lse = run(replace(inp, pools=[replace(pool, indices=bad)]))
+    out, lse = run(replace(inp, pools=[replace(pool, indices=bad)]),
+                   schedule=wide(kv, 1) if rows else None)
     torch.cuda.synchronize()
     assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
     assert torch.isfinite(out[0]).all()

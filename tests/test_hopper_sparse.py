@@ -185,10 +185,11 @@ def test_verify_draws_sparse_cases(wrong):
 D512 = dict(SPARSE, kv_lora_rank=448, rope_dim=64, v_dim=512, topk=128)
 
 
-@pytest.mark.parametrize("kv,rows", [("", 16), ("", 32), ("fp8_ue8m0_paged", 16),
-                                     ("fp8_ue8m0_paged", 32)])
+@pytest.mark.parametrize("kv,rows", [("", 16), ("", 32), ("", 64), ("fp8_ue8m0_paged", 16),
+                                     ("fp8_ue8m0_paged", 32), ("fp8_ue8m0_paged", 64)])
 def test_d512_schedules_are_legal(kv, rows):
-    s = Schedule.build(**D512, kv_format=kv, rows_per_tile=rows, page_size=256)
+    s = Schedule.build(**{**D512, "warps": 8 if rows == 64 else 4}, kv_format=kv,
+                       rows_per_tile=rows, page_size=256)
     check(s)
     assert "dqk512" in s.variant_name()
     src = __import__("mlagen.backends.hopper", fromlist=["render"]).render(s).files
@@ -196,8 +197,8 @@ def test_d512_schedules_are_legal(kv, rows):
 
 
 @pytest.mark.parametrize("knobs,words", [
-    (dict(rows_per_tile=64, warps=8), "sparse mode alone"),
-    (dict(attention="dense", topk=0), "sparse mode alone"),
+    (dict(attention="dense", topk=0), "sparse modes alone"),
+    (dict(mainloop="mma_sync"), "sparse modes alone"),
     (dict(kv_format="fp8_e4m3"), "d_qk 512 reads bf16 or fp8_ue8m0_paged"),
     (dict(v_dim=448), "v_dim = 448"),
     (dict(kv_lora_rank=256, v_dim=0), "kv_lora_rank = 512 or 448"),
@@ -217,7 +218,8 @@ def test_d576_refuses_the_paged_format():
 
 def test_d512_default_schedules():
     s = sparse.sparse_schedule(128, "fp8_ue8m0_paged", None, True, 2, 512)
-    assert (s.problem.d, s.problem.dv, s.mapping.rows_per_tile) == (512, 512, 32)   # never 64
+    assert (s.problem.d, s.problem.dv, s.mapping.rows_per_tile) == (512, 512, 64)
+    assert sparse.sparse_schedule(128, "bf16", None, False, 1, 512).mapping.rows_per_tile == 32
     assert sparse.sparse_schedule(16, "bf16", None, False, 1, 512).mapping.rows_per_tile == 16
     with pytest.raises(InputError, match="d_qk = 512"):
         sparse.sparse_schedule(16, "fp8_ue8m0_paged", s, False, 2, 576)
@@ -280,6 +282,32 @@ def test_d512_smem_model_and_registers(kv, rows, pools, tmp_path):
     assert sm["slots"] == _header_constant(tmp_path, "mla_wgmma_rows.cuh", cfg + "::kSlots", pre)
     log = _ptxas_split(render(s), tmp_path)
     assert "mla_split_wgmma_rows_kernel" in log
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert spills and max(spills) == 0, log
+    assert "serialized" not in log and "C7508" not in log, log
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("kv,pools", [("fp8_ue8m0_paged", 2), ("", 1)])
+def test_d512_64_rows_smem_model_and_registers(kv, pools, tmp_path):
+    """The 64-row kernel at d_qk 512: resources.hopper_smem == WgmmaConfig::kSmem (Q's tile
+    grown to the epilogue's staging, the side buffer of fp8_ue8m0_paged's last latent bytes
+    and scale rows), the split kernel without spills or serialized wgmma."""
+    import re
+
+    from test_hopper_compile import _header_constant, _ptxas_split
+
+    from mlagen.backends.hopper import render
+    from mlagen.backends.hopper.resources import hopper_smem
+
+    two = dict(extra_topk=512, extra_page_size=64, extra_kv_format=kv) if pools == 2 else {}
+    s = Schedule.build(**{**D512, "warps": 8}, kv_format=kv, rows_per_tile=64, page_size=256,
+                       **two)
+    pre = "#define MLAGEN_D_QK 512\n"
+    got = _header_constant(tmp_path, "mla_wgmma.cuh", "mlagen::hopper::WgmmaConfig::kSmem", pre)
+    assert hopper_smem(s)["total"] == got
+    log = _ptxas_split(render(s), tmp_path)
+    assert "mla_split_wgmma_kernel" in log
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
     assert spills and max(spills) == 0, log
     assert "serialized" not in log and "C7508" not in log, log

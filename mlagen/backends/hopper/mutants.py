@@ -24,6 +24,7 @@ FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, 
 FP8D = ("hopper_fp8_ds_mla",)                                    # e4m3 tiles with fp32 scales
 FP8R = ("hopper_fp8_e4m3_regs",)        # fp8_e4m3 converted in the consumer's registers
 V4 = ("hopper_sparse_v4",)              # d_qk 512, fp8_ue8m0_paged pages, two pools
+V4W = ("hopper_sparse_v4_r64",)         # the same in the 64-row kernel
 
 MAX_MOVES = "running-sum rescale when the max moves"
 WG_MERGE = "few-rows kernel's warpgroup merge when the second holds the larger max"
@@ -240,4 +241,19 @@ MUTANTS = (
            "const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : 2 * q;",
            "fp8_ue8m0_paged: one scale for both slices of a pair (fp8_ds_mla's 128-value "
            "tiles) instead of one per 64 values", V4, FP8_SCALE),
+    Mutant("paged64_tail_chunk_early", "hopper", "mla_wgmma.cuh",
+           "kc + (ok ? o[i] : 0) + 384 + c * 16, ok);",
+           "kc + (ok ? o[i] : 0) + 320 + c * 16, ok);",
+           "fp8_ue8m0_paged, 64-row kernel: the latent's last 64 bytes (the side buffer's) "
+           "read from 64 bytes early", V4W),
+    Mutant("paged64_rope_unswizzled", "hopper", "mla_wgmma.cuh",
+           "sm90::cp_async16_to(tile + 7 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4),",
+           "sm90::cp_async16_to(tile + 7 * C::kSliceBytes + r * 128 + (c << 4),",
+           "fp8_ue8m0_paged, 64-row kernel: the RoPE slice gathered without the 128-byte "
+           "swizzle the wgmma descriptors read", V4W),
+    Mutant("paged64_scale_per_pair", "hopper", "mla_wgmma.cuh",
+           "const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : sl;",
+           "const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : 2 * q;",
+           "fp8_ue8m0_paged, 64-row kernel: one scale for both slices of a pair instead of "
+           "one per 64 values", V4W, FP8_SCALE),
 )

@@ -27,7 +27,13 @@ def hopper_smem(s: Schedule) -> dict[str, int]:
         q, probs = rows * p.d * el, rows * bkv * el
         if rows == 64:
             bars = 2 * m.buffers * (p.d // 64) + 2
-            kv, stats = m.buffers * bkv * p.d * el, 2 * rows * 4 + bars * 8 + 1024
+            # Q's tile holds the epilogue's staging too (8 warps x 16 rows of 528 bytes,
+            # more than d_qk 512's tile); d_qk 512 keeps a side buffer a stage (a key's last
+            # 64 latent bytes and its 8-byte scale row, kSideBytes)
+            q = max(q, 8 * 16 * 528)
+            side = m.buffers * 64 * (64 + 8) if p.d // 64 == 8 else 0
+            kv = m.buffers * bkv * p.d * el
+            stats = 2 * rows * 4 + side + bars * 8 + 1024
         else:
             # a ring of 8 KiB slots (one TMA box and two mbarriers each) filling the rest of
             # the 227 KiB: at least `buffers` (2) blocks of 9 slices, 2.8 for 16 rows

@@ -20,7 +20,7 @@ def hopper_problem(s: Schedule, t: Target) -> Iterator[Violation]:
         yield "problem", "fused", ("fused = true is not available on target hopper "
                                    "(attention-only, FlashMLA's API)")
     # the key's width d_qk (mla_common.cuh kD): 576, or 512 (a 448-value latent) in the
-    # few-rows kernel's sparse mode; the values are the key's first 512 columns either way
+    # wgmma kernels' sparse modes; the values are the key's first 512 columns either way
     if (p.kv_lora_rank, p.rope_dim) not in ((512, 64), (448, 64)):
         yield "problem", "kv_lora_rank", ("the hopper kernels are built for kv_lora_rank = 512 "
                                           "or 448 with rope_dim = 64 (d_qk 576 or 512)")
@@ -30,11 +30,10 @@ def hopper_problem(s: Schedule, t: Target) -> Iterator[Violation]:
                                    "first 512 columns (v_dim = 512)")
     if p.d == 512:
         m = s.mapping
-        if p.attention != "sparse" or m.mainloop != "wgmma" or m.rows_per_tile not in (16, 32):
+        if p.attention != "sparse" or m.mainloop != "wgmma":
             yield "problem", "kv_lora_rank", ("kv_lora_rank = 448 (d_qk 512) is read by the "
-                                              "few-rows wgmma kernel's sparse mode alone: "
-                                              "attention = \"sparse\", mainloop = \"wgmma\", "
-                                              "rows_per_tile = 16 or 32")
+                                              "wgmma kernels' sparse modes alone: "
+                                              "attention = \"sparse\", mainloop = \"wgmma\"")
         if p.kv not in ("bf16", "fp8_ue8m0_paged"):
             yield "problem", "kv_format", (f"kv_format = {p.kv!r}: d_qk 512 reads bf16 or "
                                            "fp8_ue8m0_paged caches on hopper")
@@ -117,13 +116,14 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
     if m.fp8_mma == "mma":
         yield "schedule", "fp8_mma", ("fp8_mma = \"mma\" (e4m3 MMAs) has no kernel yet on "
                                       "hopper; use \"dequant\"")
-    # fp8_ds_mla sparse rows also in the 64-row kernel (its producer converts, mla_wgmma.cuh)
-    rows = (16, 32, 64) if p.kv == "fp8_ds_mla" and p.attention == "sparse" else (16, 32)
+    # sparse rows also in the 64-row kernel (its producer converts, mla_wgmma.cuh)
+    rows = ((16, 32, 64) if p.kv in ("fp8_ds_mla", "fp8_ue8m0_paged") and p.attention == "sparse"
+            else (16, 32))
     if m.mainloop != "wgmma" or m.rows_per_tile not in rows:
         key = "mainloop" if m.mainloop != "wgmma" else "rows_per_tile"
         yield "schedule", key, (f"kv_format = {p.kv!r} is read by the few-rows wgmma kernel "
                                 "alone: mainloop = \"wgmma\" with rows_per_tile = 16 or 32 "
-                                "(and 64 for attention = \"sparse\" over fp8_ds_mla) "
+                                "(and 64 for attention = \"sparse\") "
                                 f"(this schedule: {m.mainloop}, {m.rows_per_tile} rows)")
     elif m.rows_per_tile < 64 and m.warps != 4 and not (m.fp8_converters == 0
                                                         and m.warps == 8):

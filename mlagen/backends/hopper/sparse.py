@@ -92,8 +92,7 @@ def sparse_schedule(h_q: int, kv: str, schedule: Optional[Schedule] = None,
                              f"keys, this call {'two' if pools == 2 else 'one'} (extra_topk "
                              "in the schedule, extra_k_cache in the call)")
         return defaults.canonical(schedule)
-    # (d_qk 512: the few-rows kernel alone)
-    rows = 16 if h_q <= 16 else (64 if wide and h_q > 32 and d == D else 32)
+    rows = 16 if h_q <= 16 else (64 if wide and h_q > 32 else 32)
     return defaults.canonical(Schedule.build(
         name=f"hopper_sparse_{kv}", target="hopper", dtype="bf16", kv_format=kv,
         kv_lora_rank=d - 64, rope_dim=64, v_dim=DV,

@@ -72,20 +72,29 @@ struct WgmmaConfig {
   static constexpr int kSlices = kD / 64;                 // 9 column slices of 64
   static constexpr int kSliceBytes = 64 * 64 * 2;         // 8 KiB: one TMA box
   static constexpr int kTileBytes = kSlices * kSliceBytes;  // 72 KiB
+  static constexpr bool kRope = kSlices == 9;
+  static constexpr int kStageRow16 = 256 * 2 + 16;
+  static constexpr int kQBytes = kTileBytes >= 8 * 16 * kStageRow16 ? kTileBytes : 8 * 16 * kStageRow16;
   static constexpr int kStages = 2;
   static constexpr int kQOff = 0;
-  static constexpr int kKOff = kQOff + kTileBytes;
+  static constexpr int kKOff = kQOff + kQBytes;
   static constexpr int kPOff = kKOff + kStages * kTileBytes;
   static constexpr int kAlphaOff = kPOff + 64 * 64 * 2;
   static constexpr int kLOff = kAlphaOff + 64 * 4;
-  static constexpr int kBarOff = kLOff + 64 * 4;
+  // d_qk 512's fp8_ue8m0_paged (paged_gather): per stage, each key's last 64 latent bytes
+  // and its 8-byte scale row, which its stage's right V half has no room for
+  static constexpr int kSideOff = kLOff + 64 * 4;
+  static constexpr int kSideKeyBytes = 64, kSideScaleOff = 64 * kSideKeyBytes;
+  static constexpr int kSideStage = kSideScaleOff + 64 * 8;
+  static constexpr int kSideBytes = kRope ? 0 : kStages * kSideStage;
+  static constexpr int kBarOff = kSideOff + kSideBytes;
   // mbarriers: a `full` and an `empty` one per slice of each stage.  Slices are freed,
   // refilled and consumed by S in the order slice_at(0..8): the rope slice (read by S
   // alone), then the right V half (S and WG2's P V), then the left half (S and WG1's P V,
   // which now runs under the next block's softmax and so is the last to end)
   static constexpr int kBars = 2 * kStages * kSlices + 2;   // + the cluster merge's two
   static __host__ __device__ constexpr int slice_at(int q) {
-    return q == 0 ? 8 : (q <= 4 ? q + 3 : q - 5);
+    return kRope ? (q == 0 ? 8 : (q <= 4 ? q + 3 : q - 5)) : (q < 4 ? q + 4 : q - 4);
   }
   // arrivals that free a slice: one per warp of each warpgroup reading it
   static __host__ __device__ constexpr int slice_readers(int j) { return j >= 4 && j < 8 ? 8 : 4; }
@@ -93,10 +102,10 @@ struct WgmmaConfig {
   // the epilogue's staging (store_o): 9 KiB of the Q tile per consumer warp, 16 rows of 256
   // 16-bit columns (the output, or an fp16 partial), padded so that 8 rows start on
   // distinct banks
-  static constexpr int kStageBytes = kTileBytes / 8;
-  static constexpr int kStageRow16 = 256 * 2 + 16;
+  static constexpr int kStageBytes = kQBytes / 8;
   // (d_qk 512 has no 64-row kernel: mla_common.cuh kD)
-  static_assert(kD != 576 || 16 * kStageRow16 <= kStageBytes, "stage");
+  static_assert(16 * kStageRow16 <= kStageBytes, "stage");
+  static_assert(kKOff % 1024 == 0, "K stages on the swizzle atom");
   // setmaxnreg: the producer warpgroup gives its registers to the consumers, most to WG1
   // (O half, scores, softmax copy, P fragments); ptxas honours it because
   // __launch_bounds__ fixes the entry count at 65536 / 384 = 168
@@ -194,8 +203,10 @@ struct WgmmaKernel {
   static_assert(!(kSparse && MERGE), "sparse: no cluster merge");
   // fp8_ds_mla (sparse rows only): the producer warpgroup converts what it gathered
   static constexpr bool kFp8 = KV != kKvNative;
-  static_assert(!kFp8 || (kSparse && KV == kKvDsMla && std::is_same<T, __nv_bfloat16>::value),
-                "8-bit caches: fp8_ds_mla sparse rows, bf16");
+  static_assert(!kFp8 || (kSparse && KV == (kD == 576 ? kKvDsMla : kKvUe8m0) &&
+                          std::is_same<T, __nv_bfloat16>::value),
+                "8-bit caches: sparse rows, bf16, fp8_ds_mla (d_qk 576) or fp8_ue8m0_paged (512)");
+  static_assert(kD == 576 || kSparse, "d_qk 512: sparse rows");
   // setmaxnreg: sparse, a producer warpgroup of 128 gathering threads (56: offsets of 4
   // keys, the slice loop; fp8_ds_mla 88: also a key's raw chunks and 4 keys' scales), from
   // the consumers' 256 / 224 (ptxas -v: no spills at 56 / 240 / 208 and 88 / 240 / 176;
@@ -212,6 +223,7 @@ struct WgmmaKernel {
     unsigned char* p;
     float* alpha;
     float* l;
+    unsigned char* side;   // fp8_ue8m0_paged (kSideOff)
     uint64_t* full;    // [2 stages][9 slices]
     uint64_t* empty;   // [2 stages][9 slices]
     uint64_t* free_;   // cluster merge: phase 0 the other CTA's K stages are free, phase 1
@@ -227,6 +239,7 @@ struct WgmmaKernel {
     sm.p = base + C::kPOff;
     sm.alpha = reinterpret_cast<float*>(base + C::kAlphaOff);
     sm.l = reinterpret_cast<float*>(base + C::kLOff);
+    sm.side = base + C::kSideOff;
     sm.full = reinterpret_cast<uint64_t*>(base + C::kBarOff);
     sm.empty = sm.full + C::kStages * C::kSlices;
     sm.free_ = sm.empty + C::kStages * C::kSlices;
@@ -387,6 +400,125 @@ struct WgmmaKernel {
 #pragma unroll
       for (int j = 0; j < 8; ++j) sm90::mbar_arrive(&full[j]);
     }
+  }
+  // -------------------- sparse fp8_ue8m0_paged producer (d_qk 512; a warpgroup): the same
+  // scheme for a page's 576-byte data row (448 e4m3, 64 bf16 RoPE) and its 8-byte UE8M0
+  // scale row (one scale a 64-value slice): the latent's tiles 0..2 (bytes [128 q, 128 q +
+  // 128)) unswizzled into slices 4..6, the RoPE straight into the swizzled slice 7 (full on
+  // the 128 cp.async arrivals), and what the stage has no room for in its side buffer:
+  // the latent's last 64 bytes (lanes c < 4, a chunk each) and the scale row (lane c = 4).
+  // Unnamed keys are zero bytes with scale byte 0, which convert to 0: the conversion needs
+  // no offsets.  Then a block later, slices 2 q + c / 4 from chunk c of tile q (q = 3: c < 4,
+  // slice 6), each by its slice's scale; full[0..6] on each warp's lane 0.
+  static __device__ __forceinline__ void paged_gather(const Smem& sm, const unsigned char* kc,
+                                                      const int64_t (&o)[4],
+                                                      const int64_t (&so)[4], int it, int warp,
+                                                      int lane) {
+    const int s = it & 1, c = lane & 7;
+    const uint32_t par = ((it >> 1) & 1) ^ 1;
+    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
+    const uint32_t side = sm90::smem_addr(sm.side) + s * C::kSideStage;
+    uint64_t* full = sm.full + s * C::kSlices;
+    uint64_t* empty = sm.empty + s * C::kSlices;
+#pragma unroll 1
+    for (int q = 0; q < 3; ++q) {
+      sm90::mbar_wait(&empty[4 + q], par);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 16 * warp + 4 * i + (lane >> 3);
+        const bool ok = sparse_has_key(o[i]);
+        sm90::cp_async16_to(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16,
+                            kc + (ok ? o[i] : 0) + q * 128 + c * 16, ok);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 16 * warp + 4 * i + (lane >> 3);
+      const bool ok = sparse_has_key(o[i]);
+      if (c < 4)
+        sm90::cp_async16_to(side + r * C::kSideKeyBytes + c * 16,
+                            kc + (ok ? o[i] : 0) + 384 + c * 16, ok);
+      else if (c == 4)
+        sm90::cp_async8_to(side + C::kSideScaleOff + r * 8, kc + (ok ? so[i] : 0), ok);
+    }
+    sm90::mbar_wait(&empty[7], par);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 16 * warp + 4 * i + (lane >> 3);
+      const bool ok = sparse_has_key(o[i]);
+      sm90::cp_async16_to(tile + 7 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4),
+                          kc + (ok ? o[i] : 0) + 448 + c * 16, ok);
+    }
+    sm90::cp_async_mbar_arrive(&full[7]);
+    cp_async_commit();
+  }
+  template <int PENDING>   // cp.async groups that may stay in flight (the next block's)
+  static __device__ __forceinline__ void paged_convert(const Smem& sm, int it, int warp,
+                                                       int lane) {
+    const int s = it & 1, c = lane & 7;
+    const uint32_t par = ((it >> 1) & 1) ^ 1;
+    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
+    const uint32_t side = sm90::smem_addr(sm.side) + s * C::kSideStage;
+    uint64_t* full = sm.full + s * C::kSlices;
+    uint64_t* empty = sm.empty + s * C::kSlices;
+    cp_async_wait<PENDING>();   // this lane's own chunks have landed
+    __syncwarp();               // and the scale rows its key's lane 4 copied
+#pragma unroll 1
+    for (int q = 0; q < 4; ++q) sm90::mbar_wait(&empty[q], par);   // the left V half
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 16 * warp + 4 * i + (lane >> 3);
+      uint4 v[4];
+#pragma unroll
+      for (int q = 0; q < 3; ++q)
+        v[q] = fp8::ld_shared_v4(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16);
+      v[3] = fp8::ld_shared_v4(side + r * C::kSideKeyBytes + (c & 3) * 16);
+      uint32_t e[8];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int sl = 2 * q + (c >> 2);
+        const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : sl;
+        e[q] = sm90::ld_shared_u8(side + C::kSideScaleOff + r * 8 + ts);
+      }
+      __syncwarp();   // every lane of key r has read its raw chunks
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (q == 3 && c >= 4) continue;   // slice 7: the RoPE, already in place
+        uint32_t w[8];
+        fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[q], fp8::ue8m0_bf16x2(e[q]), w);
+        fp8::st_converted16(tile + (2 * q + (c >> 2)) * C::kSliceBytes + r * 128, w, c, r);
+      }
+    }
+    sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
+    __syncwarp();
+    if (lane == 0) {
+#pragma unroll
+      for (int j = 0; j < 7; ++j) sm90::mbar_arrive(&full[j]);
+    }
+  }
+  static __device__ void sparse_paged_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
+    using L = Fp8Layout<kKvUe8m0>;
+    const MlaParams& p = wp.p;
+    const int warp = pt / 32, lane = pt % 32;
+    const unsigned char* kc = static_cast<const unsigned char*>(p.k);
+    int it = 0, req = 0;
+    Piece pc;
+    while (next_piece(p, req, pc)) {
+      const auto row = sparse_row<kExtraPool>(p, pc.req);
+      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+#pragma unroll 1
+      for (int i = 0; i < n; ++i, ++it) {
+        int64_t sc;
+        const int64_t off = sparse_key_offset<kExtraPool, L::kRowBytes>(
+            p, row, pc.start + i * C::kBlock, pc.end, warp, lane, 1, &sc);
+        int64_t o[4], so[4];
+        sparse_lane_keys(off, lane, o);
+        sparse_lane_keys(sc, lane, so);
+        paged_gather(sm, kc, o, so, it, warp, lane);
+        if (it > 0) paged_convert<1>(sm, it - 1, warp, lane);
+      }
+    }
+    if (it > 0) paged_convert<0>(sm, it - 1, warp, lane);
   }
   static __device__ void sparse_ds_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
@@ -599,7 +731,7 @@ struct WgmmaKernel {
         sm90::reg_fence(s);
         // S done: this warpgroup lets go of the block's rope slice and right V half
         if (lane == 0) {
-          sm90::mbar_arrive(&sm.empty[st * C::kSlices + 8]);
+          if constexpr (C::kRope) sm90::mbar_arrive(&sm.empty[st * C::kSlices + 8]);
 #pragma unroll
           for (int j = 4; j < 8; ++j) sm90::mbar_arrive(&sm.empty[st * C::kSlices + j]);
         }
@@ -1096,7 +1228,9 @@ struct WgmmaKernel {
       values_wg(wp.p, sm);
     } else {
       sm90::setmaxnreg_dec<kProducerRegs>();
-      if constexpr (kFp8)
+      if constexpr (KV == kKvUe8m0)
+        sparse_paged_producer(wp, sm, threadIdx.x - 256);
+      else if constexpr (kFp8)
         sparse_ds_producer(wp, sm, threadIdx.x - 256);
       else if constexpr (kSparse)
         sparse_producer(wp, sm, threadIdx.x - 256);
