@@ -261,14 +261,13 @@ def extra_shape(extra_k_cache: torch.Tensor, extra_topk: int):
         num_blocks2=extra_k_cache.shape[0]))
 
 
-def _pointer(t: Optional[torch.Tensor]) -> Optional[int]:
-    """A [b] length vector's device pointer, its elements one int apart (a strided view is
-    copied), or None."""
-    if t is None:
-        return None
-    if t.dim() == 1 and t.shape[0] > 1 and t.stride(0) != 1:
-        t = t.contiguous()
-    return t.data_ptr()
+def _dense(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A [b] length vector with its elements one int apart (a strided view copied; the
+    caller keeps the copy until the launch, or the allocator may hand its memory to the
+    next copy), or None."""
+    if t is not None and t.dim() == 1 and t.shape[0] > 1 and t.stride(0) != 1:
+        return t.contiguous()
+    return t
 
 
 class DecodePlan:
@@ -346,8 +345,10 @@ class DecodePlan:
         rows = self.out_shape[0]
         buf = torch.empty(2 * rows if extra_topk else rows, dtype=torch.int32,
                           device=self.device)
+        tl, xl = _dense(topk_length), _dense(extra_topk_length)
         code = self.lib.lib.mlagen_hopper_sparse_lengths(
-            _pointer(topk_length), _pointer(extra_topk_length), rows, s_q, topk, extra_topk,
+            None if tl is None else tl.data_ptr(), None if xl is None else xl.data_ptr(),
+            rows, s_q, topk, extra_topk,
             buf.data_ptr(), buf.data_ptr() + 4 * rows if extra_topk else None,
             _raw_stream(self.idx))
         if code:
