@@ -375,30 +375,38 @@ struct WgmmaKernel {
       sc[i] = sparse_has_key(o[i]) ? __ldg(reinterpret_cast<const float4*>(kc + o[i] + 512))
                         : make_float4(0.f, 0.f, 0.f, 0.f);
     cp_async_wait<PENDING>();   // this lane's own chunks have landed
-#pragma unroll 1
-    for (int q = 0; q < 4; ++q) sm90::mbar_wait(&empty[q], par);   // the left V half
+    // tile by tile (q: raw slice 4 + q into slices 2 q, 2 q + 1), each pair's full barriers
+    // as it is done, so that S starts on slices 0 and 1 while the rest convert (score_slice);
+    // a tile's raw chunks of the 4 keys are read before any lane writes (__syncwarp: a
+    // key's 8 lanes are in this warp and overwrite only its row), which also orders the
+    // reads of tiles 0 and 1 before tile 2's writes over them
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 16 * warp + 4 * i + (lane >> 3);
+    for (int q = 0; q < 4; ++q) {
+      if (q < 2) {   // the left V half, as WG1's P V lets go of each pair
+        sm90::mbar_wait(&empty[2 * q], par);
+        sm90::mbar_wait(&empty[2 * q + 1], par);
+      }
       uint4 v[4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        v[q] = fp8::ld_shared_v4(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16);
-      __syncwarp();   // every lane of key r has read its raw chunks
-      const float f[4] = {sc[i].x, sc[i].y, sc[i].z, sc[i].w};
+      for (int i = 0; i < 4; ++i)
+        v[i] = fp8::ld_shared_v4(tile + (4 + q) * C::kSliceBytes +
+                                 (16 * warp + 4 * i + (lane >> 3)) * 128 + c * 16);
+      __syncwarp();
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
+      for (int i = 0; i < 4; ++i) {
+        const int r = 16 * warp + 4 * i + (lane >> 3);
+        const float f[4] = {sc[i].x, sc[i].y, sc[i].z, sc[i].w};
         uint32_t w[8];
         const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
-        fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[q], fp8::scale_bf16x2(scale), w);
+        fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[i], fp8::scale_bf16x2(scale), w);
         fp8::st_converted16(tile + (2 * q + (c >> 2)) * C::kSliceBytes + r * 128, w, c, r);
       }
-    }
-    sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
-    __syncwarp();
-    if (lane == 0) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) sm90::mbar_arrive(&full[j]);
+      sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
+      __syncwarp();
+      if (lane == 0) {
+        sm90::mbar_arrive(&full[2 * q]);
+        sm90::mbar_arrive(&full[2 * q + 1]);
+      }
     }
   }
   // -------------------- sparse fp8_ue8m0_paged producer (d_qk 512; a warpgroup): the same
@@ -463,37 +471,40 @@ struct WgmmaKernel {
     uint64_t* empty = sm.empty + s * C::kSlices;
     cp_async_wait<PENDING>();   // this lane's own chunks have landed
     __syncwarp();               // and the scale rows its key's lane 4 copied
-#pragma unroll 1
-    for (int q = 0; q < 4; ++q) sm90::mbar_wait(&empty[q], par);   // the left V half
+    // tile by tile as ds_convert (tile 3 from the side buffer into slice 6, lanes c < 4)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 16 * warp + 4 * i + (lane >> 3);
+    for (int q = 0; q < 4; ++q) {
+      if (q < 2) {   // the left V half, as WG1's P V lets go of each pair
+        sm90::mbar_wait(&empty[2 * q], par);
+        sm90::mbar_wait(&empty[2 * q + 1], par);
+      }
+      const int sl = 2 * q + (c >> 2);
+      const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : sl;
       uint4 v[4];
+      uint32_t e[4];
 #pragma unroll
-      for (int q = 0; q < 3; ++q)
-        v[q] = fp8::ld_shared_v4(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16);
-      v[3] = fp8::ld_shared_v4(side + r * C::kSideKeyBytes + (c & 3) * 16);
-      uint32_t e[8];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int sl = 2 * q + (c >> 2);
-        const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : sl;
-        e[q] = sm90::ld_shared_u8(side + C::kSideScaleOff + r * 8 + ts);
+      for (int i = 0; i < 4; ++i) {
+        const int r = 16 * warp + 4 * i + (lane >> 3);
+        v[i] = fp8::ld_shared_v4(q < 3 ? tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16
+                                       : side + r * C::kSideKeyBytes + (c & 3) * 16);
+        e[i] = sm90::ld_shared_u8(side + C::kSideScaleOff + r * 8 + (ts & 7));
       }
-      __syncwarp();   // every lane of key r has read its raw chunks
+      __syncwarp();
+      if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE, already in place)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        if (q == 3 && c >= 4) continue;   // slice 7: the RoPE, already in place
-        uint32_t w[8];
-        fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[q], fp8::ue8m0_bf16x2(e[q]), w);
-        fp8::st_converted16(tile + (2 * q + (c >> 2)) * C::kSliceBytes + r * 128, w, c, r);
+        for (int i = 0; i < 4; ++i) {
+          const int r = 16 * warp + 4 * i + (lane >> 3);
+          uint32_t w[8];
+          fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[i], fp8::ue8m0_bf16x2(e[i]), w);
+          fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
+        }
       }
-    }
-    sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
-    __syncwarp();
-    if (lane == 0) {
-#pragma unroll
-      for (int j = 0; j < 7; ++j) sm90::mbar_arrive(&full[j]);
+      sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
+      __syncwarp();
+      if (lane == 0) {
+        sm90::mbar_arrive(&full[2 * q]);
+        if (q < 3) sm90::mbar_arrive(&full[2 * q + 1]);
+      }
     }
   }
   static __device__ void sparse_paged_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
@@ -598,13 +609,18 @@ struct WgmmaKernel {
   }
 
   // S = Q K^T, each slice's 4 k steps issued once that slice has landed.
+  // S's slice order: as refilled (slice_at), or 8-bit caches as the producer finishes them:
+  // the RoPE slice (copied, the last), then the converted ones from 0
+  static __device__ __forceinline__ constexpr int score_slice(int q) {
+    return kFp8 ? (q == 0 ? C::kSlices - 1 : q - 1) : C::slice_at(q);
+  }
   static __device__ __forceinline__ void issue_scores(const Smem& sm, const unsigned char* kt,
                                                       uint64_t* full, uint32_t parity,
                                                       float (&s)[32]) {
     const sm90::SmemDesc dq = kmajor_tile(sm.q), dk = kmajor_tile(kt);
 #pragma unroll
-    for (int q = 0; q < C::kSlices; ++q) {   // the slices in the order they are refilled
-      const int j = C::slice_at(q);
+    for (int q = 0; q < C::kSlices; ++q) {   // the slices in the order they land
+      const int j = score_slice(q);
       sm90::mbar_wait(&full[j], parity);
       if constexpr (kSparse) sm90::fence_proxy_async();   // cp.async's writes, for wgmma
       sm90::wgmma_fence();   // (after a wait ptxas wants a fresh warpgroup.arrive: C7519)
