@@ -40,8 +40,33 @@ def test_render_is_thin_and_headed(monkeypatch):
 @pytest.mark.parametrize("path", sorted(Path(SCHEDULES_DIR).glob("hopper_*.toml")),
                          ids=lambda p: p.stem)
 def test_example_schedules_compile(path, tmp_path):
-    objs = compile_only(_render(load(path)), tmp_path)
+    src = _render(load(path))
+    objs = compile_only(src, tmp_path)
     assert all(o.exists() and o.stat().st_size > 0 for o in objs)
+    if path.stem in ("hopper_sparse_v4", "hopper_sparse_bf16"):
+        _check_linked_symbols(src, objs, tmp_path)
+
+
+def _check_linked_symbols(src, objs, tmp_path):
+    """Linked as the JIT links it: no GNU unique symbol (two libraries in one process
+    would share such a static: a kernel's "attribute set" flag, found set by the library
+    of another d_qk with the same template arguments) and nothing exported but the C
+    ABI."""
+    import shutil
+    import subprocess
+    readelf = shutil.which("readelf")
+    assert readelf, "readelf (binutils) is needed beside nvcc"
+    lib = tmp_path / "kernel.so"
+    subprocess.run(["nvcc", *src.flags, "-Xcompiler", "-fPIC", "-shared",
+                    *map(str, objs), "-o", str(lib)], check=True, capture_output=True)
+    table = subprocess.run([readelf, "-sW", str(lib)], check=True, capture_output=True,
+                           text=True).stdout
+    assert " UNIQUE " not in table, [ln for ln in table.splitlines() if " UNIQUE " in ln][:3]
+    dyn = subprocess.run([readelf, "-sW", "--dyn-syms", str(lib)], check=True,
+                         capture_output=True, text=True).stdout
+    exported = {f[7] for f in (ln.split() for ln in dyn.splitlines())
+                if len(f) >= 8 and f[4] == "GLOBAL" and f[6] != "UND"}
+    assert exported and all(n.startswith("mlagen_hopper_") for n in exported), exported
 
 
 @settings(max_examples=3, deadline=None, derandomize=True,

@@ -7,6 +7,12 @@
 
 using namespace mlagen::hopper;
 
+// The library is built with hidden symbols (backends/hopper FLAGS): two libraries loaded in
+// one process would otherwise share every static of an inline or template function that
+// has the same name in both (GNU unique symbols), e.g. whether a kernel's shared-memory
+// attribute was set, which differs between variants of one template (d_qk 576 and 512).
+// The C ABI below is what the loader finds.
+#pragma GCC visibility push(default)
 extern "C" {
 
 const char* mlagen_hopper_error_string(int code) {
@@ -103,3 +109,4 @@ int mlagen_hopper_decode(const long long* shape, const void* q, const void* k,
 }
 
 }  // extern "C"
+#pragma GCC visibility pop

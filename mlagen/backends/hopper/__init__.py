@@ -31,8 +31,9 @@ FP8_FAULTS = {"fp8_e4m3": ("kv_scale_twice", "descale_not_in_output"),
 WGMMA_FAULTS = ("none", "causal_off_by_one", "wrong_scale", "skip_partial_page",
                 "bad_split_merge")
 TEMPLATES = ("scheduler", "split", "combine", "api")
+# hidden symbols: a library's statics stay its own (api.cu.j2)
 FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-lineinfo",
-         "--use_fast_math")
+         "--use_fast_math", "-Xcompiler", "-fvisibility=hidden")
 
 
 def render(plan: Plan | Schedule) -> SourceSet:

@@ -12,7 +12,7 @@ namespace hopper {
 
 // The key's width, the problem's kv_lora_rank + rope_dim (the rendered sources define
 // MLAGEN_D_QK): 576 (512 + 64, DeepSeek-V3's), or 512 (448 + 64, DeepSeek-V4's; the
-// few-rows kernel's sparse mode alone).  The values are the key's first 512 columns either
+// wgmma kernels' sparse modes).  The values are the key's first 512 columns either
 // way (V4's include its 64 RoPE columns).
 #ifndef MLAGEN_D_QK
 #define MLAGEN_D_QK 576
