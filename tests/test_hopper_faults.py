@@ -129,7 +129,7 @@ def test_sparse_64_row_schedules_get_no_dense_cluster_merge_case(monkeypatch):
     be = backend("hopper")
     dense = be.verify_paths(load(SCHEDULES_DIR / "hopper_wgmma.toml"), "cuda")
     assert [n for n, _ in dense] == ["the cluster merge"]
-    for name in ("hopper_sparse_bf16_r64", "hopper_sparse_ds_mla_r64"):
+    for name in ("hopper_sparse_bf16_r64", "hopper_sparse_ds_mla_r64", "hopper_sparse_v4_r64"):
         s = load(SCHEDULES_DIR / f"{name}.toml")
         assert s.mapping.rows_per_tile == 64 and s.problem.attention == "sparse"
         assert be.verify_paths(s, "cuda") == []
