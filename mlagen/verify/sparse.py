@@ -102,6 +102,7 @@ class SparseCase:
     repeats: float = 0.0                     # share of entries repeating another
     topk_length: bool = False                # a drawn topk_length per batch row
     zero_length: tuple[int, ...] = ()        # batch rows whose topk_length is 0
+    long_length: tuple[int, ...] = ()        # batch rows whose topk_length passes the list's
     empty_rows: tuple[tuple[int, int], ...] = ()   # (b, s) rows with every entry -1
     infinite_sinks: bool = False             # sinks: the first head +inf, the last -inf
     windows: bool = False                    # lists of consecutive-slot windows (runs)
@@ -116,7 +117,8 @@ class SparseCase:
                                  heads=self.heads, seed=self.seed,
                                  extra_seqlens=list(self.extra_seqlens) or None,
                                  invalid=self.invalid, repeats=self.repeats,
-                                 topk_length=self.topk_length or bool(self.zero_length),
+                                 topk_length=(self.topk_length or bool(self.zero_length)
+                                              or bool(self.long_length)),
                                  infinite_sinks=self.infinite_sinks, windows=self.windows)
         pools = []
         for pool in inp.pools:
@@ -124,9 +126,12 @@ class SparseCase:
             for b, s in self.empty_rows:
                 idx[b, s] = -1
             tl = pool.topk_length
-            if self.zero_length:
+            if self.zero_length or self.long_length:
                 tl = tl.clone()
                 tl[list(self.zero_length)] = 0
+                # past the list's end by 1 and more: the kernel keeps the whole list
+                for r in self.long_length:
+                    tl[r] = idx.shape[-1] + 1 + r
             pools.append(dataclasses.replace(pool, indices=idx, topk_length=tl))
         inp = dataclasses.replace(inp, pools=pools)
         inp = adversarial.apply_sparse(inp, self.data, self.data_arg, p.kv_lora_rank)
@@ -145,6 +150,7 @@ class SparseCase:
                     seqlens=list(self.seqlens), extra_seqlens=list(self.extra_seqlens),
                     seed=self.seed, invalid=self.invalid, repeats=self.repeats,
                     topk_length=self.topk_length, zero_length=list(self.zero_length),
+                    long_length=list(self.long_length),
                     empty_rows=[list(r) for r in self.empty_rows],
                     infinite_sinks=self.infinite_sinks, windows=self.windows, data=self.data,
                     data_arg=self.data_arg, nan_named=self.nan_named,
@@ -163,6 +169,8 @@ class SparseCase:
                 + (", topk_length drawn" if self.topk_length else "")
                 + (f", topk_length 0 at rows {list(self.zero_length)}" if self.zero_length
                    else "")
+                + (f", topk_length past topk at rows {list(self.long_length)}"
+                   if self.long_length else "")
                 + (f", every entry invalid at {list(self.empty_rows)}" if self.empty_rows
                    else "")
                 + (", sinks +inf / -inf" if self.infinite_sinks else "")
@@ -219,15 +227,20 @@ def sparse_cases(draw, spec, bounds: Bounds = Bounds(), heads: Optional[int] = N
     # half the cases; taken from the seed's parity, not a draw of its own, so the other
     # fields' draws (and the tests' cases) stay as they were
     windows = bool(seed & 1)
+    # likewise a row whose topk_length passes its list (clipped: the whole list) in a
+    # quarter of the cases that draw lengths
+    r = (seed >> 3) % batch
+    long = (r,) if topk_length and (seed >> 1) & 3 == 0 and r not in zero else ()
     return SparseCase(prob, batch, s_q, h, tuple(lens), tuple(extra), seed, invalid,
-                      repeats, topk_length, zero, empty, inf_sinks, windows, data, arg)
+                      repeats, topk_length, zero, long, empty, inf_sinks, windows, data,
+                      arg)
 
 
 def sparse_path_cases(s, bounds: Bounds = Bounds()) -> list[SparseCase]:
     """Fixed cases that take a sparse kernel's run-time branches at once: lists shorter
-    and longer than topk, invalid and repeated entries, topk_length (with a 0), a row with
-    every entry invalid, +-inf sinks, rising and dominant scores, windows of adjacent slots
-    (runs across pages, cut by -1, repeats and topk_length)."""
+    and longer than topk, invalid and repeated entries, topk_length (with a 0 and one past
+    the list), a row with every entry invalid, +-inf sinks, rising and dominant scores,
+    windows of adjacent slots (runs across pages, cut by -1, repeats and topk_length)."""
     p = s.problem
     h = s.heads_per_device
     sq = p.max_s_q
@@ -243,7 +256,8 @@ def sparse_path_cases(s, bounds: Bounds = Bounds()) -> list[SparseCase]:
         SparseCase(p, b, sq, h, lens, xl, 1, invalid=0.2, repeats=0.3, topk_length=True,
                    zero_length=(1,), empty_rows=((2, sq - 1),), infinite_sinks=p.sinks,
                    data="rising", data_arg=2),
-        SparseCase(p, 3, sq, h, full, xl[:3], 2, topk_length=True, zero_length=(2,)),
+        SparseCase(p, 3, sq, h, full, xl[:3], 2, topk_length=True, zero_length=(2,),
+                   long_length=(0,)),
         SparseCase(p, b, sq, h, lens, xl, 3, data="dominant", data_arg=5),
         SparseCase(p, 2, 1, h, lens[-2:], xl[-2:], 4, invalid=0.6, data="very_large"),
         SparseCase(p, 1, sq, h, lens[-1:], xl[:1], 5, invalid=1.0),

@@ -1,6 +1,7 @@
 """The Hopper mutants (mlagen.verify.mutants): one-line slips in the 64-row wgmma kernel
 (mla_wgmma.cuh), the few-rows kernel (mla_wgmma_rows.cuh), the combine (mla_combine.cuh),
-the split scheduler (mla_scheduler.cuh), the mma.sync kernel (mla_split.cuh) and the
+the split scheduler and the sparse row lengths (mla_scheduler.cuh,
+mla_scheduler_kernel.cuh), the mma.sync kernel (mla_split.cuh) and the
 FP8 dequantize path (mla_fp8.cuh and the few-rows kernel's converter).  Distinct from the
 kernels' kFault codes (kFaultScaleWrongTile reads tile q + 1, kFaultScaleTwice scales every
 value twice, kFaultDescaleNotInOutput drops the descale from O).  Each
@@ -108,6 +109,15 @@ MUTANTS = (
            "r.split = p.len1[req];", "r.split = p.len1[req] + 1;",
            "the row's keys switch to the extra pool one late: the main list's entry past "
            "topk_length counts and the extra list's last key is dropped", POOLS),
+    # ---- a sparse call's row lengths (mla_scheduler_kernel.cuh, one launch)
+    Mutant("sparse_length_unclipped", "hopper", "mla_scheduler_kernel.cuh",
+           "const int main = topk_length ? min(topk_length[b], topk) : topk;",
+           "const int main = topk_length ? topk_length[b] : topk;",
+           "topk_length past topk not clipped: the row reads entries past its list (the next "
+           "row's)", SPARSE, "topk_length past topk"),
+    Mutant("sparse_extra_length_unclipped", "hopper", "mla_scheduler_kernel.cuh",
+           "min(extra_topk_length[b], extra_topk)", "extra_topk_length[b]",
+           "extra_topk_length past extra_topk not clipped", POOLS, "topk_length past topk"),
 
     Mutant("wgmma_sparse_unmasked", "hopper", "mla_wgmma.cuh",
            "xs[4 * j + e] = t0 + k < lim[e >> 1] && named ? s[4 * j + e] : -INFINITY;",
