@@ -219,6 +219,29 @@ def test_verify_draws_lists_of_windows():
     assert bool(((idx[..., 1:] == idx[..., :-1] + 1) & (idx[..., :-1] >= 0)).any())
 
 
+def test_verify_draws_lengths_past_the_list():
+    """Drawn and path cases hold a row whose topk_length passes its list in every pool (a
+    kernel must clip it: the whole list, not the next row's entries), and the reference
+    keeps that row's whole list."""
+    from hypothesis import find, settings
+    from mlagen.verify.sparse import sparse_cases, sparse_path_cases
+
+    s = schedule("sc11_sparse_two_pools")
+    drawn = find(sparse_cases(s), lambda c: bool(c.long_length),
+                 settings=settings(database=None, max_examples=200))
+    path = [c for c in sparse_path_cases(s) if c.long_length]
+    assert path
+    for case in (drawn, path[0]):
+        inp = case.inputs()
+        r = case.long_length[0]
+        for pool in inp.pools:
+            assert int(pool.topk_length[r]) > pool.indices.shape[-1], case.describe()
+        whole = [dataclasses.replace(p, topk_length=None) for p in inp.pools]
+        a = reference(inp)
+        b = reference(dataclasses.replace(inp, pools=whole))
+        assert torch.equal(a.out[r], b.out[r]), case.describe()
+
+
 def test_a_run_stops_at_a_page_edge_a_repeat_and_a_hole():
     """Hand-made lists: adjacent slots across a page edge are two runs, a repeated slot
     starts a new run, -1 and topk_length cut a run."""
