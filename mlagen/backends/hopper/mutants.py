@@ -134,6 +134,11 @@ MUTANTS = (
            "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q & 2];",
            "fp8_ds_mla (64-row producer): latent tiles 1 and 3 take the scale of tiles 0 "
            "and 2", DS64, FP8_SCALE),
+    Mutant("wgmma_ds_cross_peer_row", "hopper", "mla_wgmma.cuh",
+           "fp8::st_async_converted16(rtile + sl * C::kSliceBytes + r * 128, w, c, r,",
+           "fp8::st_async_converted16(rtile + sl * C::kSliceBytes + (r ^ 1) * 128, w, c, r ^ 1,",
+           "fp8_ds_mla crossover (h_q 128): the keys a CTA converts land in the other CTA's "
+           "stage one row off (rows swapped in pairs)", DS64),
     Mutant("wgmma_ds_rope_offset", "hopper", "mla_wgmma.cuh",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 144 + c * 16, ok);",
