@@ -266,8 +266,8 @@ struct WgmmaKernel {
   static __device__ __forceinline__ void release(const Smem& sm, int b) {
     sm90::mbar_arrive(&sm.empty[b]);
     if constexpr (kCross)
-      sm90::mbar_arrive_cluster(sm90::mapa(sm90::smem_addr(&sm.empty[b]),
-                                           sm90::cluster_ctarank() ^ 1));
+      sm90::mbar_arrive_remote(sm90::mapa(sm90::smem_addr(&sm.empty[b]),
+                                          sm90::cluster_ctarank() ^ 1));
   }
 
   static __device__ __forceinline__ int page_entry(const MlaParams& p, int req, int t0) {
