@@ -47,7 +47,7 @@
 // and become bf16 slices in place (sparse_ds_producer): no converter warpgroup (the register
 // file has none to spare beside two 64-row consumers) and no raw ring (Q and the two stages
 // leave 1.2 KiB).  With h_q = 128 (a token's two 64-head row tiles, side by side in the
-// grid) fp8_ds_mla launches in clusters of 2 along the row tiles, the crossover (kCross,
+// grid) fp8_ds_mla and fp8_ue8m0_paged launch in clusters of 2 along the row tiles (kCross,
 // FlashMLA's sparse decode does the same): both CTAs of a cluster walk the same pieces, and
 // each gathers and converts half of every block's keys (CTA k: keys [32 k, 32 k + 32)) into
 // its own stage and, by st.async, the other's, whose full barriers take those bytes as
@@ -207,7 +207,8 @@ struct WgmmaKernel {
   // SP = 2: a second pool of keys in the same softmax (mla_sparse.cuh SparseRow)
   static_assert(SP >= 0 && SP <= 2, "SP: 0 dense, 1 one pool, 2 two pools");
   static constexpr bool kExtraPool = SP == 2;
-  static_assert(!(kSparse && MERGE) || KV == kKvDsMla, "sparse clusters: fp8_ds_mla only");
+  static_assert(!(kSparse && MERGE) || KV == kKvDsMla || KV == kKvUe8m0,
+                "sparse clusters: the 8-bit formats' crossover only");
   // the crossover: a cluster's two CTAs (a token's two row tiles) convert a block half each
   static constexpr bool kCross = kSparse && MERGE;
   // keys a producer lane converts a block: CTA k's 32 keys or all 64, 8 lanes a key
@@ -457,10 +458,12 @@ struct WgmmaKernel {
   // Unnamed keys are zero bytes with scale byte 0, which convert to 0: the conversion needs
   // no offsets.  Then a block later, slices 2 q + c / 4 from chunk c of tile q (q = 3: c < 4,
   // slice 6), each by its slice's scale; full[0..6] on each warp's lane 0.
+  // kCross: the RoPE of all 64 keys (o), the latent and scale rows of this CTA's 32 (ol, sol).
   static __device__ __forceinline__ void paged_gather(const Smem& sm, const unsigned char* kc,
                                                       const int64_t (&o)[4],
-                                                      const int64_t (&so)[4], int it, int warp,
-                                                      int lane) {
+                                                      const int64_t (&ol)[kLaneKeys],
+                                                      const int64_t (&sol)[kLaneKeys], int it,
+                                                      int warp, int lane, int rank) {
     const int s = it & 1, c = lane & 7;
     const uint32_t par = ((it >> 1) & 1) ^ 1;
     const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
@@ -471,22 +474,22 @@ struct WgmmaKernel {
     for (int q = 0; q < 3; ++q) {
       sm90::mbar_wait(&empty[4 + q], par);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = 16 * warp + 4 * i + (lane >> 3);
-        const bool ok = sparse_has_key(o[i]);
+      for (int i = 0; i < kLaneKeys; ++i) {
+        const int r = key_row(rank, warp, i, lane);
+        const bool ok = sparse_has_key(ol[i]);
         sm90::cp_async16_to(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16,
-                            kc + (ok ? o[i] : 0) + q * 128 + c * 16, ok);
+                            kc + (ok ? ol[i] : 0) + q * 128 + c * 16, ok);
       }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 16 * warp + 4 * i + (lane >> 3);
-      const bool ok = sparse_has_key(o[i]);
+    for (int i = 0; i < kLaneKeys; ++i) {
+      const int r = key_row(rank, warp, i, lane);
+      const bool ok = sparse_has_key(ol[i]);
       if (c < 4)
         sm90::cp_async16_to(side + r * C::kSideKeyBytes + c * 16,
-                            kc + (ok ? o[i] : 0) + 384 + c * 16, ok);
+                            kc + (ok ? ol[i] : 0) + 384 + c * 16, ok);
       else if (c == 4)
-        sm90::cp_async8_to(side + C::kSideScaleOff + r * 8, kc + (ok ? so[i] : 0), ok);
+        sm90::cp_async8_to(side + C::kSideScaleOff + r * 8, kc + (ok ? sol[i] : 0), ok);
     }
     sm90::mbar_wait(&empty[7], par);
 #pragma unroll
@@ -501,13 +504,16 @@ struct WgmmaKernel {
   }
   template <int PENDING>   // cp.async groups that may stay in flight (the next block's)
   static __device__ __forceinline__ void paged_convert(const Smem& sm, int it, int warp,
-                                                       int lane) {
+                                                       int lane, int rank) {
     const int s = it & 1, c = lane & 7;
     const uint32_t par = ((it >> 1) & 1) ^ 1;
     const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
     const uint32_t side = sm90::smem_addr(sm.side) + s * C::kSideStage;
     uint64_t* full = sm.full + s * C::kSlices;
     uint64_t* empty = sm.empty + s * C::kSlices;
+    // kCross: the other CTA's stage and full barriers (as ds_convert)
+    const uint32_t rstage = kCross ? sm90::mapa(tile, rank ^ 1) : 0;
+    const uint32_t rbar = kCross ? sm90::mapa(sm90::smem_addr(full), rank ^ 1) : 0;
     cp_async_wait<PENDING>();   // this lane's own chunks have landed
     __syncwarp();               // and the scale rows its key's lane 4 copied
     // tile by tile as ds_convert (tile 3 from the side buffer into slice 6, lanes c < 4)
@@ -519,11 +525,11 @@ struct WgmmaKernel {
       }
       const int sl = 2 * q + (c >> 2);
       const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : sl;
-      uint4 v[4];
-      uint32_t e[4];
+      uint4 v[kLaneKeys];
+      uint32_t e[kLaneKeys];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = 16 * warp + 4 * i + (lane >> 3);
+      for (int i = 0; i < kLaneKeys; ++i) {
+        const int r = key_row(rank, warp, i, lane);
         v[i] = fp8::ld_shared_v4(q < 3 ? tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16
                                        : side + r * C::kSideKeyBytes + (c & 3) * 16);
         e[i] = sm90::ld_shared_u8(side + C::kSideScaleOff + r * 8 + (ts & 7));
@@ -531,18 +537,26 @@ struct WgmmaKernel {
       __syncwarp();
       if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE, already in place)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = 16 * warp + 4 * i + (lane >> 3);
+        for (int i = 0; i < kLaneKeys; ++i) {
+          const int r = key_row(rank, warp, i, lane);
           uint32_t w[8];
           fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[i], fp8::ue8m0_bf16x2(e[i]), w);
           fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
+          if constexpr (kCross)
+            fp8::st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,
+                                      rbar + sl * 8);
         }
       }
       sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
       __syncwarp();
       if (lane == 0) {
-        sm90::mbar_arrive(&full[2 * q]);
-        if (q < 3) sm90::mbar_arrive(&full[2 * q + 1]);
+        if (kCross && warp == 0) {   // and the other CTA's 32 rows of each slice
+          sm90::mbar_arrive_expect_tx(&full[2 * q], 32 * 128);
+          if (q < 3) sm90::mbar_arrive_expect_tx(&full[2 * q + 1], 32 * 128);
+        } else {
+          sm90::mbar_arrive(&full[2 * q]);
+          if (q < 3) sm90::mbar_arrive(&full[2 * q + 1]);
+        }
       }
     }
   }
@@ -550,6 +564,7 @@ struct WgmmaKernel {
     using L = Fp8Layout<kKvUe8m0>;
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
+    const int rank = kCross ? static_cast<int>(sm90::cluster_ctarank()) : 0;
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
     int it = 0, req = 0;
     Piece pc;
@@ -558,17 +573,34 @@ struct WgmmaKernel {
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
+        const int t0 = pc.start + i * C::kBlock;
         int64_t sc;
         const int64_t off = sparse_key_offset<kExtraPool, L::kRowBytes>(
-            p, row, pc.start + i * C::kBlock, pc.end, warp, lane, 1, &sc);
-        int64_t o[4], so[4];
+            p, row, t0, pc.end, warp, lane, 1, &sc);
+        int64_t o[4], so[4], ol[kLaneKeys], sol[kLaneKeys];
         sparse_lane_keys(off, lane, o);
-        sparse_lane_keys(sc, lane, so);
-        paged_gather(sm, kc, o, so, it, warp, lane);
-        if (it > 0) paged_convert<1>(sm, it - 1, warp, lane);
+        if constexpr (kCross) {   // lane k's key: 32 rank + 8 warp + k % 8 (as the fp8_ds_mla one)
+          int64_t xs;
+          const int64_t x = sparse_key_offset_at<kExtraPool, L::kRowBytes>(
+              p, row, t0 + 32 * rank + 8 * warp + (lane & 7), pc.end, 1, &xs);
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k) {
+            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
+            sol[k] = __shfl_sync(0xffffffffu, xs, 4 * k + (lane >> 3));
+          }
+        } else {
+          sparse_lane_keys(sc, lane, so);
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k) {
+            ol[k] = o[k];
+            sol[k] = so[k];
+          }
+        }
+        paged_gather(sm, kc, o, ol, sol, it, warp, lane, rank);
+        if (it > 0) paged_convert<1>(sm, it - 1, warp, lane, rank);
       }
     }
-    if (it > 0) paged_convert<0>(sm, it - 1, warp, lane);
+    if (it > 0) paged_convert<0>(sm, it - 1, warp, lane, rank);
   }
   static __device__ void sparse_ds_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
@@ -1452,7 +1484,7 @@ int split_wgmma_cluster(int batch, int num_parts) {
 // call's time (a second wave).
 template <typename T, int FAULT, int SP = 0, int KV = kKvNative>
 int split_wgmma_cluster_parts(int parts) {
-  if constexpr (SP == 0 || KV != kKvDsMla) {
+  if constexpr (SP == 0 || (KV != kKvDsMla && KV != kKvUe8m0)) {
     return parts;
   } else {
     static int resident = 0;
@@ -1495,7 +1527,7 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
     WgmmaParams wp{};
     wp.p = p;
     cudaError_t e;
-    if constexpr (KV == kKvDsMla) {   // a token's two row tiles: the crossover's clusters
+    if constexpr (KV == kKvDsMla || KV == kKvUe8m0) {   // a token's two row tiles: clusters
       if (grid.x == 2 && !clusters_off()) {
         e = prepare_split_wgmma<T, FAULT, true, SP, KV>();
         if (e != cudaSuccess) return e;
