@@ -14,6 +14,9 @@ class _Lib:
     def ctas_per_sm(self) -> int:
         return 1
 
+    def cluster_parts(self, parts: int) -> int:
+        return parts
+
 
 @pytest.fixture()
 def asked(monkeypatch):

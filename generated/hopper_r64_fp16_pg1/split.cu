@@ -19,6 +19,7 @@ cudaError_t split_ctas_per_sm(int* n) {
 }
 
 int split_cluster(int, int) { return 1; }   // no cluster merge in this kernel
+int split_cluster_parts(int parts) { return parts; }
 
 }  // namespace hopper
 }  // namespace mlagen

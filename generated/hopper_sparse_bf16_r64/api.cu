@@ -38,6 +38,10 @@ int mlagen_hopper_ctas_per_sm() {
 // clusters; > 1: the scheduler may plan the cluster merge, mla_scheduler.cuh).
 int mlagen_hopper_cluster(int batch, int num_parts) { return split_cluster(batch, num_parts); }
 
+// The parts a sparse call of two 64-row tiles a token plans, at most num_parts (the
+// crossover's clusters that fit at once; num_parts where the kernel has none).
+int mlagen_hopper_cluster_parts(int num_parts) { return split_cluster_parts(num_parts); }
+
 int mlagen_hopper_metadata(const int* seqlens, int batch, int num_parts, int fixed_cost,
                            int fixed_splits, int* sched, int* num_splits, void* stream) {
   return static_cast<int>(launch_scheduler(seqlens, batch, num_parts, fixed_cost, fixed_splits,

@@ -17,6 +17,10 @@ cudaError_t split_ctas_per_sm(int* n) {
   return split_wgmma_ctas_per_sm_impl<__nv_bfloat16, kFault, 1>(n);
 }
 
+int split_cluster_parts(int parts) {
+  return split_wgmma_cluster_parts<__nv_bfloat16, kFault, 1>(parts);
+}
+
 int split_cluster(int, int) { return 1; }   // no cluster merge in the sparse mode
 
 }  // namespace hopper

@@ -16,6 +16,10 @@ cudaError_t split_ctas_per_sm(int* n) {
   return split_wgmma_ctas_per_sm_impl<__nv_bfloat16, kFault>(n);
 }
 
+int split_cluster_parts(int parts) {
+  return split_wgmma_cluster_parts<__nv_bfloat16, kFault>(parts);
+}
+
 int split_cluster(int batch, int num_parts) {
   return split_wgmma_cluster<__nv_bfloat16, kFault>(batch, num_parts);
 }

@@ -134,6 +134,16 @@ MUTANTS = (
            "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q & 2];",
            "fp8_ds_mla (64-row producer): latent tiles 1 and 3 take the scale of tiles 0 "
            "and 2", DS64, FP8_SCALE),
+    Mutant("wgmma_ds_cross_peer_row", "hopper", "mla_wgmma.cuh",
+           "fp8::st_async_converted16(rtile + sl * C::kSliceBytes + r * 128, w, c, r,",
+           "fp8::st_async_converted16(rtile + sl * C::kSliceBytes + (r ^ 1) * 128, w, c, r ^ 1,",
+           "fp8_ds_mla crossover (h_q 128): the keys a CTA converts land in the other CTA's "
+           "stage one row off (rows swapped in pairs)", DS64),
+    Mutant("wgmma_paged_cross_peer_row", "hopper", "mla_wgmma.cuh",
+           "st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,",
+           "st_async_converted16(rstage + sl * C::kSliceBytes + (r ^ 1) * 128, w, c, r ^ 1,",
+           "fp8_ue8m0_paged crossover (h_q 128): the keys a CTA converts land in the other "
+           "CTA's stage one row off", V4W),
     Mutant("wgmma_ds_rope_offset", "hopper", "mla_wgmma.cuh",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 144 + c * 16, ok);",
@@ -252,8 +262,8 @@ MUTANTS = (
            "fp8_ue8m0_paged: one scale for both slices of a pair (fp8_ds_mla's 128-value "
            "tiles) instead of one per 64 values", V4, FP8_SCALE),
     Mutant("paged64_tail_chunk_early", "hopper", "mla_wgmma.cuh",
-           "kc + (ok ? o[i] : 0) + 384 + c * 16, ok);",
-           "kc + (ok ? o[i] : 0) + 320 + c * 16, ok);",
+           "kc + (ok ? ol[i] : 0) + 384 + c * 16, ok);",
+           "kc + (ok ? ol[i] : 0) + 320 + c * 16, ok);",
            "fp8_ue8m0_paged, 64-row kernel: the latent's last 64 bytes (the side buffer's) "
            "read from 64 bytes early", V4W),
     Mutant("paged64_rope_unswizzled", "hopper", "mla_wgmma.cuh",

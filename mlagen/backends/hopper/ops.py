@@ -77,6 +77,11 @@ class KernelLib:
             self._ctas_per_sm = n
         return self._ctas_per_sm
 
+    def cluster_parts(self, parts: int) -> int:
+        """At most `parts`: a sparse call's parts when its kernel runs in clusters of a
+        token's two row tiles, which must all fit at once (the CUDA runtime's count)."""
+        return self.lib.mlagen_hopper_cluster_parts(parts)
+
     def check(self, code: int, what: str) -> None:
         if code != 0:
             msg = self.lib.mlagen_hopper_error_string(code).decode()

@@ -323,6 +323,8 @@ def sparse_decode(q, k_cache, indices, topk_length, attn_sink, sched: FlashMLASc
         else:
             slots = ops.sm_count(q.device) * ops.get(key).ctas_per_sm()
             parts = scheduler.num_parts(slots, h_q, rows)
+            if rows == 64 and h_q > 64:   # two tiles a token: the clusters that fit at once
+                parts = ops.get(key).cluster_parts(parts)
         scale = float(softmax_scale) if softmax_scale is not None else d ** -0.5
         plan = _SparsePlan(q, k_cache, indices, key, parts, fixed, cost, scale,
                            extra_k_cache, extra_indices)

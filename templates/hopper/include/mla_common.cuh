@@ -135,10 +135,10 @@ __device__ __forceinline__ void pdl_wait_primary() {
 // last call's combine, in a decode step of back-to-back calls): its CTAs start and run their
 // prologue (shared memory, barriers) while that grid finishes, and wait in pdl_wait_primary
 // before their first global access (the combine still reads the partials they overwrite).
-// cluster_y > 1: in clusters of that many CTAs along grid y.
+// cluster: the cluster's shape in CTAs (1 x 1: no clusters).
 template <typename... Params, typename... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, int smem,
-                             cudaStream_t stream, int cluster_y, Args&&... args) {
+                             cudaStream_t stream, dim3 cluster, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(threads);
@@ -148,11 +148,11 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, 
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = 1;
-  attr[1].val.clusterDim.y = cluster_y;
+  attr[1].val.clusterDim.x = cluster.x;
+  attr[1].val.clusterDim.y = cluster.y;
   attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = cluster_y > 1 ? 2 : 1;
+  cfg.numAttrs = cluster.x * cluster.y > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
 }
 
@@ -162,6 +162,10 @@ cudaError_t split_ctas_per_sm(int* n);
 // The cluster size the split kernel is launched with for a batch over num_parts parts (1: no
 // clusters); the scheduler plans the cluster merge (mla_scheduler.cuh) only for c > 1.
 int split_cluster(int batch, int num_parts);
+// The parts a sparse call of two 64-row tiles a token should plan, at most `parts`: the
+// crossover's clusters the device holds at once (mla_wgmma.cuh kCross: a cluster a part),
+// so that no cluster waits for a second wave; `parts` where the kernel has no clusters.
+int split_cluster_parts(int parts);
 cudaError_t launch_combine(const MlaParams& p, cudaStream_t stream);
 cudaError_t launch_scheduler(const int* seqlens, int batch, int num_parts, int fixed_cost,
                              int fixed_splits, int* sched, int* num_splits, cudaStream_t stream);

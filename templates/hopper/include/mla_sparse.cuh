@@ -76,12 +76,14 @@ __device__ __forceinline__ bool sparse_has_key(int64_t off) { return off != kNoK
 // there is none.  elem: bytes a stride unit (both pools are in one format).
 // PAGED (fp8_ue8m0_paged, bytes): a page is its keys' data rows of ROW bytes, then their
 // 8-byte scale rows (the view's token stride is no key's); *scale: the key's scale row.
+// sparse_key_offset_at: the same for the key at position pos.
 template <bool X, int ROW = 0>
-__device__ __forceinline__ int64_t sparse_key_offset(const MlaParams& p, const SparseRow<X>& row,
-                                                     int t0, int end, int warp, int lane,
-                                                     int elem, int64_t* scale = nullptr) {
+__device__ __forceinline__ int64_t sparse_key_offset_at(const MlaParams& p,
+                                                        const SparseRow<X>& row, int pos,
+                                                        int end, int elem,
+                                                        int64_t* scale = nullptr) {
   bool bad = false, extra;   // the consumer flags it
-  const int e = sparse_slot(p, row, t0 + 16 * warp + (lane & 15), end, bad, extra);
+  const int e = sparse_slot(p, row, pos, end, bad, extra);
   if (e < 0) return kNoKey;
   const bool x = X && extra;
   const int ps = x ? p.page_size2 : p.page_size;
@@ -93,6 +95,12 @@ __device__ __forceinline__ int64_t sparse_key_offset(const MlaParams& p, const S
     return base + static_cast<int64_t>(e % ps) * ROW;
   }
   return base + (e % ps) * (x ? p.k2_stride_token : p.k_stride_token) * elem;
+}
+template <bool X, int ROW = 0>
+__device__ __forceinline__ int64_t sparse_key_offset(const MlaParams& p, const SparseRow<X>& row,
+                                                     int t0, int end, int warp, int lane,
+                                                     int elem, int64_t* scale = nullptr) {
+  return sparse_key_offset_at<X, ROW>(p, row, t0 + 16 * warp + (lane & 15), end, elem, scale);
 }
 
 // Key by key (the rows kernel's FP8 raw layout): this warp's 16 keys of a block, key row

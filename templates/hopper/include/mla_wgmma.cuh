@@ -46,7 +46,14 @@
 // converts: a block's raw e4m3 tiles land in its own stage's right V half, one block ahead,
 // and become bf16 slices in place (sparse_ds_producer): no converter warpgroup (the register
 // file has none to spare beside two 64-row consumers) and no raw ring (Q and the two stages
-// leave 1.2 KiB).
+// leave 1.2 KiB).  With h_q = 128 (a token's two 64-head row tiles, side by side in the
+// grid) fp8_ds_mla and fp8_ue8m0_paged launch in clusters of 2 along the row tiles (kCross,
+// FlashMLA's sparse decode does the same): both CTAs of a cluster walk the same pieces, and
+// each gathers and converts half of every block's keys (CTA k: keys [32 k, 32 k + 32)) into
+// its own stage and, by st.async, the other's, whose full barriers take those bytes as
+// transactions; each CTA still gathers the whole RoPE slice itself, and every empty
+// barrier takes both CTAs' consumers' arrivals (the other CTA writes into this one's
+// stages).  Half the conversion a CTA, where without it both convert every key.
 //
 // Shared memory: Q 72 KiB (the epilogue's staging once a piece's S is done) | 2 K stages x
 // 72 KiB | P 8 KiB | alpha, l (64 floats each) | mbarriers; 1024-byte aligned tiles (the
@@ -190,9 +197,9 @@ __device__ __forceinline__ bool piece_has_bad_page(const MlaParams& p, const Pie
 // FAULT: a planted fault (mla_common.cuh's kFault codes: causal off by one, wrong scale, no
 // zeroing of the last block's tail), a template argument so that a faulted library's kernel
 // is another symbol than the sound one's (two libraries with one symbol share its statics).
-// MERGE: the instance launched in clusters of 2 (the cluster merge, merge_out); the other
-// carries none of its code (a 57 % larger kernel ran the rows without clusters 2-4 %
-// slower).
+// MERGE: the instance launched in clusters of 2: dense, the cluster merge (merge_out), the
+// other instance carrying none of its code (a 57 % larger kernel ran the rows without
+// clusters 2-4 % slower); sparse fp8_ds_mla, the crossover (kCross, above).
 template <typename T, int FAULT, bool MERGE, int SP = 0, int KV = kKvNative>
 struct WgmmaKernel {
   using C = WgmmaConfig;
@@ -200,7 +207,16 @@ struct WgmmaKernel {
   // SP = 2: a second pool of keys in the same softmax (mla_sparse.cuh SparseRow)
   static_assert(SP >= 0 && SP <= 2, "SP: 0 dense, 1 one pool, 2 two pools");
   static constexpr bool kExtraPool = SP == 2;
-  static_assert(!(kSparse && MERGE), "sparse: no cluster merge");
+  static_assert(!(kSparse && MERGE) || KV == kKvDsMla || KV == kKvUe8m0,
+                "sparse clusters: the 8-bit formats' crossover only");
+  // the crossover: a cluster's two CTAs (a token's two row tiles) convert a block half each
+  static constexpr bool kCross = kSparse && MERGE;
+  // keys a producer lane converts a block: CTA k's 32 keys or all 64, 8 lanes a key
+  static constexpr int kLaneKeys = kCross ? 2 : 4;
+  static __device__ __forceinline__ int key_row(int rank, int warp, int i, int lane) {
+    return kCross ? 32 * rank + 8 * warp + 4 * i + (lane >> 3) : 16 * warp + 4 * i + (lane >> 3);
+  }
+
   // fp8_ds_mla (sparse rows only): the producer warpgroup converts what it gathered
   static constexpr bool kFp8 = KV != kKvNative;
   static_assert(!kFp8 || (kSparse && KV == (kD == 576 ? kKvDsMla : kKvUe8m0) &&
@@ -245,6 +261,14 @@ struct WgmmaKernel {
     sm.free_ = sm.empty + C::kStages * C::kSlices;
     sm.got = sm.free_ + 1;
     return sm;
+  }
+
+  // a consumer warp lets go of stage slot b (kCross: in both CTAs)
+  static __device__ __forceinline__ void release(const Smem& sm, int b) {
+    sm90::mbar_arrive(&sm.empty[b]);
+    if constexpr (kCross)
+      sm90::mbar_arrive_remote(sm90::mapa(sm90::smem_addr(&sm.empty[b]),
+                                          sm90::cluster_ctarank() ^ 1));
   }
 
   static __device__ __forceinline__ int page_entry(const MlaParams& p, int req, int t0) {
@@ -328,9 +352,11 @@ struct WgmmaKernel {
   // lanes are in this warp and its row is all they overwrite), 4 x 16 values times the
   // tile's scale (read from the cache, 16 bytes a key) into slices 2 q + c / 4
   // (st_converted16), then fence, and each warp's lane 0 arrives on full[0..7] (count 4).
+  // kCross: the RoPE of all 64 keys (o), the latent of this CTA's 32 (ol: rows key_row).
   static __device__ __forceinline__ void ds_gather(const Smem& sm, const unsigned char* kc,
-                                                   const int64_t (&o)[4], int it, int warp,
-                                                   int lane) {
+                                                   const int64_t (&o)[4],
+                                                   const int64_t (&ol)[kLaneKeys], int it,
+                                                   int warp, int lane, int rank) {
     using L = Fp8Layout<kKvDsMla>;
     const int s = it & 1, c = lane & 7;
     const uint32_t par = ((it >> 1) & 1) ^ 1;
@@ -350,28 +376,31 @@ struct WgmmaKernel {
     for (int q = 0; q < 4; ++q) {
       sm90::mbar_wait(&empty[4 + q], par);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = 16 * warp + 4 * i + (lane >> 3);
-        const bool ok = sparse_has_key(o[i]);
+      for (int i = 0; i < kLaneKeys; ++i) {
+        const int r = key_row(rank, warp, i, lane);
+        const bool ok = sparse_has_key(ol[i]);
         sm90::cp_async16_to(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16,
-                            kc + (ok ? o[i] : 0) + q * 128 + c * 16, ok);
+                            kc + (ok ? ol[i] : 0) + q * 128 + c * 16, ok);
       }
     }
     cp_async_commit();
   }
   template <int PENDING>   // cp.async groups that may stay in flight (the next block's)
   static __device__ __forceinline__ void ds_convert(const Smem& sm, const unsigned char* kc,
-                                                    const int64_t (&o)[4], int it, int warp,
-                                                    int lane) {
+                                                    const int64_t (&o)[kLaneKeys], int it,
+                                                    int warp, int lane, int rank) {
     const int s = it & 1, c = lane & 7;
     const uint32_t par = ((it >> 1) & 1) ^ 1;
     const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
     uint64_t* full = sm.full + s * C::kSlices;
     uint64_t* empty = sm.empty + s * C::kSlices;
+    // kCross: the other CTA's stage and full barriers (shared::cluster addresses)
+    const uint32_t rtile = kCross ? sm90::mapa(tile, rank ^ 1) : 0;
+    const uint32_t rfull = kCross ? sm90::mapa(sm90::smem_addr(full), rank ^ 1) : 0;
     // the 4 tile scales of each key (fp32 powers of two after the latent; none: 0)
-    float4 sc[4];
+    float4 sc[kLaneKeys];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < kLaneKeys; ++i)
       sc[i] = sparse_has_key(o[i]) ? __ldg(reinterpret_cast<const float4*>(kc + o[i] + 512))
                         : make_float4(0.f, 0.f, 0.f, 0.f);
     cp_async_wait<PENDING>();   // this lane's own chunks have landed
@@ -386,26 +415,37 @@ struct WgmmaKernel {
         sm90::mbar_wait(&empty[2 * q], par);
         sm90::mbar_wait(&empty[2 * q + 1], par);
       }
-      uint4 v[4];
+      uint4 v[kLaneKeys];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < kLaneKeys; ++i)
         v[i] = fp8::ld_shared_v4(tile + (4 + q) * C::kSliceBytes +
-                                 (16 * warp + 4 * i + (lane >> 3)) * 128 + c * 16);
+                                 key_row(rank, warp, i, lane) * 128 + c * 16);
       __syncwarp();
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = 16 * warp + 4 * i + (lane >> 3);
+      for (int i = 0; i < kLaneKeys; ++i) {
+        const int r = key_row(rank, warp, i, lane);
         const float f[4] = {sc[i].x, sc[i].y, sc[i].z, sc[i].w};
         uint32_t w[8];
         const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
         fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[i], fp8::scale_bf16x2(scale), w);
-        fp8::st_converted16(tile + (2 * q + (c >> 2)) * C::kSliceBytes + r * 128, w, c, r);
+        const int sl = 2 * q + (c >> 2);
+        fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
+        if constexpr (kCross)   // the same row of the other CTA's slice, on its full[sl]
+          fp8::st_async_converted16(rtile + sl * C::kSliceBytes + r * 128, w, c, r,
+                                    rfull + sl * 8);
       }
       sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
       __syncwarp();
       if (lane == 0) {
-        sm90::mbar_arrive(&full[2 * q]);
-        sm90::mbar_arrive(&full[2 * q + 1]);
+        // kCross: warp 0's arrival also expects the other CTA's half of the pair's rows
+        // (32 keys x 128 bytes a slice; its st.async may land before or after)
+        if (kCross && warp == 0) {
+          sm90::mbar_arrive_expect_tx(&full[2 * q], 32 * 128);
+          sm90::mbar_arrive_expect_tx(&full[2 * q + 1], 32 * 128);
+        } else {
+          sm90::mbar_arrive(&full[2 * q]);
+          sm90::mbar_arrive(&full[2 * q + 1]);
+        }
       }
     }
   }
@@ -418,10 +458,12 @@ struct WgmmaKernel {
   // Unnamed keys are zero bytes with scale byte 0, which convert to 0: the conversion needs
   // no offsets.  Then a block later, slices 2 q + c / 4 from chunk c of tile q (q = 3: c < 4,
   // slice 6), each by its slice's scale; full[0..6] on each warp's lane 0.
+  // kCross: the RoPE of all 64 keys (o), the latent and scale rows of this CTA's 32 (ol, sol).
   static __device__ __forceinline__ void paged_gather(const Smem& sm, const unsigned char* kc,
                                                       const int64_t (&o)[4],
-                                                      const int64_t (&so)[4], int it, int warp,
-                                                      int lane) {
+                                                      const int64_t (&ol)[kLaneKeys],
+                                                      const int64_t (&sol)[kLaneKeys], int it,
+                                                      int warp, int lane, int rank) {
     const int s = it & 1, c = lane & 7;
     const uint32_t par = ((it >> 1) & 1) ^ 1;
     const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
@@ -432,22 +474,22 @@ struct WgmmaKernel {
     for (int q = 0; q < 3; ++q) {
       sm90::mbar_wait(&empty[4 + q], par);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = 16 * warp + 4 * i + (lane >> 3);
-        const bool ok = sparse_has_key(o[i]);
+      for (int i = 0; i < kLaneKeys; ++i) {
+        const int r = key_row(rank, warp, i, lane);
+        const bool ok = sparse_has_key(ol[i]);
         sm90::cp_async16_to(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16,
-                            kc + (ok ? o[i] : 0) + q * 128 + c * 16, ok);
+                            kc + (ok ? ol[i] : 0) + q * 128 + c * 16, ok);
       }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 16 * warp + 4 * i + (lane >> 3);
-      const bool ok = sparse_has_key(o[i]);
+    for (int i = 0; i < kLaneKeys; ++i) {
+      const int r = key_row(rank, warp, i, lane);
+      const bool ok = sparse_has_key(ol[i]);
       if (c < 4)
         sm90::cp_async16_to(side + r * C::kSideKeyBytes + c * 16,
-                            kc + (ok ? o[i] : 0) + 384 + c * 16, ok);
+                            kc + (ok ? ol[i] : 0) + 384 + c * 16, ok);
       else if (c == 4)
-        sm90::cp_async8_to(side + C::kSideScaleOff + r * 8, kc + (ok ? so[i] : 0), ok);
+        sm90::cp_async8_to(side + C::kSideScaleOff + r * 8, kc + (ok ? sol[i] : 0), ok);
     }
     sm90::mbar_wait(&empty[7], par);
 #pragma unroll
@@ -462,13 +504,16 @@ struct WgmmaKernel {
   }
   template <int PENDING>   // cp.async groups that may stay in flight (the next block's)
   static __device__ __forceinline__ void paged_convert(const Smem& sm, int it, int warp,
-                                                       int lane) {
+                                                       int lane, int rank) {
     const int s = it & 1, c = lane & 7;
     const uint32_t par = ((it >> 1) & 1) ^ 1;
     const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
     const uint32_t side = sm90::smem_addr(sm.side) + s * C::kSideStage;
     uint64_t* full = sm.full + s * C::kSlices;
     uint64_t* empty = sm.empty + s * C::kSlices;
+    // kCross: the other CTA's stage and full barriers (as ds_convert)
+    const uint32_t rstage = kCross ? sm90::mapa(tile, rank ^ 1) : 0;
+    const uint32_t rbar = kCross ? sm90::mapa(sm90::smem_addr(full), rank ^ 1) : 0;
     cp_async_wait<PENDING>();   // this lane's own chunks have landed
     __syncwarp();               // and the scale rows its key's lane 4 copied
     // tile by tile as ds_convert (tile 3 from the side buffer into slice 6, lanes c < 4)
@@ -480,11 +525,11 @@ struct WgmmaKernel {
       }
       const int sl = 2 * q + (c >> 2);
       const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : sl;
-      uint4 v[4];
-      uint32_t e[4];
+      uint4 v[kLaneKeys];
+      uint32_t e[kLaneKeys];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = 16 * warp + 4 * i + (lane >> 3);
+      for (int i = 0; i < kLaneKeys; ++i) {
+        const int r = key_row(rank, warp, i, lane);
         v[i] = fp8::ld_shared_v4(q < 3 ? tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16
                                        : side + r * C::kSideKeyBytes + (c & 3) * 16);
         e[i] = sm90::ld_shared_u8(side + C::kSideScaleOff + r * 8 + (ts & 7));
@@ -492,18 +537,26 @@ struct WgmmaKernel {
       __syncwarp();
       if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE, already in place)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = 16 * warp + 4 * i + (lane >> 3);
+        for (int i = 0; i < kLaneKeys; ++i) {
+          const int r = key_row(rank, warp, i, lane);
           uint32_t w[8];
           fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[i], fp8::ue8m0_bf16x2(e[i]), w);
           fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
+          if constexpr (kCross)
+            fp8::st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,
+                                      rbar + sl * 8);
         }
       }
       sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
       __syncwarp();
       if (lane == 0) {
-        sm90::mbar_arrive(&full[2 * q]);
-        if (q < 3) sm90::mbar_arrive(&full[2 * q + 1]);
+        if (kCross && warp == 0) {   // and the other CTA's 32 rows of each slice
+          sm90::mbar_arrive_expect_tx(&full[2 * q], 32 * 128);
+          if (q < 3) sm90::mbar_arrive_expect_tx(&full[2 * q + 1], 32 * 128);
+        } else {
+          sm90::mbar_arrive(&full[2 * q]);
+          if (q < 3) sm90::mbar_arrive(&full[2 * q + 1]);
+        }
       }
     }
   }
@@ -511,6 +564,7 @@ struct WgmmaKernel {
     using L = Fp8Layout<kKvUe8m0>;
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
+    const int rank = kCross ? static_cast<int>(sm90::cluster_ctarank()) : 0;
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
     int it = 0, req = 0;
     Piece pc;
@@ -519,42 +573,71 @@ struct WgmmaKernel {
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
+        const int t0 = pc.start + i * C::kBlock;
         int64_t sc;
         const int64_t off = sparse_key_offset<kExtraPool, L::kRowBytes>(
-            p, row, pc.start + i * C::kBlock, pc.end, warp, lane, 1, &sc);
-        int64_t o[4], so[4];
+            p, row, t0, pc.end, warp, lane, 1, &sc);
+        int64_t o[4], so[4], ol[kLaneKeys], sol[kLaneKeys];
         sparse_lane_keys(off, lane, o);
-        sparse_lane_keys(sc, lane, so);
-        paged_gather(sm, kc, o, so, it, warp, lane);
-        if (it > 0) paged_convert<1>(sm, it - 1, warp, lane);
+        if constexpr (kCross) {   // lane k's key: 32 rank + 8 warp + k % 8 (as the fp8_ds_mla one)
+          int64_t xs;
+          const int64_t x = sparse_key_offset_at<kExtraPool, L::kRowBytes>(
+              p, row, t0 + 32 * rank + 8 * warp + (lane & 7), pc.end, 1, &xs);
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k) {
+            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
+            sol[k] = __shfl_sync(0xffffffffu, xs, 4 * k + (lane >> 3));
+          }
+        } else {
+          sparse_lane_keys(sc, lane, so);
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k) {
+            ol[k] = o[k];
+            sol[k] = so[k];
+          }
+        }
+        paged_gather(sm, kc, o, ol, sol, it, warp, lane, rank);
+        if (it > 0) paged_convert<1>(sm, it - 1, warp, lane, rank);
       }
     }
-    if (it > 0) paged_convert<0>(sm, it - 1, warp, lane);
+    if (it > 0) paged_convert<0>(sm, it - 1, warp, lane, rank);
   }
   static __device__ void sparse_ds_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
+    const int rank = kCross ? static_cast<int>(sm90::cluster_ctarank()) : 0;
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
     int it = 0, req = 0, pend = -1;   // pend: the block gathered and not converted yet
-    int64_t po[4] = {kNoKey, kNoKey, kNoKey, kNoKey};
+    int64_t po[kLaneKeys];
+#pragma unroll
+    for (int k = 0; k < kLaneKeys; ++k) po[k] = kNoKey;
     Piece pc;
     while (next_piece(p, req, pc)) {
       const auto row = sparse_row<kExtraPool>(p, pc.req);
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
-        int64_t o[4];
-        sparse_lane_keys(
-            sparse_key_offset(p, row, pc.start + i * C::kBlock, pc.end, warp, lane, 1),
-            lane, o);
-        ds_gather(sm, kc, o, it, warp, lane);
-        if (pend >= 0) ds_convert<1>(sm, kc, po, pend, warp, lane);
+        const int t0 = pc.start + i * C::kBlock;
+        int64_t o[4], ol[kLaneKeys];
+        sparse_lane_keys(sparse_key_offset(p, row, t0, pc.end, warp, lane, 1), lane, o);
+        if constexpr (kCross) {   // lane k's key: 32 rank + 8 warp + k % 8
+          const int64_t x = sparse_key_offset_at(p, row, t0 + 32 * rank + 8 * warp + (lane & 7),
+                                                 pc.end, 1);
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k)
+            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
+        } else {
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k) ol[k] = o[k];
+        }
+        ds_gather(sm, kc, o, ol, it, warp, lane, rank);
+        if (pend >= 0) ds_convert<1>(sm, kc, po, pend, warp, lane, rank);
         pend = it;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) po[k] = o[k];
+        for (int k = 0; k < kLaneKeys; ++k) po[k] = ol[k];
       }
     }
-    if (pend >= 0) ds_convert<0>(sm, kc, po, pend, warp, lane);
+    if (pend >= 0) ds_convert<0>(sm, kc, po, pend, warp, lane, rank);
   }
 
   // Descriptors.  Tiles are 9 slices of [64 rows][128 bytes], 128-byte swizzle; each
@@ -747,9 +830,9 @@ struct WgmmaKernel {
         sm90::reg_fence(s);
         // S done: this warpgroup lets go of the block's rope slice and right V half
         if (lane == 0) {
-          if constexpr (C::kRope) sm90::mbar_arrive(&sm.empty[st * C::kSlices + 8]);
+          if constexpr (C::kRope) release(sm, st * C::kSlices + 8);
 #pragma unroll
-          for (int j = 4; j < 8; ++j) sm90::mbar_arrive(&sm.empty[st * C::kSlices + j]);
+          for (int j = 4; j < 8; ++j) release(sm, st * C::kSlices + j);
         }
 
         // online softmax (log2 domain) on this thread's 2 rows x 16 keys, on raw scores
@@ -801,14 +884,14 @@ struct WgmmaKernel {
         sm90::wgmma_wait<1>();
         fence_first_half(o);
         if (i > 0 && lane == 0) {
-          sm90::mbar_arrive(&sm.empty[(st ^ 1) * C::kSlices + 0]);
-          sm90::mbar_arrive(&sm.empty[(st ^ 1) * C::kSlices + 1]);
+          release(sm, (st ^ 1) * C::kSlices + 0);
+          release(sm, (st ^ 1) * C::kSlices + 1);
         }
         sm90::wgmma_wait<0>();
         sm90::reg_fence(o);
         if (i > 0 && lane == 0) {
-          sm90::mbar_arrive(&sm.empty[(st ^ 1) * C::kSlices + 2]);
-          sm90::mbar_arrive(&sm.empty[(st ^ 1) * C::kSlices + 3]);
+          release(sm, (st ^ 1) * C::kSlices + 2);
+          release(sm, (st ^ 1) * C::kSlices + 3);
         }
         // P as the A fragments of 4 k steps (16 keys each)
         uint32_t pn[4][4];
@@ -856,7 +939,7 @@ struct WgmmaKernel {
         if (lane == 0) {   // the last block's left V half
 #pragma unroll
           for (int j = 0; j < 4; ++j)
-            sm90::mbar_arrive(&sm.empty[((it + n - 1) & 1) * C::kSlices + j]);
+            release(sm, ((it + n - 1) & 1) * C::kSlices + j);
         }
         sm90::bar_sync(C::kBarPEmpty, 256);   // WG2 is done with the last P
       }
@@ -916,7 +999,7 @@ struct WgmmaKernel {
   // Whether this piece merges through the cluster: the plan says so and the launch's
   // clusters are of the plan's size.
   static __device__ __forceinline__ bool merging(const Piece& pc) {
-    return MERGE && pc.merge == 2 && sm90::cluster_nctarank() == 2;
+    return MERGE && !kSparse && pc.merge == 2 && sm90::cluster_nctarank() == 2;
   }
 
   // The cluster merge of one piece (both consumer warpgroups, after the EPI barrier that
@@ -1190,14 +1273,14 @@ struct WgmmaKernel {
         sm90::wgmma_wait<1>();
         fence_first_half(o);
         if (lane == 0) {
-          sm90::mbar_arrive(&sm.empty[st * C::kSlices + 4]);
-          sm90::mbar_arrive(&sm.empty[st * C::kSlices + 5]);
+          release(sm, st * C::kSlices + 4);
+          release(sm, st * C::kSlices + 5);
         }
         sm90::wgmma_wait<0>();
         sm90::reg_fence(o);
         if (lane == 0) {
-          sm90::mbar_arrive(&sm.empty[st * C::kSlices + 6]);
-          sm90::mbar_arrive(&sm.empty[st * C::kSlices + 7]);
+          release(sm, st * C::kSlices + 6);
+          release(sm, st * C::kSlices + 7);
         }
         sm90::bar_arrive(C::kBarPEmpty, 256);
       }
@@ -1221,7 +1304,7 @@ struct WgmmaKernel {
         // arrivals (fp8_ds_mla: those for the RoPE slice, a converter warp's for the others)
         const bool rope = s % C::kSlices == C::kSlices - 1;
         sm90::mbar_init(&sm.full[s], kFp8 && !rope ? 4 : kSparse ? 128 : 1);
-        sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices));
+        sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices) * (kCross ? 2 : 1));
       }
       if (MERGE) {   // the cluster merge's barriers (merge_out)
         sm90::mbar_init(sm.free_, 1);
@@ -1252,6 +1335,12 @@ struct WgmmaKernel {
         sparse_producer(wp, sm, threadIdx.x - 256);
       else if (threadIdx.x == 256)
         producer(wp, sm);
+    }
+    // kCross: no CTA leaves while the other may still arrive on its barriers
+    if constexpr (kCross) {
+      __syncwarp();
+      sm90::cluster_arrive_relaxed();
+      sm90::cluster_wait();
     }
   }
 };
@@ -1345,17 +1434,21 @@ cudaError_t split_wgmma_ctas_per_sm_impl(int* n) {
 // over num_parts parts: mla_scheduler.cuh's sched_cluster, given how many clusters of 2
 // and of 4 CTAs of this kernel the device holds at once (asked once per process and size;
 // a failed query leaves that size out).
-template <typename T, int FAULT>
-int split_wgmma_cluster(int batch, int num_parts) {
-  static int resident[WgmmaConfig::kMaxCluster + 1] = {};
-  static int device = -1;
-  // MLAGEN_HOPPER_CLUSTER=0: no clusters (read once per process, so the scheduler and the
-  // split launch always agree)
+// MLAGEN_HOPPER_CLUSTER=0: no clusters, neither the merge nor the crossover (read once per
+// process, so the scheduler and the split launch always agree).
+inline bool clusters_off() {
   static const bool off = [] {
     const char* v = getenv("MLAGEN_HOPPER_CLUSTER");
     return v != nullptr && v[0] == '0' && v[1] == 0;
   }();
-  if (off) return 1;
+  return off;
+}
+
+template <typename T, int FAULT>
+int split_wgmma_cluster(int batch, int num_parts) {
+  static int resident[WgmmaConfig::kMaxCluster + 1] = {};
+  static int device = -1;
+  if (clusters_off()) return 1;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 1;
   if (dev != device) {
@@ -1385,18 +1478,68 @@ int split_wgmma_cluster(int batch, int num_parts) {
   return sched_cluster(batch, num_parts, WgmmaConfig::kMaxCluster, resident);
 }
 
+// The crossover's parts (split_cluster_parts): its clusters of 2 the device holds at once
+// (asked once per process and device; an SM left over in a GPC holds none), capped at
+// parts.  An H100 holds fewer than 66 at one CTA an SM, and a 67th part would double a
+// call's time (a second wave).
+template <typename T, int FAULT, int SP = 0, int KV = kKvNative>
+int split_wgmma_cluster_parts(int parts) {
+  if constexpr (SP == 0 || (KV != kKvDsMla && KV != kKvUe8m0)) {
+    return parts;
+  } else {
+    static int resident = 0;
+    static int device = -1;
+    if (clusters_off()) return parts;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return parts;
+    if (dev != device) {
+      if (prepare_split_wgmma<T, FAULT, true, SP, KV>() != cudaSuccess) return parts;
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(2, 1);
+      cfg.blockDim = dim3(WgmmaConfig::kThreads);
+      cfg.dynamicSmemBytes = WgmmaConfig::kSmem;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 2;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, mla_split_wgmma_kernel<T, FAULT, true, SP, KV>,
+                                         &cfg) != cudaSuccess) {
+        cudaGetLastError();   // not sticky: clear it
+        n = 0;
+      }
+      resident = n;
+      device = dev;
+    }
+    return resident > 0 && resident < parts ? resident : parts;
+  }
+}
+
 template <typename T, int FAULT, int SP = 0, int KV = kKvNative>
 cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid =
       split_grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
-  if constexpr (SP != 0) {   // sparse: cp.async of any page size, no tensor map, no cluster
+  if constexpr (SP != 0) {   // sparse: cp.async of any page size, no tensor map
     WgmmaParams wp{};
     wp.p = p;
-    cudaError_t e = prepare_split_wgmma<T, FAULT, false, SP, KV>();
+    cudaError_t e;
+    if constexpr (KV == kKvDsMla || KV == kKvUe8m0) {   // a token's two row tiles: clusters
+      if (grid.x == 2 && !clusters_off()) {
+        e = prepare_split_wgmma<T, FAULT, true, SP, KV>();
+        if (e != cudaSuccess) return e;
+        return launch_dependent(mla_split_wgmma_kernel<T, FAULT, true, SP, KV>, grid,
+                                WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream, dim3(2, 1),
+                                wp);
+      }
+    }
+    e = prepare_split_wgmma<T, FAULT, false, SP, KV>();
     if (e != cudaSuccess) return e;
     return launch_dependent(mla_split_wgmma_kernel<T, FAULT, false, SP, KV>, grid,
-                            WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream, 1, wp);
+                            WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream, dim3(1, 1), wp);
   } else {
     WgmmaParams wp;
     cudaError_t e = wgmma_params<T>(p, &wp);
@@ -1405,12 +1548,12 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
       e = prepare_split_wgmma<T, FAULT, true>();
       if (e != cudaSuccess) return e;
       return launch_dependent(mla_split_wgmma_kernel<T, FAULT, true>, grid,
-                              WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream, 2, wp);
+                              WgmmaConfig::kThreads, WgmmaConfig::kSmem, stream, dim3(1, 2), wp);
     }
     e = prepare_split_wgmma<T, FAULT, false>();
     if (e != cudaSuccess) return e;
     return launch_dependent(mla_split_wgmma_kernel<T, FAULT, false>, grid, WgmmaConfig::kThreads,
-                            WgmmaConfig::kSmem, stream, 1, wp);
+                            WgmmaConfig::kSmem, stream, dim3(1, 1), wp);
   }
 }
 
