@@ -137,7 +137,8 @@ def mainloops() -> dict[int, str]:
 
 def cluster_switch() -> bool:
     """MLAGEN_HOPPER_CLUSTER: "0" launches no thread-block clusters (the 64-row wgmma
-    kernel's cluster merge off; the library reads it once per process), "1" or unset the
+    kernel's cluster merge and its sparse h_q 128 crossover off; the library reads it once
+    per process), "1" or unset the
     default.  Another value is a ScheduleError naming the variable, not a silent default."""
     v = os.environ.get("MLAGEN_HOPPER_CLUSTER")
     if v is None or v in ("0", "1"):
