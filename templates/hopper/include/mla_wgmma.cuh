@@ -199,7 +199,7 @@ __device__ __forceinline__ bool piece_has_bad_page(const MlaParams& p, const Pie
 // is another symbol than the sound one's (two libraries with one symbol share its statics).
 // MERGE: the instance launched in clusters of 2: dense, the cluster merge (merge_out), the
 // other instance carrying none of its code (a 57 % larger kernel ran the rows without
-// clusters 2-4 % slower); sparse fp8_ds_mla, the crossover (kCross, above).
+// clusters 2-4 % slower); sparse 8-bit pages at h_q 128, the crossover (kCross, above).
 template <typename T, int FAULT, bool MERGE, int SP = 0, int KV = kKvNative>
 struct WgmmaKernel {
   using C = WgmmaConfig;
