@@ -45,6 +45,8 @@ def render(plan: Plan | Schedule) -> SourceSet:
                mainloop=m.mainloop, fault=FAULT_CODE[schedule.fault],
                kv_format=p.kv, kv_code=KV_CODE[p.kv], converters=m.fp8_converters,
                raw_slots=m.fp8_raw_slots, d_qk=p.d,
+               # MM: 1 where an 8-bit cache takes e4m3 MMAs (fp8_mma = "mma"), else 0
+               fp8_mma=int(m.fp8_mma == "mma" and p.kv not in ("bf16", "fp16")),
                # SP: 0 dense, 1 one pool of sparse keys, 2 two (extra_topk: the extra pool)
                sparse=(2 if p.extra_topk else 1) if p.attention == "sparse" else 0)
     # the wgmma main loop is its own split kernel (mla_wgmma.cuh; 16 or 32 rows per tile:

@@ -113,9 +113,14 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
                                                  "converters are for 8-bit kv_formats; "
                                                  f"this cache is {p.kv}")
         return
-    if m.fp8_mma == "mma":
-        yield "schedule", "fp8_mma", ("fp8_mma = \"mma\" (e4m3 MMAs) has no kernel yet on "
-                                      "hopper; use \"dequant\"")
+    if m.fp8_mma == "mma" and (p.kv != "fp8_e4m3" or p.attention == "sparse"
+                               or m.rows_per_tile != 16 or m.fp8_converters != 0):
+        # mla_fp8_regs.cuh: the e4m3 MMAs are built on the register path alone
+        yield "schedule", "fp8_mma", ("fp8_mma = \"mma\" (e4m3 MMAs) is built for dense "
+                                      "fp8_e4m3 caches with rows_per_tile = 16 and "
+                                      "fp8_converters = 0 (this schedule: "
+                                      f"{p.kv}, {p.attention}, {m.rows_per_tile} rows, "
+                                      f"{m.fp8_converters} converters); use \"dequant\"")
     # sparse rows also in the 64-row kernel (its producer converts, mla_wgmma.cuh)
     rows = ((16, 32, 64) if p.kv in ("fp8_ds_mla", "fp8_ue8m0_paged") and p.attention == "sparse"
             else (16, 32))

@@ -29,6 +29,24 @@
 // undone in the scores' scale); P is rounded to bf16 first, then to fp16, exact for
 // P >= 2^-14 (below, fp16 keeps 2^-24 absolute: at most n * 2^-25 of the row sum over n
 // keys).
+//
+// fp8_mma = "mma" (MM = 1): e4m3 wgmmas (m64n16k32, A from registers) on the raw bytes, no
+// conversion.  S^T = K Q^T: the k32 8-bit A fragment is register 0 = row l / 4, columns
+// 4 (l % 4) .. + 3; register 1 = row l / 4 + 8, the same columns; registers 2, 3 = the same
+// rows, columns + 16 (CUTLASS's GMMA ALayout_64x32).  The scores' ldmatrix above (matrices:
+// keys 0-7 and 8-15 of chunk c, then of chunk c + 1) gives exactly that: Q is stored in
+// plain column order.  Q is quantized per (token, head) row: q_scale = amax |q| / 448 (a zero
+// row 1, a row with inf or NaN NaN), e4m3 = rn satfinite (q / q_scale), the scale folded into
+// the scores' scale.  O^T += V^T P^T: ldmatrix.trans words w0 (keys 2c, 2c + 1 of keys 0-7,
+// columns 2r, 2r + 1) and w1 (keys 8 + 2c, 9 + 2c) make, by two byte permutes, register 0 =
+// column 2r at keys {2c, 2c + 1, 8 + 2c, 9 + 2c} (M row r) and register 1 = column 2r + 1
+// (M row r + 8), the epilogue's vcol as above; registers 2, 3 the same from keys 16..31.  So
+// k position 4c + j of each 16 keys is key {2c, 2c + 1, 8 + 2c, 9 + 2c}[j], and P^T (the B
+// operand, [N][64 keys] e4m3) is written in that order (p_kpos).  P (<= 2^kRescaleSlack,
+// under e4m3's 448) is rounded to e4m3 unscaled; the row sum adds the rounded P, so the
+// output is a convex combination of the values with exactly the weights the MMA used and
+// the rounding's common part cancels (the reference's "p_e4m3" point: exp(s - max) rounded,
+// divided by the rounded sum).
 #pragma once
 #include "mla_fp8.cuh"
 
@@ -53,6 +71,44 @@ __device__ __forceinline__ void e4m3x16_f16(const uint32_t (&r)[4], uint32_t (&l
 // of the word is key k0 + h.
 __device__ __forceinline__ uint32_t keep_keys(int k0, int rem) {
   return (k0 < rem ? 0x0000ffffu : 0u) | (k0 + 1 < rem ? 0xffff0000u : 0u);
+}
+
+// ---- fp8_mma = "mma"
+__device__ __forceinline__ void st_shared_u8(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+// x rounded to e4m3 (nearest even, finite values saturate at +-448, NaN stays NaN): the byte
+__device__ __forceinline__ uint32_t f32_e4m3(float x) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(0.f), "f"(x));
+  return r & 0xffu;
+}
+// two values into two bytes: lo in byte 0
+__device__ __forceinline__ uint32_t f32x2_e4m3(float lo, float hi) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// an e4m3 byte's value (exact in fp16)
+__device__ __forceinline__ float e4m3_f32(uint32_t b) {
+  uint32_t h;
+  asm("{\n .reg .b16 t;\n cvt.u16.u32 t, %1;\n cvt.rn.f16x2.e4m3x2 %0, t;\n}\n"
+      : "=r"(h) : "r"(b));
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xffffu)));
+}
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+// The bytes of a V^T A register kept below `rem`: byte j is key k0 + {0, 1, 8, 9}[j].
+__device__ __forceinline__ uint32_t keep_key_bytes(int k0, int rem) {
+  return (k0 < rem ? 0x000000ffu : 0u) | (k0 + 1 < rem ? 0x0000ff00u : 0u) |
+         (k0 + 8 < rem ? 0x00ff0000u : 0u) | (k0 + 9 < rem ? 0xff000000u : 0u);
+}
+// The k position of a block's key in P^T (the V^T fragments' key order above).
+__device__ __forceinline__ int p_kpos(int key) {
+  return 16 * (key >> 4) + 4 * ((key & 7) >> 1) + 2 * ((key >> 3) & 1) + (key & 1);
 }
 
 }  // namespace fp8

@@ -429,6 +429,21 @@ __device__ __forceinline__ void wgmma_m64n16k16_rs(float (&d)[8], const uint32_t
     else MLAGEN_WG_RS16("f16", MLAGEN_R4, "1");
   }
 }
+// D (64 x 16, fp32) += A (64 x 32 e4m3, registers: this warp's 16 rows, 4 bytes a
+// register: row lane / 4 and + 8, columns 4 (lane % 4) .. + 3 and + 16) * B (32 x 16 e4m3,
+// K-major, smem): fp8_mma = "mma" (mla_fp8_regs.cuh).  8-bit types take no transpose.
+#define MLAGEN_WG_RS16E4(ACC, SCALE)                                                          \
+  asm volatile(                                                                               \
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3"                                  \
+      " {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, " SCALE ", 1, 1;\n"        \
+      : ACC(0), ACC(4) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
+template <bool FIRST = false>
+__device__ __forceinline__ void wgmma_m64n16k32_rs_e4m3(float (&d)[8], const uint32_t (&a)[4],
+                                                        uint64_t db) {
+  if constexpr (FIRST) MLAGEN_WG_RS16E4(MLAGEN_W4, "0");
+  else MLAGEN_WG_RS16E4(MLAGEN_R4, "1");
+}
+#undef MLAGEN_WG_RS16E4
 #undef MLAGEN_WG_RS16
 #undef MLAGEN_WG_N32
 #undef MLAGEN_WG_N16

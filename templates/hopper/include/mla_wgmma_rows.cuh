@@ -51,7 +51,7 @@
 namespace mlagen {
 namespace hopper {
 
-template <int N, int WG = 1, int KV = kKvNative, int CV = 1, int RS = 2, int SP = 0>
+template <int N, int WG = 1, int KV = kKvNative, int CV = 1, int RS = 2, int SP = 0, int MM = 0>
 struct WgmmaRowsConfig {
   static_assert(N == 16 || N == 32, "16 or 32 query rows per tile");
   static_assert(WG == 1 || WG == 2, "one or two consumer warpgroups");
@@ -79,6 +79,10 @@ struct WgmmaRowsConfig {
   static_assert(kD == 576 || (SP != 0 && WG == 1 && !kRegs), "d_qk 512: sparse rows only");
   static_assert((KV == kKvUe8m0) == (kD == 512 && kFp8), "fp8_ue8m0_paged is d_qk 512's FP8");
   static_assert(!kRegs || (N == 16 && SP == 0), "register conversion: 16 rows, dense");
+  // MM = 1 (fp8_mma = "mma", mla_fp8_regs.cuh): e4m3 wgmmas on the raw bytes, Q quantized
+  // per row on the fly, P rounded to e4m3; the register path alone
+  static constexpr bool kMma = MM != 0;
+  static_assert(MM == 0 || (MM == 1 && kRegs && KV == kKvE4m3), "e4m3 MMAs: register path");
   // one consumer warpgroup + the producer warp; or two + a producer warpgroup (setmaxnreg
   // works on whole warpgroups); FP8: consumer, CV converter and producer warpgroups
   // sparse: a producer warpgroup (4 warps gather 16 keys of each block apiece)
@@ -149,9 +153,9 @@ template <int KV>
 using RowsParams = typename std::conditional<KV == kKvNative, WgmmaParams, WgmmaFp8Params>::type;
 
 template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2,
-          int SP = 0>
+          int SP = 0, int MM = 0>
 struct WgmmaRowsKernel {
-  using C = WgmmaRowsConfig<N, WG, KV, CV, RS, SP>;
+  using C = WgmmaRowsConfig<N, WG, KV, CV, RS, SP, MM>;
   using L = Fp8Layout<KV>;
   using Params = RowsParams<KV>;
   static constexpr int kAcc = N / 2;   // accumulator registers of one m64nN tile per thread
@@ -774,6 +778,155 @@ struct WgmmaRowsKernel {
     }
   }
 
+  // ------------------------------------ e4m3 MMAs (MM = 1, fp8_mma = "mma"; mla_fp8_regs.cuh)
+  // Q rows [row0, row0 + N) into the Q tile as e4m3 in plain column order: slice j (N x 128
+  // bytes, 128-byte swizzle) holds columns [128 j, 128 j + 128), the last one half full;
+  // each row's q_scale (amax |q| / 448; 1 for a zero row or one past s_q*h_q; NaN for a row
+  // with inf or NaN, so that it stays NaN) to sm.stat[kQScale + r].  Thread t: row t / 8,
+  // 8-column chunks t % 8 + 8 j.  Divisions IEEE (__fdiv_rn: the build has fast math), as
+  // the reference's float32 ones.
+  static __device__ __forceinline__ void load_q_e4m3(const MlaParams& p, const Smem& sm,
+                                                     int req, int row0, int rows_total, int t) {
+    constexpr int kPer = kChunks / 8;   // chunks a thread: 9
+    const T* q = static_cast<const T*>(p.q);
+    const int r = t / 8, gr = row0 + r;
+    const bool ok = gr < rows_total;
+    const T* src = q;
+    if (ok) {
+      const int sq = gr / p.h_q, h = gr % p.h_q;
+      src = q + req * p.q_stride_b + sq * p.q_stride_s + h * p.q_stride_h;
+    }
+    uint4 v[kPer];
+    float mx = 0.f;
+    bool bad = false;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      v[j] = ok ? *reinterpret_cast<const uint4*>(src + (t % 8 + 8 * j) * 8)
+                : make_uint4(0u, 0u, 0u, 0u);
+      const T* e = reinterpret_cast<const T*>(&v[j]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float a = fabsf(static_cast<float>(e[i]));
+        bad |= !(a < INFINITY);
+        mx = fmaxf(mx, a < INFINITY ? a : 0.f);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    // the row's 8 lanes
+    bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
+    bad |= __shfl_xor_sync(0xffffffffu, bad, 2);
+    bad |= __shfl_xor_sync(0xffffffffu, bad, 4);
+    const float qs = bad ? NAN : mx > 0.f ? __fdiv_rn(mx, 448.f) : 1.f;
+    if (t % 8 == 0) sm.stat[C::kQScale + r] = qs;
+    const uint32_t qbase = sm90::smem_addr(sm.q);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int col = (t % 8 + 8 * j) * 8;   // the chunk's first column
+      const T* e = reinterpret_cast<const T*>(&v[j]);
+      uint32_t w[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        w[h] = fp8::f32x2_e4m3(__fdiv_rn(static_cast<float>(e[4 * h]), qs),
+                               __fdiv_rn(static_cast<float>(e[4 * h + 1]), qs)) |
+               fp8::f32x2_e4m3(__fdiv_rn(static_cast<float>(e[4 * h + 2]), qs),
+                               __fdiv_rn(static_cast<float>(e[4 * h + 3]), qs)) << 16;
+      const int c = col % 128;
+      const uint32_t at = qbase + (col / 128) * C::kQSliceBytes + r * 128 +
+                          (((c / 16) ^ (r & 7)) << 4) + c % 16;
+      sm90::st_shared_u32(at, w[0]);
+      sm90::st_shared_u32(at + 4, w[1]);
+    }
+  }
+
+  // S^T of a raw block with e4m3 wgmmas: 18 k32 steps (16 latent, 2 rope), each one
+  // ldmatrix of K (the register conversion's, unconverted) and Q's k32 step from the e4m3 Q
+  // tile (step g: slice g / 4, + 32 bytes a step); batches and accumulators as regs_scores.
+  static __device__ __forceinline__ void mma_scores(uint32_t raw, const Smem& sm, int warp,
+                                                    int lane, float (&s)[kAcc]) {
+    const int r = 16 * warp + 8 * ((lane >> 3) & 1) + (lane & 7), hi = lane >> 4;
+    const uint32_t row = raw + r * 128, rope = raw + L::kLatentBytes + r * 64;
+    const sm90::SmemDesc qd = sm90::make_desc_sw128(sm90::smem_addr(sm.q), 16, 1024);
+    float s1[kAcc];
+#pragma unroll
+    for (int b = 0; b < kStBatches; ++b) {
+      if (b >= 2) sm90::wgmma_wait<1>();
+      uint32_t a[kStBatch][4];
+#pragma unroll
+      for (int j = 0; j < kStBatch; ++j) {
+        const int g = kStBatch * b + j;   // k32 step: 32 columns
+        if (g < 16) {
+          const int c = 2 * (g % 4) + hi;   // chunk of latent box g / 4
+          sm90::ldsm_x4(row + (g / 4) * Fp8Regs::kBoxBytes + ((c ^ (r & 7)) << 4), a[j]);
+        } else {
+          const int c = 2 * (g - 16) + hi;   // chunk of the rope box
+          sm90::ldsm_x4(rope + ((c ^ ((r >> 1) & 3)) << 4), a[j]);
+        }
+      }
+      float(&acc)[kAcc] = b % 2 ? s1 : s;
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kStBatch; ++j) {
+        const int g = kStBatch * b + j;
+        const uint64_t d = sm90::desc_at(qd, (g >> 2) * C::kQSliceBytes + (g & 3) * 32);
+        if (b < 2 && j == 0)
+          sm90::wgmma_m64n16k32_rs_e4m3<true>(acc, a[j], d);
+        else
+          sm90::wgmma_m64n16k32_rs_e4m3(acc, a[j], d);
+      }
+      sm90::wgmma_commit();
+    }
+    sm90::wgmma_wait<0>();
+    sm90::reg_fence(s);
+    sm90::reg_fence(s1);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) s[i] += s1[i];
+  }
+
+  // O^T += V^T P^T of a raw block with e4m3 wgmmas: the ldmatrix.trans of regs_pv, its words
+  // permuted into k32 A registers (mla_fp8_regs.cuh), keys at or past rem zeroed; 2 k32
+  // steps a tile.  Batch b: step b / 2 of tiles 4 (b % 2) .. + 3.  Issued, not waited for.
+  static __device__ __forceinline__ void mma_pv(uint32_t raw, uint32_t pbase, int warp,
+                                                int lane, int rem, float (&o)[8][kAcc]) {
+    const int kc = 2 * (lane % 4);
+    const sm90::SmemDesc pd = sm90::make_desc_sw128(pbase, 16, 1024);
+#pragma unroll
+    for (int b = 0; b < kPvBatches; ++b) {
+      const int kp = b / 2;
+      const int r = 32 * kp + 8 * (lane >> 3) + (lane & 7);
+      if (b >= 2) sm90::wgmma_wait<1>();
+      uint32_t a[kPvBatch][4];
+#pragma unroll
+      for (int j = 0; j < kPvBatch; ++j) {
+        const int mt = kPvBatch * (b % 2) + j;
+        const int c = 4 * (mt % 2) + warp;
+        uint32_t w[4];
+        sm90::ldsm_x4_trans(raw + (mt / 2) * Fp8Regs::kBoxBytes + r * 128 + ((c ^ (r & 7)) << 4),
+                            w);
+        // bytes 0, 2 of two words: column 2 (lane / 4); bytes 1, 3: column 2 (lane / 4) + 1
+        a[j][0] = fp8::prmt(w[0], w[1], 0x6420u);
+        a[j][1] = fp8::prmt(w[0], w[1], 0x7531u);
+        a[j][2] = fp8::prmt(w[2], w[3], 0x6420u);
+        a[j][3] = fp8::prmt(w[2], w[3], 0x7531u);
+        if (rem < C::kBlock) {
+          const uint32_t k0 = fp8::keep_key_bytes(32 * kp + kc, rem);
+          const uint32_t k1 = fp8::keep_key_bytes(32 * kp + 16 + kc, rem);
+          a[j][0] &= k0;
+          a[j][1] &= k0;
+          a[j][2] &= k1;
+          a[j][3] &= k1;
+        }
+      }
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kPvBatch; ++j)
+        sm90::wgmma_m64n16k32_rs_e4m3(o[kPvBatch * (b % 2) + j], a[j],
+                                      sm90::desc_at(pd, kp * 32));
+      sm90::wgmma_commit();
+    }
+  }
+
   // Wait for a block's 9 slices (from the ring position rg on; rg moves past them), zero
   // its tail if the piece ends inside it, issue its scores.
   static __device__ __forceinline__ void start_block(const Smem& sm, Ring& rg, uint32_t kbase,
@@ -859,6 +1012,15 @@ struct WgmmaRowsKernel {
       const int col = 8 * (c >> 1) + c2 + (c & 1);
       const float x = xs[i2];
       const float pe = x == -INFINITY ? 0.f : exp2f(x - m[c]);
+      if constexpr (C::kMma) {
+        // e4m3 P at its k position (the V^T fragments' key order); the sum adds the rounded
+        // P (a NaN stays NaN)
+        const uint32_t pb = fp8::f32_e4m3(pe);
+        lsum[c] += pe == pe ? fp8::e4m3_f32(pb) : pe;
+        const int kp = fp8::p_kpos(key);   // P^T in the V^T fragments' key order
+        fp8::st_shared_u8(pbase + col * 128 + (((kp >> 4) ^ (col & 7)) << 4) + (kp & 15), pb);
+        continue;
+      }
       lsum[c] += pe;
       // P rounded to T (the kernels' rounding point), then to the MMA type (register
       // conversion: fp16, exact for P >= 2^-14)
@@ -938,7 +1100,9 @@ struct WgmmaRowsKernel {
       const float o_scale = FAULT == kFaultDescaleNotInOutput ? 1.f : dk;
       // Q of this piece: with two warpgroups both load it and both wait (the last piece's
       // S^T were waited for before its merge, so Q may be rewritten)
-      if constexpr (C::kRegs) {
+      if constexpr (C::kMma) {
+        if (wg == 0) load_q_e4m3(p, sm, pc.req, row0, rows_total, t);
+      } else if constexpr (C::kRegs) {
         if (wg == 0) load_q_permuted(p, sm, pc.req, row0, rows_total, t);
       } else
         load_q(p, sm, pc.req, row0, rows_total, threadIdx.x);
@@ -966,8 +1130,12 @@ struct WgmmaRowsKernel {
         const uint32_t rbase = sm90::smem_addr(sm.raw);
         float qinv[kCols];   // 2^-e of this thread's query columns (load_q_permuted)
 #pragma unroll
-        for (int c = 0; c < kCols; ++c)
-          qinv[c] = sm.stat[C::kQScale + 8 * (c >> 1) + c2 + (c & 1)];
+        for (int c = 0; c < kCols; ++c) {
+          if constexpr (C::kMma)
+            qinv[c] = sm.stat[C::kQScale + 8 * (c >> 1) + c2 + (c & 1)];   // its q_scale
+          else
+            qinv[c] = sm.stat[C::kQScale + 8 * (c >> 1) + c2 + (c & 1)];
+        }
         // two warpgroups: each takes every other block, so every other raw slot
         RawRing rb = rr;
         if constexpr (WG == 2) rb.skip(wg);
@@ -978,7 +1146,10 @@ struct WgmmaRowsKernel {
           bad |= bad_page(p, page);
           const uint32_t raw = rbase + rb.slot * C::kRawBytes;
           sm90::mbar_wait(&sm.raw_full[rb.slot], rb.lap & 1);
-          regs_scores(raw, sm, warp, lane, s);
+          if constexpr (C::kMma)
+            mma_scores(raw, sm, warp, lane, s);
+          else
+            regs_scores(raw, sm, warp, lane, s);
 #pragma unroll
           for (int i2 = 0; i2 < kAcc; ++i2) s[i2] *= qinv[col_slot(i2)];
 #pragma unroll
@@ -986,7 +1157,10 @@ struct WgmmaRowsKernel {
           softmax_block(s, t0, lim, lims, true, true, scale, m, lsum, o, red, pbase, bar, warp,
                         lane, k0, c2);
           const int rem = FAULT == kFaultSkipPartialPage ? C::kBlock : pc.end - t0;
-          regs_pv(raw, pbase, warp, lane, rem, o);
+          if constexpr (C::kMma)
+            mma_pv(raw, pbase, warp, lane, rem, o);
+          else
+            regs_pv(raw, pbase, warp, lane, rem, o);
           sm90::wgmma_wait<0>();
 #pragma unroll
           for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
@@ -1248,32 +1422,32 @@ struct WgmmaRowsKernel {
   }
 };
 
-template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS, int SP>
-__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kThreads, 1)
+template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS, int SP, int MM>
+__global__ void __launch_bounds__(WgmmaRowsConfig<N, WG, KV, CV, RS, SP, MM>::kThreads, 1)
 mla_split_wgmma_rows_kernel(const __grid_constant__ RowsParams<KV> wp) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  WgmmaRowsKernel<T, N, WG, FAULT, KV, CV, RS, SP>::run(wp, smem);
+  WgmmaRowsKernel<T, N, WG, FAULT, KV, CV, RS, SP, MM>::run(wp, smem);
 }
 
-template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS, int SP>
+template <typename T, int N, int WG, int FAULT, int KV, int CV, int RS, int SP, int MM>
 cudaError_t prepare_split_wgmma_rows() {
   static bool done = false;
   if (done) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP>,
+  cudaError_t e = cudaFuncSetAttribute(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP, MM>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kSmem);
+                                       WgmmaRowsConfig<N, WG, KV, CV, RS, SP, MM>::kSmem);
   done = e == cudaSuccess;
   return e;
 }
 
 template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2,
-          int SP = 0>
+          int SP = 0, int MM = 0>
 cudaError_t split_wgmma_rows_ctas_per_sm_impl(int* n) {
-  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS, SP>();
+  cudaError_t e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS, SP, MM>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP>,
-      WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kThreads, WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kSmem);
+      n, mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP, MM>,
+      WgmmaRowsConfig<N, WG, KV, CV, RS, SP, MM>::kThreads, WgmmaRowsConfig<N, WG, KV, CV, RS, SP, MM>::kSmem);
 }
 
 // The FP8 cache's two tensor maps over its bytes as 16-bit elements (mla_fp8.cuh): the
@@ -1328,7 +1502,7 @@ cudaError_t fp8_params(const MlaParams& p, WgmmaFp8Params* wp) {
 }
 
 template <typename T, int N, int WG, int FAULT, int KV = kKvNative, int CV = 1, int RS = 2,
-          int SP = 0>
+          int SP = 0, int MM = 0>
 cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream) {
   RowsParams<KV> wp{};
   cudaError_t e;
@@ -1340,13 +1514,13 @@ cudaError_t launch_split_wgmma_rows_impl(const MlaParams& p, cudaStream_t stream
   else
     e = fp8_params<KV, CV == 0>(p, &wp);
   if (e != cudaSuccess) return e;
-  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS, SP>();
+  e = prepare_split_wgmma_rows<T, N, WG, FAULT, KV, CV, RS, SP, MM>();
   if (e != cudaSuccess) return e;
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid = split_grid(p.num_parts, (rows_total + N - 1) / N);
-  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP>, grid,
-                          WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kThreads,
-                          WgmmaRowsConfig<N, WG, KV, CV, RS, SP>::kSmem, stream, 1, wp);
+  return launch_dependent(mla_split_wgmma_rows_kernel<T, N, WG, FAULT, KV, CV, RS, SP, MM>, grid,
+                          WgmmaRowsConfig<N, WG, KV, CV, RS, SP, MM>::kThreads,
+                          WgmmaRowsConfig<N, WG, KV, CV, RS, SP, MM>::kSmem, stream, 1, wp);
 }
 
 }  // namespace hopper
