@@ -14,6 +14,13 @@ named points, so a kernel is compared with the result it is meant to compute:
     "p"      the softmax weights before the P @ V product: exp(s - rowmax) rounded, divided
              by the unrounded sum (the tensor cores take P in the inputs' dtype; FlashMLA's
              tests round the same way)
+    "q_e4m3" an 8-bit cache's query in e4m3 MMAs (a schedule's fp8_mma = "mma"): each
+             (token, head) row quantized on the fly, q_scale = amax |q| / 448 in float32
+             (a zero row 1, a row with inf or NaN NaN), q = e4m3(q / q_scale) * q_scale
+    "p_e4m3" the softmax weights in e4m3 MMAs: 2^(x - ceil(max x)) (x the score in log2
+             units, the kernel's integer running max) rounded to e4m3, divided by
+             the sum of the rounded weights (the kernel's row sum adds them), so lse is the
+             log of that sum
 
 Each backend declares its kernels' points (``Backend.rounded``); the verifier's oracle
 (mlagen.verify.oracle) is this reference at those points plus the allowances that remain.
@@ -37,10 +44,10 @@ from .errors import InputError
 from .problem import FusedWeights, MlaInputs, MlaOutputs, SparseInputs, SparsePool, positions
 from .rope import Rope, RopeConfig, RotaryTable, rotate
 
-__all__ = ["attention", "sparse_attention", "SparsePool", "fused_absorbed", "fused_plain",
+__all__ = ["attention", "sparse_attention", "quantize_q_e4m3", "SparsePool", "fused_absorbed", "fused_plain",
            "absorb_query", "rope", "rope_cos_sin", "weights_rope", "run", "ROUNDING_POINTS"]
 
-ROUNDING_POINTS = ("q", "o_lat", "p")
+ROUNDING_POINTS = ("q", "o_lat", "p", "q_e4m3", "p_e4m3")
 
 # Elements of one gathered KV chunk (b_chunk * slots * h_kv * d) before the batch is split:
 # 2**25 float64 values = 256 MiB.
@@ -157,12 +164,27 @@ def _visible(lens: torch.Tensor, valid: torch.Tensor, s_q: int, causal: bool) ->
     return (t[None, None, :] < limit[:, :, None]) & valid[:, None, :]
 
 
+def quantize_q_e4m3(q: torch.Tensor) -> torch.Tensor:
+    """The "q_e4m3" rounding point: q [..., d] with each row quantized as the e4m3-MMA kernel
+    does it (float32: q_scale = amax |q| / 448, 1 for a zero row, NaN for a row holding an
+    inf or a NaN; e4m3 = round-to-nearest-even of q / q_scale), returned dequantized in
+    float64 (e4m3 * q_scale, exact)."""
+    x = q.float()
+    finite = torch.isfinite(x)
+    amax = torch.where(finite, x.abs(), 0.0).amax(dim=-1, keepdim=True)
+    qs = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    qs = torch.where(finite.all(dim=-1, keepdim=True), qs, math.nan)
+    q8 = (x / qs).to(torch.float8_e4m3fn)
+    return q8.double() * qs.double()
+
+
 def _softmax(scores: torch.Tensor, visible: torch.Tensor,
              round_p: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """scores [b, h, s_q, slots] (already scaled), visible [b, s_q, slots] ->
     (p, lse [b, h, s_q]).  A row with no visible key gets p = 0 and lse = +inf.  With
     round_p, exp(s - rowmax) is rounded to that dtype before it is divided by its
-    (unrounded) sum: the "p" rounding point.
+    (unrounded) sum: the "p" rounding point; torch.float8_e4m3fn, the "p_e4m3" point: the
+    sum and lse are the rounded weights' too.
 
     Non-finite scores (docs/conventions.md, "NaN and Inf"): a -inf score weighs nothing,
     so a row whose every visible score is -inf is an empty row; a NaN or +inf score makes
@@ -177,8 +199,18 @@ def _softmax(scores: torch.Tensor, visible: torch.Tensor,
         p = torch.exp(scores - torch.where(empty, 0.0, lse)[..., None])
     else:
         top = scores.amax(dim=-1, keepdim=True)
+        if round_p == torch.float8_e4m3fn:
+            # the kernel's integer max in log2 units: 2^(x - ceil(max x)) rounds to e4m3 as
+            # at any integer max (powers of two commute with the rounding, normal range)
+            top = torch.ceil(top / math.log(2)) * math.log(2)
         e = torch.exp(scores - torch.where(empty[..., None], 0.0, top))  # 0 where not visible
         total = e.sum(dim=-1, keepdim=True)
+        if round_p == torch.float8_e4m3fn:
+            # float32 first: the kernel rounds its float32 exp2
+            e = e.float().to(round_p).to(e.dtype)
+            total = e.sum(dim=-1, keepdim=True)
+            lse = torch.where(empty | poisoned, lse,
+                              top.squeeze(-1) + torch.log(total.squeeze(-1)))
         p = e.to(round_p).to(e.dtype) / torch.where(total > 0, total, 1.0)
     p = torch.where(poisoned[..., None], math.nan, p)
     return p, torch.where(empty, math.inf, lse)
@@ -556,6 +588,17 @@ def run(inputs: MlaInputs | SparseInputs, dtype: torch.dtype = torch.float32,
     absorbed query and latent output, each before its rounding point."""
     _check_rounded(rounded)
     extra: dict = {}
+    if "q_e4m3" in rounded or "p_e4m3" in rounded:
+        # e4m3 MMAs (dense attention alone: the hopper register path)
+        if isinstance(inputs, SparseInputs) or inputs.q is None:
+            raise InputError("the q_e4m3 / p_e4m3 rounding points are dense attention's")
+        q = quantize_q_e4m3(inputs.q) if "q_e4m3" in rounded else inputs.q
+        out, lse = attention(q, inputs.k_cache, inputs.block_table, inputs.cache_seqlens,
+                             dv=inputs.dv, softmax_scale=inputs.softmax_scale,
+                             causal=inputs.causal, dtype=dtype,
+                             round_p=torch.float8_e4m3fn if "p_e4m3" in rounded else None,
+                             kv_format=inputs.kv_format or None, k_descale=inputs.k_descale)
+        return MlaOutputs(out, lse)
     if isinstance(inputs, SparseInputs):
         if inputs.q is None:
             return _fused_sparse(inputs, dtype, rounded)

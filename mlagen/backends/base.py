@@ -50,6 +50,11 @@ class Backend:
     kv_formats: tuple[str, ...] = ("bf16", "fp16")   # the KV-cache formats its kernels read
     attentions: tuple[str, ...] = ("dense",)          # dense and/or token-sparse kernels
 
+    def rounded_for(self, s: "Schedule") -> tuple[str, ...]:
+        """The rounding points (reference.ROUNDING_POINTS) of one schedule's kernels: the
+        backend's, unless a knob changes them."""
+        return self.rounded
+
     # ---- the schedule language -------------------------------------------------------
     def knob_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(self.mapping))

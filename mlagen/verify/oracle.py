@@ -12,6 +12,7 @@ checks attention on bf16 inputs.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -184,6 +185,73 @@ def sparse_p_rounding_slack(inputs, expected: MlaOutputs, store: torch.dtype) ->
     return (u * (bound + out)).to(expected.out.device)
 
 
+# e4m3: one step at the top of a binade (relative), the smallest normal, the subnormal step
+_E4M3_ULP, _E4M3_MIN, _E4M3_SUB = 2.0 ** -3, 2.0 ** -6, 2.0 ** -9
+# the fp8 tensor cores' accumulation inside one MMA keeps fewer bits than fp32 (DeepSeek-V3's
+# report measures about 14): an allowance relative to the sum of the products' magnitudes
+_FP8_ACC = 2.0 ** -13
+
+
+def _near_e4m3_midpoint(e: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+    """Whether e (>= 0) lies within rel * e of a point where e4m3 rounding changes."""
+    k = torch.floor(torch.log2(e.clamp_min(1e-300))).clamp_min(-6)
+    step = torch.exp2(k - 3)
+    frac = e / step - torch.floor(e / step)
+    return ((frac - 0.5).abs() * step <= rel * e) & (e > 0)
+
+
+def mma_rounding_slack(inputs: MlaInputs, expected: MlaOutputs) -> dict[str, torch.Tensor]:
+    """Allowances on out and lse for e4m3 MMAs, against the reference at the "q_e4m3" and
+    "p_e4m3" points (`expected`).  With the kernel's integer running max, its e4m3 weights
+    equal the reference's (times a power of two) except: a weight under e4m3's smallest
+    normal (2^-6 of the max), which the kernel may round on a finer grid (|d e| <= 2^-9); a
+    weight that sits within its score's error of a rounding point, which may round one step
+    (2^-3 e) apart; the score's error itself, e times _FP8_ACC * scale * sum |q_d k_d| (the
+    fp8 accumulation; fp32's exp2 is far below).  out = sum e v / sum e then moves by at
+    most sum |d e_t| (|v_t| + |out|) / sum e (Hoeffding's 8-sigma form when smaller, as
+    p_rounding_slack) plus the P V accumulation's _FP8_ACC * sum e |v| / sum e; lse by
+    sum |d e_t| / sum e."""
+    from .. import reference
+
+    q = reference.quantize_q_e4m3(inputs.q)
+    b, s_q, h, d = q.shape
+    dv = expected.out.shape[-1]
+    dev = expected.out.device
+    out_slack = torch.zeros(b, s_q, h, dv, dtype=torch.float64, device=dev)
+    lse_slack = torch.zeros(b, h, s_q, dtype=torch.float64, device=dev)
+    for i, n in enumerate(inputs.cache_seqlens.tolist()):
+        if n == 0:
+            continue
+        kv = _keys(inputs, i, n).to(dev)
+        qi = torch.nan_to_num(q[i].to(dev), nan=0.0)
+        kf = torch.nan_to_num(kv, nan=0.0, posinf=0.0, neginf=0.0)
+        scores = torch.einsum("shd,td->sht", qi, kf) * inputs.softmax_scale
+        mag = torch.einsum("shd,td->sht", qi.abs(), kf.abs()) * inputs.softmax_scale
+        last = n - s_q + torch.arange(s_q, device=dev)
+        seen = torch.arange(n, device=dev)[None, :] <= last[:, None] if inputs.causal \
+            else torch.ones(s_q, n, dtype=torch.bool, device=dev)
+        scores = scores.masked_fill(~seen[:, None, :], -torch.inf)
+        top = scores.amax(dim=-1, keepdim=True)
+        top = torch.ceil(torch.where(torch.isfinite(top), top, 0.0) / math.log(2)) * math.log(2)
+        e = torch.exp(scores - top)                                     # 0 where unseen
+        total = e.to(torch.float32).to(torch.float8_e4m3fn).double().sum(-1, keepdim=True)
+        total = total.clamp_min(1e-300)
+        ds = _FP8_ACC * mag                                             # score error
+        near = _near_e4m3_midpoint(e, ds.clamp_min(2.0 ** -18))
+        de = (_E4M3_SUB * ((e < _E4M3_MIN) & (e > 0)) + _E4M3_ULP * e * near + ds * e)
+        v = kf[:, :dv]
+        o = torch.nan_to_num(expected.out[i].to(dev, torch.float64), nan=0.0)   # [s, h, dv]
+        # |v_t - out| <= |v_t| + |out| (Minkowski for the spread): no [s, h, t, dv] tensor
+        worst = torch.einsum("sht,tc->shc", de, v.abs()) + de.sum(-1)[..., None] * o.abs()
+        spread = (torch.einsum("sht,tc->shc", de * de, v * v).sqrt()
+                  + (de * de).sum(-1).sqrt()[..., None] * o.abs())
+        acc = _FP8_ACC * torch.einsum("sht,tc->shc", e, v.abs())
+        out_slack[i] = (torch.minimum(worst, 8.0 * spread) + acc) / total
+        lsum = torch.minimum(de.sum(-1), 8.0 * (de * de).sum(-1).sqrt()) / total[..., 0]
+        lse_slack[i] = lsum.transpose(0, 1)
+    return {"out": out_slack, "lse": lse_slack}
+
+
 def oracle_for(schedule) -> Callable[..., MlaOutputs]:
     """reference(inputs, dtype=...) -> MlaOutputs for a schedule's (or plan's) kernels: the
     intermediates its backend rounds to the storage dtype get their allowance."""
@@ -191,11 +259,16 @@ def oracle_for(schedule) -> Callable[..., MlaOutputs]:
     from ..backends import backend
 
     schedule = getattr(schedule, "schedule", schedule)      # a Plan
-    rounded = backend(schedule.target.kind).rounded
+    rounded = backend(schedule.target.kind).rounded_for(schedule)
 
     def oracle(inputs: MlaInputs, dtype: torch.dtype = torch.float64) -> MlaOutputs:
         if inputs.q is None and inputs.q_lora is not None:
             return fused_rounded(inputs, dtype)
+        if "p_e4m3" in rounded:
+            # e4m3 MMAs: the reference at the kernel's e4m3 points, with their allowances
+            want = reference.run(inputs, dtype=dtype, rounded=rounded)
+            want.extra["slack"] = mma_rounding_slack(inputs, want)
+            return want
         want = reference.run(inputs, dtype=dtype)
         if hasattr(inputs, "pools"):
             # token-sparse (problem.SparseInputs): the same allowance over the keys a row

@@ -22,6 +22,12 @@ class HopperBackend(Backend):
     # the FlashMLA-compatible calls, reachable as mlagen.<name>
     api_names = ("get_mla_metadata", "flash_mla_with_kvcache")
 
+    def rounded_for(self, s):
+        # fp8_mma = "mma": Q quantized per row and P rounded to e4m3 (mla_fp8_regs.cuh)
+        if s.mapping.fp8_mma == "mma" and s.problem.kv == "fp8_e4m3":
+            return ("q_e4m3", "p_e4m3")
+        return self.rounded
+
     def rules(self):
         return rules.RULES
 

@@ -43,10 +43,13 @@
 // (M row r + 8), the epilogue's vcol as above; registers 2, 3 the same from keys 16..31.  So
 // k position 4c + j of each 16 keys is key {2c, 2c + 1, 8 + 2c, 9 + 2c}[j], and P^T (the B
 // operand, [N][64 keys] e4m3) is written in that order (p_kpos).  P (<= 2^kRescaleSlack,
-// under e4m3's 448) is rounded to e4m3 unscaled; the row sum adds the rounded P, so the
-// output is a convex combination of the values with exactly the weights the MMA used and
-// the rounding's common part cancels (the reference's "p_e4m3" point: exp(s - max) rounded,
-// divided by the rounded sum).
+// under e4m3's 448) is rounded to e4m3 unscaled, at an integer running max (log2 units):
+// P at any running max is then the final max's P times a power of two, and e4m3 rounding
+// commutes with that in its normal range, so the online softmax rounds as one that knew
+// the final max.  The row sum adds the rounded P: the output is a convex combination of
+// the values with exactly the weights the MMA used, and the rounding's common part cancels
+// (the reference's "p_e4m3" point: 2^(x - ceil(max x)) rounded, divided by the rounded
+// sum; lse is that sum's).
 #pragma once
 #include "mla_fp8.cuh"
 

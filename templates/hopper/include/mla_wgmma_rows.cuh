@@ -994,8 +994,11 @@ struct WgmmaRowsKernel {
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const int col = 8 * (c >> 1) + c2 + (c & 1);
-      const float bm = fmaxf(fmaxf(red[col], red[N + col]),
-                             fmaxf(red[2 * N + col], red[3 * N + col]));
+      float bm = fmaxf(fmaxf(red[col], red[N + col]),
+                       fmaxf(red[2 * N + col], red[3 * N + col]));
+      // e4m3 P: an integer running max, so that P = 2^(x - m) at any m is the final one
+      // times a power of two, which rounds to e4m3 alike (the normal range)
+      if constexpr (C::kMma) bm = ceilf(bm);
       // the conditional rescale (kRescaleSlack); m = -inf: any finite bm moves
       const bool move = bm > m[c] + kRescaleSlack;
       alpha[c] = move ? exp2f(m[c] - bm) : 1.f;
