@@ -64,7 +64,10 @@ def _toml(**kw):
     (dict(warps=8), 15, "one consumer warpgroup"),
     (dict(rows=64, warps=8), 14, "rows_per_tile = 16 or 32"),
     (dict(mainloop="mma_sync", warps=8), 16, "few-rows wgmma kernel"),
-    (dict(mma="mma"), 17, "no kernel yet"),
+    (dict(mma="mma"), 17, "is built for dense fp8_e4m3 caches with rows_per_tile = 16 and "
+                          "fp8_converters = 0 (this schedule: fp8_e4m3, dense, 16 rows, 1 "
+                          "converters)"),
+    (dict(mma="mma", rows=32, extra="fp8_converters = 0"), 17, "32 rows, 0 converters"),
     (dict(mma="int4"), 17, "must be one of dequant, mma"),
     (dict(kv="fp8_ds_mla", dtype="fp16"), 5, "RoPE values in bf16"),
     (dict(kv="fp8_e4m3", extra="fp8_converters = 3"), 18, "must be 0 (the consumer"),
@@ -97,6 +100,32 @@ def test_rules_accept_register_conversion_with_one_or_two_consumer_warpgroups():
                   source="ok.toml")
         assert (s.mapping.fp8_converters, s.mapping.warps) == (0, warps)
         assert s.variant_name().endswith(f"_w{warps}_wgmma_fp8dequant_fp8cv0_fp8raw{raw}")
+
+
+def test_rules_accept_e4m3_mmas_on_the_register_path():
+    for warps in (4, 8):
+        s = loads(_toml(warps=warps, mma="mma",
+                        extra="fp8_converters = 0\nfp8_raw_slots = 4"), source="ok.toml")
+        assert s.variant_name().endswith(f"_w{warps}_wgmma_fp8mma_fp8cv0_fp8raw4")
+
+
+def test_render_passes_mm_to_the_rows_kernel_only_in_mma_mode():
+    mma = Schedule.build(**ROWS, rows_per_tile=16, kv_format="fp8_e4m3", fp8_converters=0,
+                         fp8_raw_slots=4, fp8_mma="mma")
+    flat = re.sub(r"\s+", " ", _render(mma).files["split.cu"])
+    assert "launch_split_wgmma_rows_impl<__nv_bfloat16, 16, 1, kFault, 1, 0, 4, 0, 1>" in flat
+    deq = Schedule.build(**ROWS, rows_per_tile=16, kv_format="fp8_e4m3", fp8_converters=0,
+                         fp8_raw_slots=4)
+    flat = re.sub(r"\s+", " ", _render(deq).files["split.cu"])
+    assert "launch_split_wgmma_rows_impl<__nv_bfloat16, 16, 1, kFault, 1, 0, 4>" in flat
+
+
+def test_mma_mode_rounds_the_reference_at_its_e4m3_points():
+    from mlagen.backends import backend
+    mma = Schedule.build(**ROWS, rows_per_tile=16, kv_format="fp8_e4m3", fp8_converters=0,
+                         fp8_raw_slots=4, fp8_mma="mma")
+    assert backend("hopper").rounded_for(mma) == ("q_e4m3", "p_e4m3")
+    assert backend("hopper").rounded_for(fp8("fp8_e4m3")) == ("p",)
 
 
 def test_variant_names_carry_the_format_and_16_bit_names_do_not_change():

@@ -8,6 +8,8 @@ and the planted dequantization faults being caught."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -146,6 +148,72 @@ def test_hypothesis_register_conversion(knobs, batch, data, s_q, h_q, page, caus
     check(inputs("fp8_e4m3", batch, seqlens, s_q, h_q, page, seed, per_seq),
           Schedule.build(**dict(ROWS, **knobs), rows_per_tile=16, kv_format="fp8_e4m3"),
           causal=causal)
+
+
+# e4m3 MMAs on the register path (fp8_mma = "mma", mla_fp8_regs.cuh): against the reference
+# at the mode's rounding points (Q per row, P in e4m3: reference "q_e4m3", "p_e4m3") with
+# verify's allowances (mlagen.verify.oracle.mma_rounding_slack)
+MMA = [dict(REGS[0], fp8_mma="mma"), dict(REGS[1], fp8_mma="mma"),
+       dict(REGS[2], fp8_mma="mma")]
+
+
+def mma_schedule(knobs, dtype="bf16"):
+    return Schedule.build(**dict(ROWS, **knobs), rows_per_tile=16, kv_format="fp8_e4m3",
+                          dtype=dtype)
+
+
+def check_mma(inp, sched, causal=True):
+    from mlagen.verify.compare import compare_tensor, tolerances_for
+    from mlagen.verify.oracle import oracle_for
+
+    inp = dataclasses.replace(inp, causal=causal)
+    out, lse = run(inp, sched, causal)
+    torch.cuda.synchronize()
+    want = oracle_for(sched)(inp)
+    tol = tolerances_for(inp.q.dtype)
+    for name, got in (("out", out), ("lse", lse)):
+        r = compare_tensor(name, got, getattr(want, name), tol[name],
+                           slack=want.extra["slack"][name])
+        assert r.ok, r.summary()
+    return out, lse
+
+
+@pytest.mark.parametrize("knobs", MMA)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_e4m3_mma_schedules(knobs, dtype):
+    for per_seq in (False, True):
+        inp = inputs("fp8_e4m3", 5, [0, 1, 95, 4097, 700], 1, 16, 64, seed=3,
+                     per_seq=per_seq, dtype=dtype)
+        check_mma(inp, mma_schedule(knobs, dtype))
+
+
+def test_e4m3_mma_q_rows_of_any_magnitude_and_nan():
+    """q rows at 2^-60 and 2^40 keep their own scales; a row with an inf is NaN; an e4m3
+    NaN byte in a used slot makes its sequence NaN, the other untouched."""
+    inp = inputs("fp8_e4m3", 3, [700, 64, 1], 1, 16, edges=False)
+    inp.q[0, 0, :4] *= 2.0 ** -60
+    inp.q[1, 0, 4:8] *= 2.0 ** 40
+    inp.q[2, 0, 8, 3] = float("inf")
+    check_mma(inp, mma_schedule(MMA[1]))
+    for col in (0, 3, 130, 511, 515):
+        inp = inputs("fp8_e4m3", 2, [100, 100], 1, 16, edges=False)
+        blk = int(inp.block_table[0, 0])
+        inp.k_cache.view(torch.uint8)[blk, 37, 0, col] = 0x7F
+        out, _ = run(inp, mma_schedule(MMA[1]))
+        torch.cuda.synchronize()
+        assert torch.isnan(out[0]).all(), col
+        assert torch.isfinite(out[1]).all(), col
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(knobs=st.sampled_from(MMA), batch=st.integers(1, 5), data=st.data(),
+       s_q=st.integers(1, 4), h_q=st.sampled_from([1, 16, 64]), page=st.sampled_from([64, 256]),
+       causal=st.booleans(), seed=st.integers(0, 99), per_seq=st.booleans())
+def test_hypothesis_e4m3_mma(knobs, batch, data, s_q, h_q, page, causal, seed, per_seq):
+    seqlens = data.draw(st.lists(st.sampled_from(EDGES), min_size=batch, max_size=batch))
+    check_mma(inputs("fp8_e4m3", batch, seqlens, s_q, h_q, page, seed, per_seq),
+              mma_schedule(knobs), causal=causal)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True,

@@ -458,3 +458,71 @@ def test_gpu_matches_cpu():
         assert gpu.out.is_cuda and gpu.lse.is_cuda
         assert_same(gpu.out.cpu(), cpu.out, atol=1e-10)
         assert_same(gpu.lse.cpu(), cpu.lse, atol=1e-10)
+
+
+# ---- e4m3 MMAs' rounding points (fp8_mma = "mma", mla_fp8_regs.cuh) ----------------------
+
+def test_q_e4m3_quantizes_each_row_by_its_own_amax():
+    q = torch.randn(2, 1, 3, 576, dtype=torch.float64).to(torch.bfloat16)
+    q[0, 0, 1] *= 1e-3                      # a small row: its own scale, not the others'
+    q[1, 0, 2] = 0                          # a zero row: scale 1, stays zero
+    q[1, 0, 0, 7] = float("inf")            # a row with an inf: NaN (never a finite answer)
+    d = R.quantize_q_e4m3(q)
+    assert d.dtype == torch.float64
+    assert torch.equal(d[1, 0, 2], torch.zeros(576, dtype=torch.float64))
+    assert torch.isnan(d[1, 0, 0]).all() and torch.isfinite(d[0]).all()
+    amax = q[0, 0, 1].double().abs().max()
+    assert float(d[0, 0, 1].abs().max()) == pytest.approx(float(amax), rel=1e-6)
+    # e4m3 keeps 3 fraction bits: within 2^-4 of each value relative to the row's amax / 448
+    err = (d[0, 0, 1] - q[0, 0, 1].double()).abs()
+    assert float(err.max()) <= float(amax) * 2 ** -4
+    assert float(err.max()) > 0
+
+
+def test_p_e4m3_rounds_at_an_integer_max_and_sums_the_rounded_weights():
+    s = torch.tensor([[[[0.0, -0.3, -1.7, -9.0]]]], dtype=torch.float64)   # [1, 1, 1, 4]
+    vis = torch.ones(1, 1, 4, dtype=torch.bool)
+    p, lse = R._softmax(s, vis, torch.float8_e4m3fn)
+    top = math.ceil(0.0 / math.log(2)) * math.log(2)
+    e = torch.exp(s - top).float().to(torch.float8_e4m3fn).double()
+    assert torch.allclose(p, e / e.sum())
+    assert float(lse) == pytest.approx(top + math.log(float(e.sum())))
+    assert float(p.sum()) == pytest.approx(1.0)
+
+
+def test_mma_rounding_points_measured_against_the_exact_reference():
+    """The e4m3 MMA mode's own error (Q per row and P in e4m3) against the float64 exact
+    reference on randn workloads: out within 2 % of max |out| (0.3 % rms measured), lse
+    within 0.1 (0.05 measured on a 1-key sequence, where lse is one score)."""
+    from mlagen.problem import make_inputs
+    from mlagen.schedule.records import Problem
+    prob = Problem(page_size=64, dtype="bf16", max_s_q=1, kv_format="fp8_e4m3")
+    inp = make_inputs(prob, 3, [1, 700, 4100], s_q=1, heads=16, seed=1)
+    exact = R.run(inp, torch.float64)
+    mma = R.run(inp, torch.float64, rounded=("q_e4m3", "p_e4m3"))
+    scale = float(exact.out.abs().max())
+    assert float((mma.out - exact.out).abs().max()) < 0.02 * scale
+    assert float((mma.lse - exact.lse).abs().max()) < 0.1
+    rms = (mma.out - exact.out).pow(2).mean().sqrt() / exact.out.pow(2).mean().sqrt()
+    assert 1e-4 < float(rms) < 1e-2
+
+
+def test_the_mma_oracle_separates_the_rounded_reference_from_the_exact_one():
+    """verify's allowances for e4m3 MMAs are tight enough that the unrounded reference (a
+    kernel that skipped a rounding point, or rounded Q with the wrong scale) fails."""
+    from mlagen.problem import make_inputs
+    from mlagen.schedule.records import Schedule
+    from mlagen.verify.compare import compare_tensor, tolerances_for
+    from mlagen.verify.oracle import oracle_for
+    s = Schedule.build(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=8,
+                       rows_per_tile=16, kv_format="fp8_e4m3", fp8_converters=0,
+                       fp8_raw_slots=4, fp8_mma="mma")
+    inp = make_inputs(s.problem, 3, [64, 65, 3000], s_q=1, heads=16, seed=1)
+    want = oracle_for(s)(inp)
+    tol = tolerances_for("bf16")
+    slack = want.extra["slack"]
+    for name in ("out", "lse"):
+        assert compare_tensor(name, getattr(want, name), getattr(want, name), tol[name],
+                              slack=slack[name]).ok
+    exact = R.run(inp, torch.float64)
+    assert not compare_tensor("out", exact.out, want.out, tol["out"], slack=slack["out"]).ok

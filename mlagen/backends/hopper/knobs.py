@@ -8,8 +8,8 @@ from typing import Union
 from ...schedule.records import Mapping, knob
 
 MAINLOOPS = ("mma_sync", "wgmma")
-# 8-bit KV caches: "dequant" converts K to the q dtype in the kernel (bf16 MMAs); "mma" (e4m3
-# MMAs, Q quantized on the fly) is reserved for the FP8 MMA kernel
+# 8-bit KV caches: "dequant" converts K to the q dtype in the kernel (16-bit MMAs); "mma": e4m3
+# MMAs on the raw bytes, Q quantized per row on the fly (the register path, mla_fp8_regs.cuh)
 FP8_MMAS = ("dequant", "mma")
 
 
@@ -24,7 +24,8 @@ class HopperMapping(Mapping):
     mainloop: str = knob("mma_sync", "main loop: mma_sync (cp.async) or wgmma", tag="")
     # compile-time for 8-bit caches only (backend.variant_parts leaves it out of 16-bit ones)
     fp8_mma: str = knob("dequant", "8-bit KV caches: \"dequant\" (K converted to bf16 in "
-                                   "the kernel, bf16 MMAs); \"mma\" is reserved", tag="fp8")
+                                   "the kernel, 16-bit MMAs); \"mma\": e4m3 MMAs (dense "
+                                   "fp8_e4m3, 16 rows, fp8_converters = 0)", tag="fp8")
     fp8_converters: int = knob(1, "8-bit KV caches: converter warpgroups (1 or 2), or 0: "
                                   "the consumer converts its operands in registers",
                                tag="fp8cv")

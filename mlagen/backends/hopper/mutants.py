@@ -24,6 +24,7 @@ POOLS = ("hopper_sparse_two_pools",)                 # a second pool (extra_topk
 FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, k_descale
 FP8D = ("hopper_fp8_ds_mla",)                                    # e4m3 tiles with fp32 scales
 FP8R = ("hopper_fp8_e4m3_regs",)        # fp8_e4m3 converted in the consumer's registers
+FP8M = ("hopper_fp8_e4m3_mma",)         # fp8_e4m3 with e4m3 MMAs (fp8_mma = "mma")
 V4 = ("hopper_sparse_v4",)              # d_qk 512, fp8_ue8m0_paged pages, two pools
 V4W = ("hopper_sparse_v4_r64",)         # the same in the 64-row kernel
 
@@ -230,6 +231,17 @@ MUTANTS = (
            "using P02 = fp8::Pair<0, 2>;", "using P02 = fp8::Pair<0, 1>;",
            "V^T's fragment pairs taken as the bytes lie (one key, two value columns) "
            "instead of one column of two keys", FP8R),
+    # ---- e4m3 MMAs on the register path (fp8_mma = "mma", mla_fp8_regs.cuh)
+    Mutant("mma_p_keys_unpermuted", "hopper", "mla_wgmma_rows.cuh",
+           "const int kp = fp8::p_kpos(key);   // P^T in the V^T fragments' key order",
+           "const int kp = key;   // P^T in plain key order",
+           "P^T written in plain key order while the V^T fragments hold each 16 keys "
+           "permuted (keys 2c + 1 and 8 + 2c trade places)", FP8M),
+    Mutant("mma_q_scale_first_row", "hopper", "mla_wgmma_rows.cuh",
+           "qinv[c] = sm.stat[C::kQScale + c2 + (c & 1) + 8 * (c >> 1)];   // its q_scale",
+           "qinv[c] = sm.stat[C::kQScale];   // its q_scale",
+           "every query row's scores scaled by the first row's q_scale (amax / 448 of the "
+           "first head) instead of its own", FP8M),
     Mutant("regs_q_scale_first_row", "hopper", "mla_wgmma_rows.cuh",
            "qinv[c] = sm.stat[C::kQScale + 8 * (c >> 1) + c2 + (c & 1)];",
            "qinv[c] = sm.stat[C::kQScale];",

@@ -1135,7 +1135,7 @@ struct WgmmaRowsKernel {
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
           if constexpr (C::kMma)
-            qinv[c] = sm.stat[C::kQScale + 8 * (c >> 1) + c2 + (c & 1)];   // its q_scale
+            qinv[c] = sm.stat[C::kQScale + c2 + (c & 1) + 8 * (c >> 1)];   // its q_scale
           else
             qinv[c] = sm.stat[C::kQScale + 8 * (c >> 1) + c2 + (c & 1)];
         }
