@@ -842,16 +842,27 @@ struct WgmmaRowsKernel {
 
   // S^T of a raw block with e4m3 wgmmas: 18 k32 steps (16 latent, 2 rope), each one
   // ldmatrix of K (the register conversion's, unconverted) and Q's k32 step from the e4m3 Q
-  // tile (step g: slice g / 4, + 32 bytes a step); batches and accumulators as regs_scores.
+  // tile (step g: slice g / 4, + 32 bytes a step); batches as regs_scores.  Each batch (96
+  // products) starts a fresh accumulator, added to s in fp32 once it is waited for: the fp8
+  // tensor cores accumulate with about 14 bits (DeepSeek-V3's report), so a chain of wgmmas
+  // onto one accumulator would drop the low bits of every later step.
   static __device__ __forceinline__ void mma_scores(uint32_t raw, const Smem& sm, int warp,
                                                     int lane, float (&s)[kAcc]) {
     const int r = 16 * warp + 8 * ((lane >> 3) & 1) + (lane & 7), hi = lane >> 4;
     const uint32_t row = raw + r * 128, rope = raw + L::kLatentBytes + r * 64;
     const sm90::SmemDesc qd = sm90::make_desc_sw128(sm90::smem_addr(sm.q), 16, 1024);
-    float s1[kAcc];
+    float t0[kAcc], t1[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) s[i] = 0.f;
 #pragma unroll
     for (int b = 0; b < kStBatches; ++b) {
-      if (b >= 2) sm90::wgmma_wait<1>();
+      float(&acc)[kAcc] = b % 2 ? t1 : t0;
+      if (b >= 2) {
+        sm90::wgmma_wait<1>();   // batch b - 2 (this accumulator's last) is done
+        sm90::reg_fence(acc);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) s[i] += acc[i];
+      }
       uint32_t a[kStBatch][4];
 #pragma unroll
       for (int j = 0; j < kStBatch; ++j) {
@@ -864,13 +875,12 @@ struct WgmmaRowsKernel {
           sm90::ldsm_x4(rope + ((c ^ ((r >> 1) & 3)) << 4), a[j]);
         }
       }
-      float(&acc)[kAcc] = b % 2 ? s1 : s;
       sm90::wgmma_fence();
 #pragma unroll
       for (int j = 0; j < kStBatch; ++j) {
         const int g = kStBatch * b + j;
         const uint64_t d = sm90::desc_at(qd, (g >> 2) * C::kQSliceBytes + (g & 3) * 32);
-        if (b < 2 && j == 0)
+        if (j == 0)
           sm90::wgmma_m64n16k32_rs_e4m3<true>(acc, a[j], d);
         else
           sm90::wgmma_m64n16k32_rs_e4m3(acc, a[j], d);
@@ -878,17 +888,19 @@ struct WgmmaRowsKernel {
       sm90::wgmma_commit();
     }
     sm90::wgmma_wait<0>();
-    sm90::reg_fence(s);
-    sm90::reg_fence(s1);
+    sm90::reg_fence(t0);
+    sm90::reg_fence(t1);
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) s[i] += s1[i];
+    for (int i = 0; i < kAcc; ++i) s[i] += t0[i] + t1[i];
   }
 
-  // O^T += V^T P^T of a raw block with e4m3 wgmmas: the ldmatrix.trans of regs_pv, its words
-  // permuted into k32 A registers (mla_fp8_regs.cuh), keys at or past rem zeroed; 2 k32
-  // steps a tile.  Batch b: step b / 2 of tiles 4 (b % 2) .. + 3.  Issued, not waited for.
+  // V^T P^T of a raw block with e4m3 wgmmas into pv (fresh: the caller adds it to O^T in
+  // fp32 once waited for, as mma_scores does, so that O^T never chains through the fp8
+  // accumulation): the ldmatrix.trans of regs_pv, its words permuted into k32 A registers
+  // (mla_fp8_regs.cuh), keys at or past rem zeroed; 2 k32 steps a tile.  Batch b: step
+  // b / 2 of tiles 4 (b % 2) .. + 3.  Issued, not waited for.
   static __device__ __forceinline__ void mma_pv(uint32_t raw, uint32_t pbase, int warp,
-                                                int lane, int rem, float (&o)[8][kAcc]) {
+                                                int lane, int rem, float (&pv)[8][kAcc]) {
     const int kc = 2 * (lane % 4);
     const sm90::SmemDesc pd = sm90::make_desc_sw128(pbase, 16, 1024);
 #pragma unroll
@@ -909,7 +921,7 @@ struct WgmmaRowsKernel {
         a[j][1] = fp8::prmt(w[0], w[1], 0x7531u);
         a[j][2] = fp8::prmt(w[2], w[3], 0x6420u);
         a[j][3] = fp8::prmt(w[2], w[3], 0x7531u);
-        if (rem < C::kBlock) {
+        if (C::kBlock > rem) {   // a piece's last block: keys past its end zeroed
           const uint32_t k0 = fp8::keep_key_bytes(32 * kp + kc, rem);
           const uint32_t k1 = fp8::keep_key_bytes(32 * kp + 16 + kc, rem);
           a[j][0] &= k0;
@@ -920,9 +932,14 @@ struct WgmmaRowsKernel {
       }
       sm90::wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < kPvBatch; ++j)
-        sm90::wgmma_m64n16k32_rs_e4m3(o[kPvBatch * (b % 2) + j], a[j],
-                                      sm90::desc_at(pd, kp * 32));
+      for (int j = 0; j < kPvBatch; ++j) {
+        if (kp == 0)
+          sm90::wgmma_m64n16k32_rs_e4m3<true>(pv[kPvBatch * (b % 2) + j], a[j],
+                                              sm90::desc_at(pd, 0));
+        else
+          sm90::wgmma_m64n16k32_rs_e4m3(pv[kPvBatch * (b % 2) + j], a[j],
+                                        sm90::desc_at(pd, 32));
+      }
       sm90::wgmma_commit();
     }
   }
@@ -1160,11 +1177,20 @@ struct WgmmaRowsKernel {
           softmax_block(s, t0, lim, lims, true, true, scale, m, lsum, o, red, pbase, bar, warp,
                         lane, k0, c2);
           const int rem = FAULT == kFaultSkipPartialPage ? C::kBlock : pc.end - t0;
-          if constexpr (C::kMma)
-            mma_pv(raw, pbase, warp, lane, rem, o);
-          else
+          if constexpr (C::kMma) {
+            float pv[8][kAcc];
+            mma_pv(raw, pbase, warp, lane, rem, pv);
+            sm90::wgmma_wait<0>();
+#pragma unroll
+            for (int mt = 0; mt < 8; ++mt) {
+              sm90::reg_fence(pv[mt]);
+#pragma unroll
+              for (int i = 0; i < kAcc; ++i) o[mt][i] += pv[mt][i];
+            }
+          } else {
             regs_pv(raw, pbase, warp, lane, rem, o);
-          sm90::wgmma_wait<0>();
+            sm90::wgmma_wait<0>();
+          }
 #pragma unroll
           for (int mt = 0; mt < 8; ++mt) sm90::reg_fence(o[mt]);
           __syncwarp();
