@@ -324,6 +324,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-fp8", default=None, metavar="LIB",
                    help="also time vLLM's dense FP8 FlashMLA kernel (its torch extension, "
                         "benchmarks/anchors/README.md) on the fp8_e4m3 rows' caches")
+    p.add_argument("--fp8-mma", default=None, choices=("dequant", "mma"),
+                   help="the fp8_e4m3 rows' fp8_mma knob (targets whose bench takes it: \"mma\" "
+                        "times e4m3 MMAs where the kernel has them)")
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("tune", help="measure a target's legal schedules on a list of shapes and "

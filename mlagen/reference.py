@@ -589,7 +589,7 @@ def run(inputs: MlaInputs | SparseInputs, dtype: torch.dtype = torch.float32,
     _check_rounded(rounded)
     extra: dict = {}
     if "q_e4m3" in rounded or "p_e4m3" in rounded:
-        # e4m3 MMAs (dense attention alone: the hopper register path)
+        # e4m3 MMAs (a kernel of dense attention)
         if isinstance(inputs, SparseInputs) or inputs.q is None:
             raise InputError("the q_e4m3 / p_e4m3 rounding points are dense attention's")
         q = quantize_q_e4m3(inputs.q) if "q_e4m3" in rounded else inputs.q

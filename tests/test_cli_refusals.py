@@ -284,6 +284,19 @@ def test_bench_vllm_fp8_extension_is_checked_before_the_device(tmp_path, clean, 
     assert clean() == []
 
 
+def test_bench_fp8_mma_is_refused_off_the_register_path(clean, capsys):
+    """--fp8-mma mma: fp8_e4m3 rows on the register path only (the e4m3 MMAs' kernel)."""
+    refused(capsys, ["bench", "--target", "hopper", "--shape", "128,1,8192,16",
+                     "--fp8-mma", "mma"], "give --kv-format fp8_e4m3 too")
+    refused(capsys, ["bench", "--target", "hopper", "--shape", "4,1,8192,16", "--kv-format",
+                     "bf16,fp8_e4m3", "--fp8-mma", "mma"],
+            "shape 4,1,8192,16 is not on the register path")
+    refused(capsys, ["bench", "--target", "hopper", "--shape", "128,2,8192,16",
+                     "--kv-format", "fp8_e4m3", "--fp8-mma", "mma"], "s_q * h_q <= 16")
+    refused(capsys, ["bench", "--target", "sc11", "--fp8-mma", "mma"], "another target's knob")
+    assert clean() == []
+
+
 # ------------------------------------------------------------- bench --shape ----------
 def test_bench_shapes_are_checked_before_the_device(clean, capsys):
     """A malformed --shape, --shape with --quick, and --shape for a target that benchmarks

@@ -440,3 +440,14 @@ def test_report_with_vllm_fp8_timed_in_the_run():
     rows[1].vllm_check, rows[1].ratio_vllm = "RuntimeError: x", None
     bench.summarize(rep)
     assert rep.geomean_vllm is None
+
+
+def test_fp8_mma_rows_take_the_default_schedule_with_e4m3_mmas():
+    """--fp8-mma mma: an fp8_e4m3 row on the register path is timed with the API's default
+    for its shape, fp8_mma = "mma"; bf16 rows and a given schedule are left alone."""
+    row = bench.Row(128, 1, 8192, 16, False, "shape", kv="fp8_e4m3")
+    s = bench.row_schedule(row, None, "mma")
+    assert s.mapping.fp8_mma == "mma" and s.mapping.fp8_converters == 0
+    assert "fp8mma" in s.variant_name()
+    assert bench.row_schedule(bench.Row(128, 1, 8192, 16, False, "shape"), None, "mma") is None
+    assert bench.row_schedule(row, None, "") is None

@@ -826,10 +826,36 @@ def rich_table(rep: Report):
     return t
 
 
+def mma_refusal(shapes, kv_formats) -> str:
+    """Why --fp8-mma mma cannot time these rows ("" if it can): e4m3 MMAs are built on the
+    register path alone, which the API's default takes for fp8_e4m3 at s_q * h_q <= 16
+    and batch >= FP8_REGS_BATCH (defaults.py)."""
+    from .defaults import FP8_REGS_BATCH
+
+    if "fp8_e4m3" not in kv_formats:
+        return "--fp8-mma mma times the fp8_e4m3 rows: give --kv-format fp8_e4m3 too"
+    for s in shapes:
+        if s.s_q * s.h_q > 16 or s.b < FP8_REGS_BATCH:
+            return (f"--fp8-mma mma: shape {s.label()} is not on the register path that "
+                    f"e4m3 MMAs are built on (s_q * h_q <= 16 and b >= {FP8_REGS_BATCH})")
+    return ""
+
+
+def row_schedule(row: Row, schedule, fp8_mma: str = ""):
+    """The schedule a row is timed with: the caller's; or, for an fp8_e4m3 row under
+    --fp8-mma, the API's default for its shape with that fp8_mma."""
+    if not fp8_mma or row.kv != "fp8_e4m3" or schedule is not None:
+        return schedule
+    from .defaults import canonical, default_schedule
+
+    d = default_schedule(row.s_q * row.h_q, "bf16", row.b, kv="fp8_e4m3")
+    return canonical(d.replace(fp8_mma=fp8_mma))
+
+
 def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = None,
               progress: bool = True, command: str = "mlagen bench --target hopper",
               flashmla: Optional[str] = None, shapes=(), kv_formats=("",),
-              vllm_fp8: Optional[str] = None) -> Report:
+              vllm_fp8: Optional[str] = None, fp8_mma: str = "") -> Report:
     import torch
 
     from ...version import __version__
@@ -864,11 +890,13 @@ def run_bench(schedule=None, quick: bool = False, out_prefix: Optional[Path] = N
             task = bar.add_task("bench", total=len(rows))
             for r in rows:
                 bar.update(task, description=r.label())
-                rep.rows.append(measure_row(r, schedule, live=live, vllm=vllm))
+                rep.rows.append(measure_row(r, row_schedule(r, schedule, fp8_mma),
+                                            live=live, vllm=vllm))
                 bar.advance(task)
     else:
         for r in rows:
-            rep.rows.append(measure_row(r, schedule, live=live, vllm=vllm))
+            rep.rows.append(measure_row(r, row_schedule(r, schedule, fp8_mma), live=live,
+                                        vllm=vllm))
             print(f"{r.label()}: {r.check or r.error} eager {_f(r.eager_ms, '.4f')} graph "
                   f"{_f(r.graph_ms, '.4f')} kernels {_f(r.kernel_ms, '.4f')} ratio "
                   f"{_f(r.ratio, '.3f')} graph ratio {_f(r.ratio_graph, '.2f')} step "
@@ -911,6 +939,11 @@ def bench_main(args) -> int:
     if shapes and args.quick:
         raise MlagenError("--quick cuts the benchmark of record's rows; with --shape the "
                           "shapes given are the rows: give one or the other")
+    fp8_mma = getattr(args, "fp8_mma", None) or ""
+    if fp8_mma == "mma":
+        why = mma_refusal(shapes, kv_formats)
+        if why:
+            raise MlagenError(why)
     flashmla = getattr(args, "flashmla", None)
     if flashmla:
         from .flashmla_live import load as load_flashmla
@@ -946,9 +979,10 @@ def bench_main(args) -> int:
                     + (" --kv-format " + ",".join(kv or "bf16" for kv in kv_formats)
                        if kv_formats != ("",) else "")
                     + (f" --flashmla {Path(flashmla).name}" if flashmla else "")
-                    + (f" --vllm-fp8 {Path(vllm_fp8).name}" if vllm_fp8 else ""),
+                    + (f" --vllm-fp8 {Path(vllm_fp8).name}" if vllm_fp8 else "")
+                    + (f" --fp8-mma {fp8_mma}" if fp8_mma else ""),
                     flashmla=flashmla, vllm_fp8=vllm_fp8,
-                    shapes=shapes, kv_formats=kv_formats)
+                    shapes=shapes, kv_formats=kv_formats, fp8_mma=fp8_mma)
     from rich.console import Console
 
     con = Console()

@@ -476,6 +476,9 @@ def bench_main(args) -> int:
         raise MlagenError("--flashmla: target sc11 has no FlashMLA reference to time")
     if getattr(args, "vllm_fp8", None):
         raise MlagenError("--vllm-fp8: target sc11 has no vLLM kernel to time")
+    if getattr(args, "fp8_mma", None):
+        raise MlagenError("--fp8-mma: another target's knob; sc11's FP8 schedules say their "
+                          "own")
     if getattr(args, "shape", None):
         raise MlagenError("--shape: target sc11's bench is its scheme grid (batch x seqlen); "
                           "`mlagen run SCHEDULE --batch B --seqlen S` times one point")
