@@ -166,13 +166,15 @@ def _visible(lens: torch.Tensor, valid: torch.Tensor, s_q: int, causal: bool) ->
 
 def quantize_q_e4m3(q: torch.Tensor) -> torch.Tensor:
     """The "q_e4m3" rounding point: q [..., d] with each row quantized as the e4m3-MMA kernel
-    does it (float32: q_scale = amax |q| / 448, 1 for a zero row, NaN for a row holding an
-    inf or a NaN; e4m3 = round-to-nearest-even of q / q_scale), returned dequantized in
-    float64 (e4m3 * q_scale, exact)."""
+    does it (float32 with subnormals flushed: q_scale = max(amax |q| / 448, 2^-126), 1 for
+    a zero row, NaN for a row holding an inf or a NaN; e4m3 = round-to-nearest-even of
+    q / q_scale), returned dequantized in float64 (e4m3 * q_scale, exact)."""
     x = q.float()
+    # the kernel's build flushes float32 subnormals: such a q value is 0, a scale >= 2^-126
+    x = torch.where(x.abs() < 2.0 ** -126, 0.0, x)
     finite = torch.isfinite(x)
     amax = torch.where(finite, x.abs(), 0.0).amax(dim=-1, keepdim=True)
-    qs = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    qs = torch.where(amax > 0, (amax / 448.0).clamp_min(2.0 ** -126), torch.ones_like(amax))
     qs = torch.where(finite.all(dim=-1, keepdim=True), qs, math.nan)
     q8 = (x / qs).to(torch.float8_e4m3fn)
     return q8.double() * qs.double()

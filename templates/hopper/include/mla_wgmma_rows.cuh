@@ -784,7 +784,7 @@ struct WgmmaRowsKernel {
   // each row's q_scale (amax |q| / 448; 1 for a zero row or one past s_q*h_q; NaN for a row
   // with inf or NaN, so that it stays NaN) to sm.stat[kQScale + r].  Thread t: row t / 8,
   // 8-column chunks t % 8 + 8 j.  Divisions IEEE (__fdiv_rn: the build has fast math), as
-  // the reference's float32 ones.
+  // the reference's float32 ones; fp32 subnormal q values count as 0 (-ftz).
   static __device__ __forceinline__ void load_q_e4m3(const MlaParams& p, const Smem& sm,
                                                      int req, int row0, int rows_total, int t) {
     constexpr int kPer = kChunks / 8;   // chunks a thread: 9
@@ -818,7 +818,8 @@ struct WgmmaRowsKernel {
     bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
     bad |= __shfl_xor_sync(0xffffffffu, bad, 2);
     bad |= __shfl_xor_sync(0xffffffffu, bad, 4);
-    const float qs = bad ? NAN : mx > 0.f ? __fdiv_rn(mx, 448.f) : 1.f;
+    // at least 2^-126: the build flushes fp32 subnormals (as the reference models it)
+    const float qs = bad ? NAN : mx > 0.f ? fmaxf(__fdiv_rn(mx, 448.f), 0x1p-126f) : 1.f;
     if (t % 8 == 0) sm.stat[C::kQScale + r] = qs;
     const uint32_t qbase = sm90::smem_addr(sm.q);
 #pragma unroll
