@@ -173,7 +173,8 @@ def check_mma(inp, sched, causal=True):
     tol = tolerances_for(inp.q.dtype)
     for name, got in (("out", out), ("lse", lse)):
         r = compare_tensor(name, got, getattr(want, name), tol[name],
-                           slack=want.extra["slack"][name])
+                           slack=want.extra["slack"][name],
+                           cos_slack=want.extra["cos_slack"])
         assert r.ok, r.summary()
     return out, lse
 
