@@ -174,7 +174,7 @@ def check_mma(inp, sched, causal=True):
     for name, got in (("out", out), ("lse", lse)):
         r = compare_tensor(name, got, getattr(want, name), tol[name],
                            slack=want.extra["slack"][name],
-                           cos_slack=want.extra["cos_slack"])
+                           cos_bar=want.extra["cos_bar"])
         assert r.ok, r.summary()
     return out, lse
 

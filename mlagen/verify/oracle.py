@@ -194,6 +194,10 @@ _E4M3_ULP, _E4M3_MIN, _E4M3_SUB = 2.0 ** -3, 2.0 ** -5, 2.0 ** -9
 # 2^-13 left one dominant key's one-step flip outside the allowance on an H100 (16 values of
 # one row off by 0.02): the hardware's truncation is coarser than that model
 _FP8_ACC = 2.0 ** -10
+# a weight within this (relative) of a rounding point may flip whatever the model says: one
+# row's lse flipped with its score's modelled error below the margin (H100)
+_E4M3_NEAR = 2.0 ** -6
+MMA_COS_BAR = 1e-4
 
 
 def _near_e4m3_midpoint(e: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
@@ -241,7 +245,7 @@ def mma_rounding_slack(inputs: MlaInputs, expected: MlaOutputs) -> dict[str, tor
         total = e.to(torch.float32).to(torch.float8_e4m3fn).double().sum(-1, keepdim=True)
         total = total.clamp_min(1e-300)
         ds = _FP8_ACC * mag                                             # score error
-        near = _near_e4m3_midpoint(e, ds.clamp_min(2.0 ** -18))
+        near = _near_e4m3_midpoint(e, ds.clamp_min(_E4M3_NEAR))
         de = (_E4M3_SUB * ((e < _E4M3_MIN) & (e > 0)) + _E4M3_ULP * e * near + ds * e)
         v = kf[:, :dv]
         o = torch.nan_to_num(expected.out[i].to(dev, torch.float64), nan=0.0)   # [s, h, dv]
@@ -272,7 +276,9 @@ def oracle_for(schedule) -> Callable[..., MlaOutputs]:
             # e4m3 MMAs: the reference at the kernel's e4m3 points, with their allowances
             want = reference.run(inputs, dtype=dtype, rounded=rounded)
             want.extra["slack"] = mma_rounding_slack(inputs, want)
-            want.extra["cos_slack"] = True    # the flips are expected, not rare
+            # one-step flips of the weights are expected, not rare: the cosine difference
+            # against this reference reached 1.9e-5 on verify's smoke draws (H100)
+            want.extra["cos_bar"] = MMA_COS_BAR
             return want
         want = reference.run(inputs, dtype=dtype)
         if hasattr(inputs, "pools"):
