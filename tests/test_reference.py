@@ -527,3 +527,53 @@ def test_the_mma_oracle_separates_the_rounded_reference_from_the_exact_one():
     exact = R.run(inp, torch.float64)
     assert not compare_tensor("out", exact.out, want.out, tol["out"], slack=slack["out"],
                               cos_bar=want.extra["cos_bar"]).ok
+
+
+def test_the_mma_oracle_catches_its_two_planted_faults_modelled():
+    """Models of the e4m3 MMAs' two planted faults: P^T written in plain key order
+    (mma_p_keys_unpermuted: each weight meets the V of the key the V^T fragments hold at
+    its position) and every row's scores scaled by the first row's q_scale
+    (mma_q_scale_first_row).  verify's allowances (flips near a rounding point, the fp8
+    accumulation, its cosine bar) must not hide them; the model without a fault passes."""
+    from mlagen.problem import make_inputs
+    from mlagen.schedule.records import Schedule
+    from mlagen.verify.compare import compare_tensor, tolerances_for
+    from mlagen.verify.oracle import _keys, oracle_for
+
+    def kpos(key):   # mla_fp8_regs.cuh's p_kpos
+        return 16 * (key >> 4) + 4 * ((key & 7) >> 1) + 2 * ((key >> 3) & 1) + (key & 1)
+
+    held = {kpos(k): k for k in range(64)}            # position -> the key V^T holds there
+    assert sorted(held) == list(range(64))
+    s = Schedule.build(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=8,
+                       rows_per_tile=16, kv_format="fp8_e4m3", fp8_converters=0,
+                       fp8_raw_slots=4, fp8_mma="mma")
+    inp = make_inputs(s.problem, 2, [200, 130], s_q=1, heads=16, seed=3)
+    want = oracle_for(s)(inp)
+    q = R.quantize_q_e4m3(inp.q)
+    tol = tolerances_for("bf16")["out"]
+
+    def model(at: dict, q=q):
+        outs = []
+        for i, n in enumerate(inp.cache_seqlens.tolist()):
+            kv = _keys(inp, i, n)
+            x = torch.einsum("shd,td->sht", q[i], kv) * inp.softmax_scale
+            top = torch.ceil(x.amax(-1, keepdim=True) / math.log(2)) * math.log(2)
+            e = torch.exp(x - top).float().to(torch.float8_e4m3fn).double()
+            src = [64 * (t // 64) + at[t % 64] for t in range(n)]
+            v = torch.stack([kv[j, :512] if j < n else torch.zeros(512, dtype=torch.float64)
+                             for j in src])
+            outs.append(torch.einsum("sht,tc->shc", e, v) / e.sum(-1, keepdim=True))
+        return compare_tensor("out", torch.stack(outs), want.out, tol,
+                              slack=want.extra["slack"]["out"], cos_bar=want.extra["cos_bar"])
+
+    plain = {k: k for k in range(64)}
+    assert model(plain).ok          # the model itself, without a fault
+    rep = model(held)
+    assert not rep.ok
+    assert rep.n_bad > want.out.numel() // 4, rep.summary()
+    # the first (token, head) row's scale for all: scores q8 . k * qs_0 for q8 = q / qs_row
+    qs = inp.q.float().abs().amax(-1, keepdim=True).double() / 448.0
+    first = qs.flatten(1, 2)[:, :1].unsqueeze(-1)       # each request's first row
+    rep = model(plain, q * first / qs)
+    assert not rep.ok and rep.n_bad > 0, rep.summary()
