@@ -102,7 +102,21 @@ def main() -> int:
     commit = a.commit or subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT,
                                         text=True, capture_output=True).stdout.strip()
     dev = device_name()
+    date = subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=ROOT, text=True,
+                          capture_output=True).stdout.strip() or "unknown"
+    path = a.out / f"verify_times_{device_tag(dev)}_{commit}.json"
     rows = []
+
+    def write() -> None:
+        # after every run: a run cut short by a time limit keeps the rows it finished
+        rec = dict(commit=commit, commit_date=date, device=dev, bars_s=BARS,
+                   command="python benchmarks/verify_times.py " + " ".join(_argv_without_out()),
+                   note="one schedule at a time, each a fresh `mlagen verify --json` process; "
+                        "wall_s: the whole command (imports, builds on a cold cache, workers, "
+                        "examples); examples_s: the examples alone; setup_s: runner ready",
+                   runs=rows)
+        path.write_text(json.dumps(rec, indent=1) + "\n")
+
     print("| schedule | profile | result | whole command (s) | examples (s) | examples | "
           "runner ready (s) | kernel / inputs / reference / compare (s) |")
     print("|---|---|---|---|---|---|---|---|")
@@ -111,6 +125,7 @@ def main() -> int:
             for s in scheds:
                 r = one(s, prof, a.timeout, Path(tmp))
                 rows.append(r)
+                write()
                 ph = r.get("phase_s") or {}
                 parts = " / ".join(f"{ph.get(k, 0):.1f}"
                                    for k in ("kernel", "inputs", "reference", "compare"))
@@ -118,16 +133,6 @@ def main() -> int:
                       f"{r['wall_s']:.1f} | {r.get('examples_s', 0):.1f} | "
                       f"{r.get('examples', 0)} | {r.get('setup_s', 0):.1f} | {parts} |",
                       flush=True)
-    date = subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=ROOT, text=True,
-                          capture_output=True).stdout.strip() or "unknown"
-    rec = dict(commit=commit, commit_date=date, device=dev, bars_s=BARS,
-               command="python benchmarks/verify_times.py " + " ".join(_argv_without_out()),
-               note="one schedule at a time, each a fresh `mlagen verify --json` process; "
-                    "wall_s: the whole command (imports, builds on a cold cache, workers, "
-                    "examples); examples_s: the examples alone; setup_s: runner ready",
-               runs=rows)
-    path = a.out / f"verify_times_{device_tag(dev)}_{commit}.json"
-    path.write_text(json.dumps(rec, indent=1) + "\n")
     print(f"record: {path}")
     return 0 if all(r["ok"] for r in rows) else 1
 
