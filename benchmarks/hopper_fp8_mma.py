@@ -8,12 +8,12 @@ the 8-bit rows); 50 back-to-back calls each between CUDA events, one process.
 import sys
 from pathlib import Path
 
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))   # run from a checkout
 
 from mlagen.backends.hopper import api  # noqa: E402
+from mlagen.backends.hopper.bench import time_back_to_back  # noqa: E402
 from mlagen.problem import make_inputs  # noqa: E402
 from mlagen.schedule import load  # noqa: E402
 from mlagen.schedule.records import Problem  # noqa: E402
@@ -31,16 +31,7 @@ def timed(inp, sched, reps=50):
                                           inp.cache_seqlens, 512, md, ns,
                                           softmax_scale=inp.softmax_scale, causal=True,
                                           schedule=sched, descale_k=inp.k_descale)
-    for _ in range(5):
-        call()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        call()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / reps * 1e3
+    return time_back_to_back(call, reps, warmup=5)
 
 
 rows = []

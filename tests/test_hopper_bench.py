@@ -281,6 +281,10 @@ def test_back_to_back_time_is_one_span_over_its_calls(monkeypatch):
     stand_in_cuda(monkeypatch, log, iter([10.0]))
     us = bench.time_back_to_back(lambda: log.append("call"), calls=50)
     assert log == ["call"] * 51 and us == pytest.approx(200.0)
+    log.clear()
+    stand_in_cuda(monkeypatch, log, iter([10.0]))
+    bench.time_back_to_back(lambda: log.append("call"), calls=50, warmup=5)
+    assert log == ["call"] * 55                          # five warm-ups, then the 50
 
 
 def test_graph_timing_follows_the_graph_anchors_method():

@@ -320,12 +320,13 @@ def time_graph(c: Caller, replays: int = GRAPH_REPLAYS) -> float:
     return statistics.median(times)
 
 
-def time_back_to_back(fn, calls: int = 50) -> float:
-    """us per call of `calls` eager calls in a row (after one warm-up), no cache flush
+def time_back_to_back(fn, calls: int = 50, warmup: int = 1) -> float:
+    """us per call of `calls` eager calls in a row (after `warmup` calls), no cache flush
     between them: do_bench's figure without its L2 flush."""
     import torch
 
-    fn()
+    for _ in range(warmup):
+        fn()
     torch.cuda.synchronize()
     t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     t0.record()
