@@ -110,7 +110,6 @@ class IsolatedRunner:
         self._ctx = mp.get_context("spawn")
         self._proc: Optional[mp.process.BaseProcess] = None
         self._conn = None
-        self._stopping = False
         self.restarts = 0          # workers lost to a crash, a hang or an error
         self.poisoned = True
         self.start_s = 0.0         # the last start: spawn to ready
@@ -148,12 +147,11 @@ class IsolatedRunner:
         if self._conn is not None:
             self._conn.close()
         self._proc, self._conn = None, None
-        self._stopping = False
 
     def stop(self) -> None:
-        """Tell the worker to exit (close waits for it)."""
-        if self._conn is not None and not self._stopping:
-            self._stopping = True
+        """Tell the worker to exit (close waits for it; a second word to a worker that has
+        gone is dropped)."""
+        if self._conn is not None:
             try:
                 self._conn.send_bytes(b"")
             except (OSError, BrokenPipeError):
