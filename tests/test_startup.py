@@ -72,3 +72,35 @@ def test_the_probe_sees_a_heavy_import(tmp_path):
                                "HOME": str(tmp_path)})
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["rc"] == 2 and "torch" in got["loaded"]   # ...run's own checks import it
+
+
+def test_the_hopper_api_does_not_import_the_compiler():
+    """A verify worker imports the Hopper API eagerly: torch._dynamo (about 2 s of its
+    start) comes only with a torch.compile."""
+    probe = ("import sys, mlagen.backends.hopper.api, mlagen.verify.runner, "
+             "mlagen.verify.isolate; print('torch._dynamo' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+
+
+def test_the_api_side_effects_run_outside_a_compiled_graph():
+    """Under torch.compile a wrapped call (a build, a dlopen, a device query in the API)
+    runs eagerly, outside the graph, on every call: never traced by dynamo."""
+    import torch
+
+    from mlagen.backends.hopper.api import _outside_graph
+
+    traced = []
+
+    def side_effect(x):
+        traced.append(torch.compiler.is_compiling())      # True only while dynamo traces it
+        return len(traced)
+
+    for fn, want in ((side_effect, True), (_outside_graph(side_effect), False)):
+        traced.clear()
+        compiled = torch.compile(lambda x: x * fn(x), backend="eager")
+        assert compiled(torch.ones(3)).tolist() == [1.0] * 3
+        assert compiled(torch.ones(3)).tolist() == [2.0] * 3     # not a constant traced once
+        assert traced and all(t is want for t in traced), traced   # the bare one: traced

@@ -154,10 +154,26 @@ def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
     return scheduler.num_parts(slots, rows_total, rows), n, key, cost
 
 
-# Under torch.compile: a build, a dlopen and a device query are side effects it must not
-# trace, so they run outside the graph.
-_library_key_compiled = torch.compiler.disable(_library_key)
-_metadata_plan_compiled = torch.compiler.disable(_metadata_plan)
+def _outside_graph(fn):
+    """fn, run outside torch.compile's graph when called under a compile: a build, a dlopen
+    and a device query are side effects it must not trace.  torch.compiler.disable is made
+    on the first compiled call, not at import: it imports torch._dynamo (about 2 s), which
+    an eager caller (every verify worker) never needs."""
+    disabled = []
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if not torch.compiler.is_compiling():
+            return fn(*args, **kwargs)
+        if not disabled:
+            disabled.append(torch.compiler.disable(fn))
+        return disabled[0](*args, **kwargs)
+
+    return call
+
+
+_library_key_compiled = _outside_graph(_library_key)
+_metadata_plan_compiled = _outside_graph(_metadata_plan)
 
 
 def _int_vector(name: str, t: torch.Tensor, n: Optional[int] = None) -> None:
