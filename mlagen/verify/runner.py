@@ -286,13 +286,16 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         return oracles[key]
 
     members = family_of(schedule) if family else [schedule]
-    if isolate and len(members) > 1:
+    if isolate:
         # the family's workers (the schedule's own among them) start and build at once,
         # before the clock: one build after another inside the run spent its time budget
-        # on nvcc, and one start after another its setup on imports and CUDA contexts
+        # on nvcc, and one start after another its setup on imports and CUDA contexts;
+        # this process's own CUDA context (the reference's) is made meanwhile
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=len(members)) as pool:
+        with ThreadPoolExecutor(max_workers=len(members) + 1) as pool:
+            if reference_device != "cpu":
+                pool.submit(torch.zeros, 1, device=reference_device)
             list(pool.map(kernel_for, members))
     base_kernel = kernel_for(schedule)
     # inputs for the kernel's run-time paths that drawn problems never reach (the real
