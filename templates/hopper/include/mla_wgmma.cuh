@@ -213,6 +213,8 @@ struct WgmmaKernel {
   static constexpr bool kCross = kSparse && MERGE;
   // keys a producer lane converts a block: CTA k's 32 keys or all 64, 8 lanes a key
   static constexpr int kLaneKeys = kCross ? 2 : 4;
+  // fp8_ds_mla in the crossover: the producer's register path (ds_load, ds_put)
+  static constexpr bool kDsRegs = kCross && KV == kKvDsMla;
   static __device__ __forceinline__ int key_row(int rank, int warp, int i, int lane) {
     return kCross ? 32 * rank + 8 * warp + 4 * i + (lane >> 3) : 16 * warp + 4 * i + (lane >> 3);
   }
@@ -353,16 +355,13 @@ struct WgmmaKernel {
   // tile's scale (read from the cache, 16 bytes a key) into slices 2 q + c / 4
   // (st_converted16), then fence, and each warp's lane 0 arrives on full[0..7] (count 4).
   // kCross: the RoPE of all 64 keys (o), the latent of this CTA's 32 (ol: rows key_row).
-  static __device__ __forceinline__ void ds_gather(const Smem& sm, const unsigned char* kc,
-                                                   const int64_t (&o)[4],
-                                                   const int64_t (&ol)[kLaneKeys], int it,
-                                                   int warp, int lane, int rank) {
+  // the RoPE's bf16 bytes [528, 656) of the block's 64 keys straight into the swizzled
+  // slice 8 (full on the 128 cp.async arrivals), once the slice is free
+  static __device__ __forceinline__ void ds_rope(const unsigned char* kc, const int64_t (&o)[4],
+                                                 uint32_t tile, uint64_t* full, uint64_t* empty,
+                                                 uint32_t par, int warp, int lane) {
     using L = Fp8Layout<kKvDsMla>;
-    const int s = it & 1, c = lane & 7;
-    const uint32_t par = ((it >> 1) & 1) ^ 1;
-    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
-    uint64_t* full = sm.full + s * C::kSlices;
-    uint64_t* empty = sm.empty + s * C::kSlices;
+    const int c = lane & 7;
     sm90::mbar_wait(&empty[8], par);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -372,6 +371,17 @@ struct WgmmaKernel {
                           kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);
     }
     sm90::cp_async_mbar_arrive(&full[8]);
+  }
+  static __device__ __forceinline__ void ds_gather(const Smem& sm, const unsigned char* kc,
+                                                   const int64_t (&o)[4],
+                                                   const int64_t (&ol)[kLaneKeys], int it,
+                                                   int warp, int lane, int rank) {
+    const int s = it & 1, c = lane & 7;
+    const uint32_t par = ((it >> 1) & 1) ^ 1;
+    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
+    uint64_t* full = sm.full + s * C::kSlices;
+    uint64_t* empty = sm.empty + s * C::kSlices;
+    ds_rope(kc, o, tile, full, empty, par, warp, lane);
 #pragma unroll 1
     for (int q = 0; q < 4; ++q) {
       sm90::mbar_wait(&empty[4 + q], par);
@@ -422,31 +432,91 @@ struct WgmmaKernel {
                                  key_row(rank, warp, i, lane) * 128 + c * 16);
       __syncwarp();
 #pragma unroll
-      for (int i = 0; i < kLaneKeys; ++i) {
-        const int r = key_row(rank, warp, i, lane);
-        const float f[4] = {sc[i].x, sc[i].y, sc[i].z, sc[i].w};
-        uint32_t w[8];
-        const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
-        fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[i], fp8::scale_bf16x2(scale), w);
-        const int sl = 2 * q + (c >> 2);
-        fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
-        if constexpr (kCross)   // the same row of the other CTA's slice, on its full[sl]
-          fp8::st_async_converted16(rtile + sl * C::kSliceBytes + r * 128, w, c, r,
-                                    rfull + sl * 8);
+      for (int i = 0; i < kLaneKeys; ++i)
+        ds_tile_out(tile, rtile, rfull, v[i], sc[i], q, key_row(rank, warp, i, lane), c);
+      ds_tile_done(full, q, warp, lane);
+    }
+  }
+  // chunk c of key row r's latent tile q (v: its 16 e4m3 bytes; sc: the key's 4 tile scales)
+  // as 16 bf16 values into slices 2 q + c / 4 of this CTA's stage at tile and (kCross) the
+  // other CTA's at rtile, whose full barriers are at rfull
+  static __device__ __forceinline__ void ds_tile_out(uint32_t tile, uint32_t rtile,
+                                                     uint32_t rfull, const uint4& v,
+                                                     const float4& sc, int q, int r, int c) {
+    const float f[4] = {sc.x, sc.y, sc.z, sc.w};
+    uint32_t w[8];
+    const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
+    fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::scale_bf16x2(scale), w);
+    const int sl = 2 * q + (c >> 2);
+    fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
+    if constexpr (kCross)   // the same row of the other CTA's slice, on its full[sl]
+      fp8::st_async_converted16(rtile + sl * C::kSliceBytes + r * 128, w, c, r,
+                                rfull + sl * 8);
+  }
+  // a warp's rows of tile q are stored: slices 2 q, 2 q + 1 complete
+  static __device__ __forceinline__ void ds_tile_done(uint64_t* full, int q, int warp,
+                                                      int lane) {
+    sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
+    __syncwarp();
+    if (lane == 0) {
+      // kCross: warp 0's arrival also expects the other CTA's half of the pair's rows
+      // (32 keys x 128 bytes a slice; its st.async may land before or after)
+      if (kCross && warp == 0) {
+        sm90::mbar_arrive_expect_tx(&full[2 * q], 32 * 128);
+        sm90::mbar_arrive_expect_tx(&full[2 * q + 1], 32 * 128);
+      } else {
+        sm90::mbar_arrive(&full[2 * q]);
+        sm90::mbar_arrive(&full[2 * q + 1]);
       }
-      sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
-      __syncwarp();
-      if (lane == 0) {
-        // kCross: warp 0's arrival also expects the other CTA's half of the pair's rows
-        // (32 keys x 128 bytes a slice; its st.async may land before or after)
-        if (kCross && warp == 0) {
-          sm90::mbar_arrive_expect_tx(&full[2 * q], 32 * 128);
-          sm90::mbar_arrive_expect_tx(&full[2 * q + 1], 32 * 128);
-        } else {
-          sm90::mbar_arrive(&full[2 * q]);
-          sm90::mbar_arrive(&full[2 * q + 1]);
-        }
-      }
+    }
+  }
+  // kCross, the register path: no raw bytes in shared memory.  A block's latent chunks of
+  // this CTA's 32 keys (lane l: chunk l % 8 of its 2 keys' 4 tiles) and their scales are
+  // loaded into registers as the block starts, before its stage is free, so that they are
+  // in flight while the producer waits; then the RoPE gather as ds_gather, and the tiles
+  // converted into both CTAs' stages in the order the consumers free and read the slices
+  // (slice_at: tiles 2, 3, the right V half, then 0, 1).  Unnamed keys load as zeros with
+  // scale 0.
+  struct DsRegs {
+    uint4 v[kLaneKeys][4];
+    float4 sc[kLaneKeys];
+  };
+  static __device__ __forceinline__ void ds_load(const unsigned char* kc,
+                                                 const int64_t (&ol)[kLaneKeys], int lane,
+                                                 DsRegs& g) {
+    const int c = lane & 7;
+#pragma unroll
+    for (int i = 0; i < kLaneKeys; ++i) {
+      const bool ok = sparse_has_key(ol[i]);
+      const unsigned char* src = kc + (ok ? ol[i] : 0);
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
+                       : make_uint4(0u, 0u, 0u, 0u);
+      g.sc[i] = ok ? __ldg(reinterpret_cast<const float4*>(src + 512))
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
+                                                const int64_t (&o)[4], const DsRegs& g, int it,
+                                                int warp, int lane, int rank) {
+    const int s = it & 1, c = lane & 7;
+    const uint32_t par = ((it >> 1) & 1) ^ 1;
+    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
+    uint64_t* full = sm.full + s * C::kSlices;
+    uint64_t* empty = sm.empty + s * C::kSlices;
+    const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
+    const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
+    ds_rope(kc, o, tile, full, empty, par, warp, lane);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int q = (u + 2) & 3;
+      sm90::mbar_wait(&empty[2 * q], par);
+      sm90::mbar_wait(&empty[2 * q + 1], par);
+#pragma unroll
+      for (int i = 0; i < kLaneKeys; ++i)
+        ds_tile_out(tile, rtile, rfull, g.v[i][q], g.sc[i], q, key_row(rank, warp, i, lane), c);
+      ds_tile_done(full, q, warp, lane);
     }
   }
   // -------------------- sparse fp8_ue8m0_paged producer (d_qk 512; a warpgroup): the same
@@ -607,6 +677,29 @@ struct WgmmaKernel {
     const int warp = pt / 32, lane = pt % 32;
     const int rank = kCross ? static_cast<int>(sm90::cluster_ctarank()) : 0;
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
+    if constexpr (kCross) {
+      int it = 0, req = 0;
+      Piece pc;
+      while (next_piece(p, req, pc)) {
+        const auto row = sparse_row<kExtraPool>(p, pc.req);
+        const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+#pragma unroll 1
+        for (int i = 0; i < n; ++i, ++it) {
+          const int t0 = pc.start + i * C::kBlock;
+          int64_t o[4], ol[kLaneKeys];
+          const int64_t x = sparse_key_offset_at(p, row, t0 + 32 * rank + 8 * warp + (lane & 7),
+                                                 pc.end, 1);
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k)
+            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
+          DsRegs g;
+          ds_load(kc, ol, lane, g);
+          sparse_lane_keys(sparse_key_offset(p, row, t0, pc.end, warp, lane, 1), lane, o);
+          ds_put(sm, kc, o, g, it, warp, lane, rank);
+        }
+      }
+      return;
+    }
     int it = 0, req = 0, pend = -1;   // pend: the block gathered and not converted yet
     int64_t po[kLaneKeys];
 #pragma unroll
@@ -695,7 +788,7 @@ struct WgmmaKernel {
   // S's slice order: as refilled (slice_at), or 8-bit caches as the producer finishes them:
   // the RoPE slice (copied, the last), then the converted ones from 0
   static __device__ __forceinline__ constexpr int score_slice(int q) {
-    return kFp8 ? (q == 0 ? C::kSlices - 1 : q - 1) : C::slice_at(q);
+    return kFp8 && !kDsRegs ? (q == 0 ? C::kSlices - 1 : q - 1) : C::slice_at(q);
   }
   static __device__ __forceinline__ void issue_scores(const Smem& sm, const unsigned char* kt,
                                                       uint64_t* full, uint32_t parity,
