@@ -274,8 +274,8 @@ MUTANTS = (
            "fp8_ue8m0_paged: one scale for both slices of a pair (fp8_ds_mla's 128-value "
            "tiles) instead of one per 64 values", V4, FP8_SCALE),
     Mutant("paged64_tail_chunk_early", "hopper", "mla_wgmma.cuh",
-           "kc + (ok ? ol[i] : 0) + 384 + c * 16, ok);",
-           "kc + (ok ? ol[i] : 0) + 320 + c * 16, ok);",
+           "return kc + (sparse_has_key(o) ? o : 0) + 384 + c * 16;",
+           "return kc + (sparse_has_key(o) ? o : 0) + 320 + c * 16;",
            "fp8_ue8m0_paged, 64-row kernel: the latent's last 64 bytes (the side buffer's) "
            "read from 64 bytes early", V4W),
     Mutant("paged64_rope_unswizzled", "hopper", "mla_wgmma.cuh",

@@ -213,8 +213,8 @@ struct WgmmaKernel {
   static constexpr bool kCross = kSparse && MERGE;
   // keys a producer lane converts a block: CTA k's 32 keys or all 64, 8 lanes a key
   static constexpr int kLaneKeys = kCross ? 2 : 4;
-  // fp8_ds_mla in the crossover: the producer's register path (ds_load, ds_put)
-  static constexpr bool kDsRegs = kCross && KV == kKvDsMla;
+  // the crossover's producer converts from registers (ds_load / ds_put, paged_load /
+  // paged_put), the slices in slice_at order
   static __device__ __forceinline__ int key_row(int rank, int warp, int i, int lane) {
     return kCross ? 32 * rank + 8 * warp + 4 * i + (lane >> 3) : 16 * warp + 4 * i + (lane >> 3);
   }
@@ -434,7 +434,7 @@ struct WgmmaKernel {
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i)
         ds_tile_out(tile, rtile, rfull, v[i], sc[i], q, key_row(rank, warp, i, lane), c);
-      ds_tile_done(full, q, warp, lane);
+      tile_done(full, q, true, warp, lane);
     }
   }
   // chunk c of key row r's latent tile q (v: its 16 e4m3 bytes; sc: the key's 4 tile scales)
@@ -453,9 +453,9 @@ struct WgmmaKernel {
       fp8::st_async_converted16(rtile + sl * C::kSliceBytes + r * 128, w, c, r,
                                 rfull + sl * 8);
   }
-  // a warp's rows of tile q are stored: slices 2 q, 2 q + 1 complete
-  static __device__ __forceinline__ void ds_tile_done(uint64_t* full, int q, int warp,
-                                                      int lane) {
+  // a warp's rows of tile q are stored: slices 2 q and (two) 2 q + 1 complete
+  static __device__ __forceinline__ void tile_done(uint64_t* full, int q, bool two, int warp,
+                                                   int lane) {
     sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
     __syncwarp();
     if (lane == 0) {
@@ -463,10 +463,10 @@ struct WgmmaKernel {
       // (32 keys x 128 bytes a slice; its st.async may land before or after)
       if (kCross && warp == 0) {
         sm90::mbar_arrive_expect_tx(&full[2 * q], 32 * 128);
-        sm90::mbar_arrive_expect_tx(&full[2 * q + 1], 32 * 128);
+        if (two) sm90::mbar_arrive_expect_tx(&full[2 * q + 1], 32 * 128);
       } else {
         sm90::mbar_arrive(&full[2 * q]);
-        sm90::mbar_arrive(&full[2 * q + 1]);
+        if (two) sm90::mbar_arrive(&full[2 * q + 1]);
       }
     }
   }
@@ -516,7 +516,7 @@ struct WgmmaKernel {
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i)
         ds_tile_out(tile, rtile, rfull, g.v[i][q], g.sc[i], q, key_row(rank, warp, i, lane), c);
-      ds_tile_done(full, q, warp, lane);
+      tile_done(full, q, true, warp, lane);
     }
   }
   // -------------------- sparse fp8_ue8m0_paged producer (d_qk 512; a warpgroup): the same
@@ -529,6 +529,45 @@ struct WgmmaKernel {
   // no offsets.  Then a block later, slices 2 q + c / 4 from chunk c of tile q (q = 3: c < 4,
   // slice 6), each by its slice's scale; full[0..6] on each warp's lane 0.
   // kCross: the RoPE of all 64 keys (o), the latent and scale rows of this CTA's 32 (ol, sol).
+  // the RoPE's bf16 bytes [448, 576) of the block's 64 keys straight into the swizzled
+  // slice 7 (full on the 128 cp.async arrivals), once the slice is free
+  static __device__ __forceinline__ void paged_rope(const unsigned char* kc,
+                                                    const int64_t (&o)[4], uint32_t tile,
+                                                    uint64_t* full, uint64_t* empty,
+                                                    uint32_t par, int warp, int lane) {
+    const int c = lane & 7;
+    sm90::mbar_wait(&empty[7], par);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 16 * warp + 4 * i + (lane >> 3);
+      const bool ok = sparse_has_key(o[i]);
+      sm90::cp_async16_to(tile + 7 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4),
+                          kc + (ok ? o[i] : 0) + 448 + c * 16, ok);
+    }
+    sm90::cp_async_mbar_arrive(&full[7]);
+  }
+  // the latent's last 64 bytes, chunk c < 4 (tile 3), of the key at o
+  static __device__ __forceinline__ const unsigned char* paged_tail(const unsigned char* kc,
+                                                                    int64_t o, int c) {
+    return kc + (sparse_has_key(o) ? o : 0) + 384 + c * 16;
+  }
+  // the scale-row byte of slice sl (tile q): one scale a 64-value slice
+  static __device__ __forceinline__ int paged_slot(int q, int sl) {
+    const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : sl;
+    return ts & 7;
+  }
+  // chunk c of key row r's slice sl (v: 16 e4m3 bytes, e: the slice's UE8M0 byte) as 16
+  // bf16 values into this CTA's stage at tile and (kCross) the other CTA's at rstage
+  static __device__ __forceinline__ void paged_tile_out(uint32_t tile, uint32_t rstage,
+                                                        uint32_t rbar, const uint4& v,
+                                                        uint32_t e, int sl, int r, int c) {
+    uint32_t w[8];
+    fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::ue8m0_bf16x2(e), w);
+    fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
+    if constexpr (kCross)
+      fp8::st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,
+                                rbar + sl * 8);
+  }
   static __device__ __forceinline__ void paged_gather(const Smem& sm, const unsigned char* kc,
                                                       const int64_t (&o)[4],
                                                       const int64_t (&ol)[kLaneKeys],
@@ -556,20 +595,11 @@ struct WgmmaKernel {
       const int r = key_row(rank, warp, i, lane);
       const bool ok = sparse_has_key(ol[i]);
       if (c < 4)
-        sm90::cp_async16_to(side + r * C::kSideKeyBytes + c * 16,
-                            kc + (ok ? ol[i] : 0) + 384 + c * 16, ok);
+        sm90::cp_async16_to(side + r * C::kSideKeyBytes + c * 16, paged_tail(kc, ol[i], c), ok);
       else if (c == 4)
         sm90::cp_async8_to(side + C::kSideScaleOff + r * 8, kc + (ok ? sol[i] : 0), ok);
     }
-    sm90::mbar_wait(&empty[7], par);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 16 * warp + 4 * i + (lane >> 3);
-      const bool ok = sparse_has_key(o[i]);
-      sm90::cp_async16_to(tile + 7 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4),
-                          kc + (ok ? o[i] : 0) + 448 + c * 16, ok);
-    }
-    sm90::cp_async_mbar_arrive(&full[7]);
+    paged_rope(kc, o, tile, full, empty, par, warp, lane);
     cp_async_commit();
   }
   template <int PENDING>   // cp.async groups that may stay in flight (the next block's)
@@ -594,7 +624,7 @@ struct WgmmaKernel {
         sm90::mbar_wait(&empty[2 * q + 1], par);
       }
       const int sl = 2 * q + (c >> 2);
-      const int ts = FAULT == kFaultScaleWrongTile ? (sl + 1) % 7 : sl;
+      const int ts = paged_slot(q, sl);
       uint4 v[kLaneKeys];
       uint32_t e[kLaneKeys];
 #pragma unroll
@@ -602,32 +632,68 @@ struct WgmmaKernel {
         const int r = key_row(rank, warp, i, lane);
         v[i] = fp8::ld_shared_v4(q < 3 ? tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16
                                        : side + r * C::kSideKeyBytes + (c & 3) * 16);
-        e[i] = sm90::ld_shared_u8(side + C::kSideScaleOff + r * 8 + (ts & 7));
+        e[i] = sm90::ld_shared_u8(side + C::kSideScaleOff + r * 8 + ts);
       }
       __syncwarp();
       if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE, already in place)
 #pragma unroll
+        for (int i = 0; i < kLaneKeys; ++i)
+          paged_tile_out(tile, rstage, rbar, v[i], e[i], sl, key_row(rank, warp, i, lane), c);
+      }
+      tile_done(full, q, q < 3, warp, lane);
+    }
+  }
+  // kCross, the register path (as ds_load / ds_put): tiles 0..2 and (lanes c < 4) the
+  // tail chunk, and the scale row, loaded as the block starts; then into both CTAs' stages
+  // in slice_at order: tile 2 (slices 4, 5), tile 3 (slice 6), the RoPE (slice 7), tiles 0, 1
+  struct PagedRegs {
+    uint4 v[kLaneKeys][4];
+    uint2 e[kLaneKeys];
+  };
+  static __device__ __forceinline__ void paged_load(const unsigned char* kc,
+                                                    const int64_t (&ol)[kLaneKeys],
+                                                    const int64_t (&sol)[kLaneKeys], int lane,
+                                                    PagedRegs& g) {
+    const int c = lane & 7;
+#pragma unroll
+    for (int i = 0; i < kLaneKeys; ++i) {
+      const bool ok = sparse_has_key(ol[i]);
+      const unsigned char* src = kc + (ok ? ol[i] : 0);
+#pragma unroll
+      for (int q = 0; q < 3; ++q)
+        g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
+                       : make_uint4(0u, 0u, 0u, 0u);
+      g.v[i][3] = ok && c < 4 ? __ldg(reinterpret_cast<const uint4*>(paged_tail(kc, ol[i], c)))
+                              : make_uint4(0u, 0u, 0u, 0u);
+      g.e[i] = ok ? __ldg(reinterpret_cast<const uint2*>(kc + sol[i])) : make_uint2(0u, 0u);
+    }
+  }
+  static __device__ __forceinline__ void paged_put(const Smem& sm, const unsigned char* kc,
+                                                   const int64_t (&o)[4], const PagedRegs& g,
+                                                   int it, int warp, int lane, int rank) {
+    const int s = it & 1, c = lane & 7;
+    const uint32_t par = ((it >> 1) & 1) ^ 1;
+    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
+    uint64_t* full = sm.full + s * C::kSlices;
+    uint64_t* empty = sm.empty + s * C::kSlices;
+    const uint32_t rstage = sm90::mapa(tile, rank ^ 1);
+    const uint32_t rbar = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int q = (u + 2) & 3;
+      sm90::mbar_wait(&empty[2 * q], par);
+      if (q < 3) sm90::mbar_wait(&empty[2 * q + 1], par);
+      const int sl = 2 * q + (c >> 2);
+      const int ts = paged_slot(q, sl);
+      if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE's)
+#pragma unroll
         for (int i = 0; i < kLaneKeys; ++i) {
-          const int r = key_row(rank, warp, i, lane);
-          uint32_t w[8];
-          fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v[i], fp8::ue8m0_bf16x2(e[i]), w);
-          fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
-          if constexpr (kCross)
-            fp8::st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,
-                                      rbar + sl * 8);
+          const uint32_t e = ((ts < 4 ? g.e[i].x : g.e[i].y) >> (8 * (ts & 3))) & 0xffu;
+          paged_tile_out(tile, rstage, rbar, g.v[i][q], e, sl, key_row(rank, warp, i, lane), c);
         }
       }
-      sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
-      __syncwarp();
-      if (lane == 0) {
-        if (kCross && warp == 0) {   // and the other CTA's 32 rows of each slice
-          sm90::mbar_arrive_expect_tx(&full[2 * q], 32 * 128);
-          if (q < 3) sm90::mbar_arrive_expect_tx(&full[2 * q + 1], 32 * 128);
-        } else {
-          sm90::mbar_arrive(&full[2 * q]);
-          if (q < 3) sm90::mbar_arrive(&full[2 * q + 1]);
-        }
-      }
+      tile_done(full, q, q < 3, warp, lane);
+      if (q == 3) paged_rope(kc, o, tile, full, empty, par, warp, lane);
     }
   }
   static __device__ void sparse_paged_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
@@ -644,11 +710,7 @@ struct WgmmaKernel {
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
         const int t0 = pc.start + i * C::kBlock;
-        int64_t sc;
-        const int64_t off = sparse_key_offset<kExtraPool, L::kRowBytes>(
-            p, row, t0, pc.end, warp, lane, 1, &sc);
         int64_t o[4], so[4], ol[kLaneKeys], sol[kLaneKeys];
-        sparse_lane_keys(off, lane, o);
         if constexpr (kCross) {   // lane k's key: 32 rank + 8 warp + k % 8 (as the fp8_ds_mla one)
           int64_t xs;
           const int64_t x = sparse_key_offset_at<kExtraPool, L::kRowBytes>(
@@ -658,7 +720,12 @@ struct WgmmaKernel {
             ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
             sol[k] = __shfl_sync(0xffffffffu, xs, 4 * k + (lane >> 3));
           }
-        } else {
+        }
+        int64_t sc;
+        const int64_t off = sparse_key_offset<kExtraPool, L::kRowBytes>(
+            p, row, t0, pc.end, warp, lane, 1, &sc);
+        sparse_lane_keys(off, lane, o);
+        if constexpr (!kCross) {
           sparse_lane_keys(sc, lane, so);
 #pragma unroll
           for (int k = 0; k < kLaneKeys; ++k) {
@@ -666,11 +733,17 @@ struct WgmmaKernel {
             sol[k] = so[k];
           }
         }
-        paged_gather(sm, kc, o, ol, sol, it, warp, lane, rank);
-        if (it > 0) paged_convert<1>(sm, it - 1, warp, lane, rank);
+        if constexpr (kCross) {
+          PagedRegs g;
+          paged_load(kc, ol, sol, lane, g);
+          paged_put(sm, kc, o, g, it, warp, lane, rank);
+        } else {
+          paged_gather(sm, kc, o, ol, sol, it, warp, lane, rank);
+          if (it > 0) paged_convert<1>(sm, it - 1, warp, lane, rank);
+        }
       }
     }
-    if (it > 0) paged_convert<0>(sm, it - 1, warp, lane, rank);
+    if (!kCross && it > 0) paged_convert<0>(sm, it - 1, warp, lane, rank);
   }
   static __device__ void sparse_ds_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
@@ -788,7 +861,7 @@ struct WgmmaKernel {
   // S's slice order: as refilled (slice_at), or 8-bit caches as the producer finishes them:
   // the RoPE slice (copied, the last), then the converted ones from 0
   static __device__ __forceinline__ constexpr int score_slice(int q) {
-    return kFp8 && !kDsRegs ? (q == 0 ? C::kSlices - 1 : q - 1) : C::slice_at(q);
+    return kFp8 && !kCross ? (q == 0 ? C::kSlices - 1 : q - 1) : C::slice_at(q);
   }
   static __device__ __forceinline__ void issue_scores(const Smem& sm, const unsigned char* kt,
                                                       uint64_t* full, uint32_t parity,
