@@ -342,19 +342,6 @@ struct WgmmaKernel {
     }
   }
 
-  // ------------------------------ sparse fp8_ds_mla producer (a warpgroup): gather, convert
-  // No room for a raw ring beside Q and the two stages, so a block's raw bytes land in its
-  // own stage: lane l of warp w gathers its 4 keys r = 16 w + 4 i + l / 8 (as the bf16
-  // gather), chunk c = l % 8 of each 128-byte row: the RoPE's bf16 bytes [528, 656) straight
-  // into the swizzled slice 8 (full on the 128 cp.async arrivals), the latent's 128-column
-  // tile q (e4m3 bytes [128 q, 128 q + 128)) unswizzled into slice 4 + q (the right V half,
-  // which the consumers let go first).  Then, one block behind the gather (so a block's
-  // bytes are in flight while the previous one is converted), the same lane converts the
-  // chunks it gathered: per key, its 4 raw chunks to registers, __syncwarp (the key's 8
-  // lanes are in this warp and its row is all they overwrite), 4 x 16 values times the
-  // tile's scale (read from the cache, 16 bytes a key) into slices 2 q + c / 4
-  // (st_converted16), then fence, and each warp's lane 0 arrives on full[0..7] (count 4).
-  // kCross: the RoPE of all 64 keys (o), the latent of this CTA's 32 (ol: rows key_row).
   // the RoPE's bf16 bytes [528, 656) of the block's 64 keys straight into the swizzled
   // slice 8 (full on the 128 cp.async arrivals), once the slice is free
   static __device__ __forceinline__ void ds_rope(const unsigned char* kc, const int64_t (&o)[4],
@@ -372,6 +359,20 @@ struct WgmmaKernel {
     }
     sm90::cp_async_mbar_arrive(&full[8]);
   }
+
+  // ------------------------------ sparse fp8_ds_mla producer (a warpgroup): gather, convert
+  // Without the crossover (kCross: ds_load / ds_put below, from registers):
+  // No room for a raw ring beside Q and the two stages, so a block's raw bytes land in its
+  // own stage: lane l of warp w gathers its 4 keys r = 16 w + 4 i + l / 8 (as the bf16
+  // gather), chunk c = l % 8 of each 128-byte row: the RoPE's bf16 bytes [528, 656) straight
+  // into the swizzled slice 8 (full on the 128 cp.async arrivals), the latent's 128-column
+  // tile q (e4m3 bytes [128 q, 128 q + 128)) unswizzled into slice 4 + q (the right V half,
+  // which the consumers let go first).  Then, one block behind the gather (so a block's
+  // bytes are in flight while the previous one is converted), the same lane converts the
+  // chunks it gathered: per key, its 4 raw chunks to registers, __syncwarp (the key's 8
+  // lanes are in this warp and its row is all they overwrite), 4 x 16 values times the
+  // tile's scale (read from the cache, 16 bytes a key) into slices 2 q + c / 4
+  // (st_converted16), then fence, and each warp's lane 0 arrives on full[0..7] (count 4).
   static __device__ __forceinline__ void ds_gather(const Smem& sm, const unsigned char* kc,
                                                    const int64_t (&o)[4],
                                                    const int64_t (&ol)[kLaneKeys], int it,
@@ -404,9 +405,7 @@ struct WgmmaKernel {
     const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
     uint64_t* full = sm.full + s * C::kSlices;
     uint64_t* empty = sm.empty + s * C::kSlices;
-    // kCross: the other CTA's stage and full barriers (shared::cluster addresses)
-    const uint32_t rtile = kCross ? sm90::mapa(tile, rank ^ 1) : 0;
-    const uint32_t rfull = kCross ? sm90::mapa(sm90::smem_addr(full), rank ^ 1) : 0;
+    static_assert(PENDING >= 0 && !kCross, "the crossover converts from registers (ds_put)");
     // the 4 tile scales of each key (fp32 powers of two after the latent; none: 0)
     float4 sc[kLaneKeys];
 #pragma unroll
@@ -433,7 +432,7 @@ struct WgmmaKernel {
       __syncwarp();
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i)
-        ds_tile_out(tile, rtile, rfull, v[i], sc[i], q, key_row(rank, warp, i, lane), c);
+        ds_tile_out(tile, 0, 0, v[i], sc[i], q, key_row(rank, warp, i, lane), c);
       tile_done(full, q, true, warp, lane);
     }
   }
@@ -528,7 +527,7 @@ struct WgmmaKernel {
   // Unnamed keys are zero bytes with scale byte 0, which convert to 0: the conversion needs
   // no offsets.  Then a block later, slices 2 q + c / 4 from chunk c of tile q (q = 3: c < 4,
   // slice 6), each by its slice's scale; full[0..6] on each warp's lane 0.
-  // kCross: the RoPE of all 64 keys (o), the latent and scale rows of this CTA's 32 (ol, sol).
+  // (Without the crossover; kCross: paged_load / paged_put below.)
   // the RoPE's bf16 bytes [448, 576) of the block's 64 keys straight into the swizzled
   // slice 7 (full on the 128 cp.async arrivals), once the slice is free
   static __device__ __forceinline__ void paged_rope(const unsigned char* kc,
@@ -611,9 +610,7 @@ struct WgmmaKernel {
     const uint32_t side = sm90::smem_addr(sm.side) + s * C::kSideStage;
     uint64_t* full = sm.full + s * C::kSlices;
     uint64_t* empty = sm.empty + s * C::kSlices;
-    // kCross: the other CTA's stage and full barriers (as ds_convert)
-    const uint32_t rstage = kCross ? sm90::mapa(tile, rank ^ 1) : 0;
-    const uint32_t rbar = kCross ? sm90::mapa(sm90::smem_addr(full), rank ^ 1) : 0;
+    static_assert(PENDING >= 0 && !kCross, "the crossover converts from registers (paged_put)");
     cp_async_wait<PENDING>();   // this lane's own chunks have landed
     __syncwarp();               // and the scale rows its key's lane 4 copied
     // tile by tile as ds_convert (tile 3 from the side buffer into slice 6, lanes c < 4)
@@ -638,7 +635,7 @@ struct WgmmaKernel {
       if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE, already in place)
 #pragma unroll
         for (int i = 0; i < kLaneKeys; ++i)
-          paged_tile_out(tile, rstage, rbar, v[i], e[i], sl, key_row(rank, warp, i, lane), c);
+          paged_tile_out(tile, 0, 0, v[i], e[i], sl, key_row(rank, warp, i, lane), c);
       }
       tile_done(full, q, q < 3, warp, lane);
     }
@@ -743,22 +740,25 @@ struct WgmmaKernel {
         }
       }
     }
-    if (!kCross && it > 0) paged_convert<0>(sm, it - 1, warp, lane, rank);
+    if constexpr (!kCross) {
+      if (it > 0) paged_convert<0>(sm, it - 1, warp, lane, rank);
+    }
   }
   static __device__ void sparse_ds_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
-    const int rank = kCross ? static_cast<int>(sm90::cluster_ctarank()) : 0;
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
+    int it = 0, req = 0;
+    Piece pc;
     if constexpr (kCross) {
-      int it = 0, req = 0;
-      Piece pc;
+      const int rank = static_cast<int>(sm90::cluster_ctarank());
       while (next_piece(p, req, pc)) {
         const auto row = sparse_row<kExtraPool>(p, pc.req);
         const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
 #pragma unroll 1
         for (int i = 0; i < n; ++i, ++it) {
           const int t0 = pc.start + i * C::kBlock;
+          // lane k's key: 32 rank + 8 warp + k % 8, its latent loaded before the RoPE's offsets
           int64_t o[4], ol[kLaneKeys];
           const int64_t x = sparse_key_offset_at(p, row, t0 + 32 * rank + 8 * warp + (lane & 7),
                                                  pc.end, 1);
@@ -771,39 +771,28 @@ struct WgmmaKernel {
           ds_put(sm, kc, o, g, it, warp, lane, rank);
         }
       }
-      return;
-    }
-    int it = 0, req = 0, pend = -1;   // pend: the block gathered and not converted yet
-    int64_t po[kLaneKeys];
+    } else {
+      int pend = -1;   // the block gathered and not converted yet
+      int64_t po[4];
 #pragma unroll
-    for (int k = 0; k < kLaneKeys; ++k) po[k] = kNoKey;
-    Piece pc;
-    while (next_piece(p, req, pc)) {
-      const auto row = sparse_row<kExtraPool>(p, pc.req);
-      const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+      for (int k = 0; k < 4; ++k) po[k] = kNoKey;
+      while (next_piece(p, req, pc)) {
+        const auto row = sparse_row<kExtraPool>(p, pc.req);
+        const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
 #pragma unroll 1
-      for (int i = 0; i < n; ++i, ++it) {
-        const int t0 = pc.start + i * C::kBlock;
-        int64_t o[4], ol[kLaneKeys];
-        sparse_lane_keys(sparse_key_offset(p, row, t0, pc.end, warp, lane, 1), lane, o);
-        if constexpr (kCross) {   // lane k's key: 32 rank + 8 warp + k % 8
-          const int64_t x = sparse_key_offset_at(p, row, t0 + 32 * rank + 8 * warp + (lane & 7),
-                                                 pc.end, 1);
+        for (int i = 0; i < n; ++i, ++it) {
+          const int t0 = pc.start + i * C::kBlock;
+          int64_t o[4];
+          sparse_lane_keys(sparse_key_offset(p, row, t0, pc.end, warp, lane, 1), lane, o);
+          ds_gather(sm, kc, o, o, it, warp, lane, 0);
+          if (pend >= 0) ds_convert<1>(sm, kc, po, pend, warp, lane, 0);
+          pend = it;
 #pragma unroll
-          for (int k = 0; k < kLaneKeys; ++k)
-            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
-        } else {
-#pragma unroll
-          for (int k = 0; k < kLaneKeys; ++k) ol[k] = o[k];
+          for (int k = 0; k < 4; ++k) po[k] = o[k];
         }
-        ds_gather(sm, kc, o, ol, it, warp, lane, rank);
-        if (pend >= 0) ds_convert<1>(sm, kc, po, pend, warp, lane, rank);
-        pend = it;
-#pragma unroll
-        for (int k = 0; k < kLaneKeys; ++k) po[k] = ol[k];
       }
+      if (pend >= 0) ds_convert<0>(sm, kc, po, pend, warp, lane, 0);
     }
-    if (pend >= 0) ds_convert<0>(sm, kc, po, pend, warp, lane, rank);
   }
 
   // Descriptors.  Tiles are 9 slices of [64 rows][128 bytes], 128-byte swizzle; each
