@@ -665,9 +665,11 @@ struct WgmmaKernel {
       g.e[i] = ok ? __ldg(reinterpret_cast<const uint2*>(kc + sol[i])) : make_uint2(0u, 0u);
     }
   }
+  // (off: this lane's announced RoPE key, sparse_key_offset; spread to the 4 keys it copies
+  // only for the RoPE, which keeps 6 registers free while the tiles convert)
   static __device__ __forceinline__ void paged_put(const Smem& sm, const unsigned char* kc,
-                                                   const int64_t (&o)[4], const PagedRegs& g,
-                                                   int it, int warp, int lane, int rank) {
+                                                   int64_t off, const PagedRegs& g, int it,
+                                                   int warp, int lane, int rank) {
     const int s = it & 1, c = lane & 7;
     const uint32_t par = ((it >> 1) & 1) ^ 1;
     const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
@@ -690,7 +692,11 @@ struct WgmmaKernel {
         }
       }
       tile_done(full, q, q < 3, warp, lane);
-      if (q == 3) paged_rope(kc, o, tile, full, empty, par, warp, lane);
+      if (q == 3) {
+        int64_t o[4];
+        sparse_lane_keys(off, lane, o);
+        paged_rope(kc, o, tile, full, empty, par, warp, lane);
+      }
     }
   }
   static __device__ void sparse_paged_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
@@ -707,9 +713,11 @@ struct WgmmaKernel {
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
         const int t0 = pc.start + i * C::kBlock;
-        int64_t o[4], so[4], ol[kLaneKeys], sol[kLaneKeys];
-        if constexpr (kCross) {   // lane k's key: 32 rank + 8 warp + k % 8 (as the fp8_ds_mla one)
-          int64_t xs;
+        int64_t sc;
+        if constexpr (kCross) {
+          // lane k's key: 32 rank + 8 warp + k % 8 (as the fp8_ds_mla one), its data and scale
+          // rows loaded before the RoPE's offsets
+          int64_t xs, ol[kLaneKeys], sol[kLaneKeys];
           const int64_t x = sparse_key_offset_at<kExtraPool, L::kRowBytes>(
               p, row, t0 + 32 * rank + 8 * warp + (lane & 7), pc.end, 1, &xs);
 #pragma unroll
@@ -717,25 +725,17 @@ struct WgmmaKernel {
             ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
             sol[k] = __shfl_sync(0xffffffffu, xs, 4 * k + (lane >> 3));
           }
-        }
-        int64_t sc;
-        const int64_t off = sparse_key_offset<kExtraPool, L::kRowBytes>(
-            p, row, t0, pc.end, warp, lane, 1, &sc);
-        sparse_lane_keys(off, lane, o);
-        if constexpr (!kCross) {
-          sparse_lane_keys(sc, lane, so);
-#pragma unroll
-          for (int k = 0; k < kLaneKeys; ++k) {
-            ol[k] = o[k];
-            sol[k] = so[k];
-          }
-        }
-        if constexpr (kCross) {
           PagedRegs g;
           paged_load(kc, ol, sol, lane, g);
-          paged_put(sm, kc, o, g, it, warp, lane, rank);
+          const int64_t off = sparse_key_offset<kExtraPool, L::kRowBytes>(
+              p, row, t0, pc.end, warp, lane, 1, &sc);
+          paged_put(sm, kc, off, g, it, warp, lane, rank);
         } else {
-          paged_gather(sm, kc, o, ol, sol, it, warp, lane, rank);
+          int64_t o[4], so[4];
+          sparse_lane_keys(sparse_key_offset<kExtraPool, L::kRowBytes>(
+                               p, row, t0, pc.end, warp, lane, 1, &sc), lane, o);
+          sparse_lane_keys(sc, lane, so);
+          paged_gather(sm, kc, o, o, so, it, warp, lane, rank);
           if (it > 0) paged_convert<1>(sm, it - 1, warp, lane, rank);
         }
       }
@@ -744,6 +744,7 @@ struct WgmmaKernel {
       if (it > 0) paged_convert<0>(sm, it - 1, warp, lane, rank);
     }
   }
+
   static __device__ void sparse_ds_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
