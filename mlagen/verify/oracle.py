@@ -198,6 +198,12 @@ _FP8_ACC = 2.0 ** -10
 # row's lse flipped with its score's modelled error below the margin (H100)
 _E4M3_NEAR = 2.0 ** -6
 MMA_COS_BAR = 1e-4
+# the fp8 accumulation's typical (rms) error of a score, relative to sum |q_d k_d|, for the
+# cosine bar: the expected cos-diff of random score errors of this size.  A row whose scores
+# all sit 600 nats up (adversarial "very_large") with near-equal weights had cos-diff 7.1e-3
+# on an H100, what ~2^-13 gives (out is a near-uniform mean, small against its V); on randn
+# draws the expectation stays far under MMA_COS_BAR (measured 1.9e-5)
+_FP8_ACC_RMS = 2.0 ** -12
 
 
 def _near_e4m3_midpoint(e: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
@@ -208,7 +214,7 @@ def _near_e4m3_midpoint(e: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
     return ((frac - 0.5).abs() * step <= rel * e) & (e > 0)
 
 
-def mma_rounding_slack(inputs: MlaInputs, expected: MlaOutputs) -> dict[str, torch.Tensor]:
+def mma_rounding_slack(inputs: MlaInputs, expected: MlaOutputs) -> dict:
     """Allowances on out and lse for e4m3 MMAs, against the reference at the "q_e4m3" and
     "p_e4m3" points (`expected`).  With the kernel's integer running max, its e4m3 weights
     equal the reference's (times a power of two) except: a weight under twice e4m3's
@@ -218,7 +224,12 @@ def mma_rounding_slack(inputs: MlaInputs, expected: MlaOutputs) -> dict[str, tor
     fp8 accumulation; fp32's exp2 is far below).  out = sum e v / sum e then moves by at
     most sum |d e_t| (|v_t| + |out|) / sum e (Hoeffding's 8-sigma form when smaller, as
     p_rounding_slack) plus the P V accumulation's _FP8_ACC * sum e |v| / sum e; lse by
-    sum |d e_t| / sum e."""
+    sum |d e_t| / sum e.
+
+    "cos": the cosine difference random score errors of rms _FP8_ACC_RMS * scale * sum
+    |q_d k_d| give in expectation, sum over elements of sum_t (e_t sigma_t)^2 (v_t - out)^2
+    / (sum e)^2 against sum out^2: where every score is large (a shifted row) it is what the
+    hardware's accumulation does, not a fault."""
     from .. import reference
 
     q = reference.quantize_q_e4m3(inputs.q)
@@ -227,6 +238,8 @@ def mma_rounding_slack(inputs: MlaInputs, expected: MlaOutputs) -> dict[str, tor
     dev = expected.out.device
     out_slack = torch.zeros(b, s_q, h, dv, dtype=torch.float64, device=dev)
     lse_slack = torch.zeros(b, h, s_q, dtype=torch.float64, device=dev)
+    noise = torch.zeros((), dtype=torch.float64, device=dev)
+    power = torch.zeros((), dtype=torch.float64, device=dev)
     for i, n in enumerate(inputs.cache_seqlens.tolist()):
         if n == 0:
             continue
@@ -257,7 +270,14 @@ def mma_rounding_slack(inputs: MlaInputs, expected: MlaOutputs) -> dict[str, tor
         out_slack[i] = (torch.minimum(worst, 8.0 * spread) + acc) / total
         lsum = torch.minimum(de.sum(-1), 8.0 * (de * de).sum(-1).sqrt()) / total[..., 0]
         lse_slack[i] = lsum.transpose(0, 1)
-    return {"out": out_slack, "lse": lse_slack}
+        # E (d out)^2 = sum_t w_t (v_t - out)^2 / total^2, w = (e sigma)^2, expanded in v
+        w = (e * _FP8_ACC_RMS * mag) ** 2
+        var = (torch.einsum("sht,tc->shc", w, v * v) - 2 * o * torch.einsum("sht,tc->shc", w, v)
+               + o * o * w.sum(-1)[..., None]).clamp_min(0) / (total * total)
+        noise = noise + var.sum()
+        power = power + (o * o).sum()
+    cos = float(noise / power) if float(power) > 0 else 0.0
+    return {"out": out_slack, "lse": lse_slack, "cos": cos}
 
 
 def oracle_for(schedule) -> Callable[..., MlaOutputs]:
@@ -275,10 +295,12 @@ def oracle_for(schedule) -> Callable[..., MlaOutputs]:
         if "p_e4m3" in rounded:
             # e4m3 MMAs: the reference at the kernel's e4m3 points, with their allowances
             want = reference.run(inputs, dtype=dtype, rounded=rounded)
-            want.extra["slack"] = mma_rounding_slack(inputs, want)
+            slack = mma_rounding_slack(inputs, want)
+            want.extra["slack"] = {k: slack[k] for k in ("out", "lse")}
             # one-step flips of the weights are expected, not rare: the cosine difference
-            # against this reference reached 1.9e-5 on verify's smoke draws (H100)
-            want.extra["cos_bar"] = MMA_COS_BAR
+            # against this reference reached 1.9e-5 on verify's smoke draws (H100); rows of
+            # large scores add what the fp8 accumulation gives them in expectation
+            want.extra["cos_bar"] = max(MMA_COS_BAR, slack["cos"])
             return want
         want = reference.run(inputs, dtype=dtype)
         if hasattr(inputs, "pools"):
