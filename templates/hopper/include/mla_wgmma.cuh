@@ -49,11 +49,14 @@
 // leave 1.2 KiB).  With h_q = 128 (a token's two 64-head row tiles, side by side in the
 // grid) fp8_ds_mla and fp8_ue8m0_paged launch in clusters of 2 along the row tiles (kCross,
 // FlashMLA's sparse decode does the same): both CTAs of a cluster walk the same pieces, and
-// each gathers and converts half of every block's keys (CTA k: keys [32 k, 32 k + 32)) into
-// its own stage and, by st.async, the other's, whose full barriers take those bytes as
+// each converts half of every block's keys (CTA k: keys [32 k, 32 k + 32)) into its own
+// stage and, by st.async, the other's, whose full barriers take those bytes as
 // transactions; each CTA still gathers the whole RoPE slice itself, and every empty
 // barrier takes both CTAs' consumers' arrivals (the other CTA writes into this one's
-// stages).  Half the conversion a CTA, where without it both convert every key.
+// stages).  Half the conversion a CTA, where without it both convert every key.  Its keys'
+// 8-bit bytes go to registers as a block starts (no raw bytes in the stage, so no
+// conversion waits for the next block's gather) and out as bf16 slice pair by slice pair in
+// slice_at order, which S then reads (ds_load / ds_put, paged_load / paged_put).
 //
 // Shared memory: Q 72 KiB (the epilogue's staging once a piece's S is done) | 2 K stages x
 // 72 KiB | P 8 KiB | alpha, l (64 floats each) | mbarriers; 1024-byte aligned tiles (the
