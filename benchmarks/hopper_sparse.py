@@ -1,4 +1,4 @@
-"""Token-sparse decode on the H200: mlagen's sparse rows kernel against FlashMLA's sparse FP8
+"""Token-sparse decode on Hopper: mlagen's sparse rows kernel against FlashMLA's sparse FP8
 decode (flash_mla.flash_mla_with_kvcache with indices, imported only if installed) on the
 same tensors, and bf16 caches against the device's read ceiling.  Writes a record
 (results/hopper_sparse_<device>_<commit>.json, or --out) and prints a table.
