@@ -342,7 +342,7 @@ def time_back_to_back(fn, calls: int = 50, warmup: int = 1) -> float:
 # each a GEMM on its own bf16 weight of STEP_WEIGHT (DeepSeek-V3's hidden size by 4096
 # columns, 56 MiB: the L2 keeps no layer's K for the next) and then the layer's decode; the
 # decode's share of a layer is the graph's time less that of the GEMMs alone.  The anchor's
-# graph method replays one q and K with nothing between (docs/hopper.md step 33).
+# graph method replays one q and K with nothing between: the L2 holds its K between replays.
 STEP_WEIGHT = (7168, 4096)
 
 
