@@ -10,6 +10,7 @@ escape-class mutants are caught on the H200."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import io
 import json
 import shutil
@@ -164,6 +165,41 @@ def test_shards_split_the_list_by_schedule_and_together_run_all_of_it(monkeypatc
     owners = [{o.schedule for o in r.outcomes} for r in parts]
     assert all(not (a & b) for i, a in enumerate(owners) for b in owners[i + 1:])
     assert [{b.schedule for b in r.baselines} for r in parts] == owners
+
+
+def test_a_resumed_run_keeps_what_finished_and_runs_the_rest(monkeypatch, tmp_path):
+    """--resume REPORT: a call cut short by its wall limit is continued by the next; the
+    finished runs and passing baselines are carried, the rest (not reached, or under a
+    failing baseline) run, and the two calls' report is the whole list's."""
+    calls = _fake_runs(monkeypatch, False)
+    ms = [m.name for m in harness.mutants_for("sc11")[:3]]
+    first = harness.run("sc11", ["smoke"], only=ms, first_schedule=True, isolate=False)
+    first.outcomes[2] = dataclasses.replace(first.outcomes[2], caught=False,
+                                           error="not reached: the harness's wall limit")
+    path = tmp_path / "first.json"
+    path.write_text(json.dumps(first.to_json()))
+    calls.clear()
+    rep = harness.run("sc11", ["smoke"], only=ms, first_schedule=True, isolate=False,
+                      resume=[harness.load_report(str(path), "sc11")])
+    assert calls == [ms[2]]                          # no baseline again, no finished run
+    assert sorted(o.mutant for o in rep.outcomes) == sorted(ms) and rep.ok()
+    assert [b.caught for b in rep.baselines] == [False] * len(first.baselines)
+
+
+def test_a_report_of_other_sources_or_target_is_refused(tmp_path, capsys):
+    rep = harness.Report("sc11", [harness.Outcome("x", "sc11_attn", "smoke", True)])
+    d = rep.to_json()
+    for change, why in [({"sources": "0" * 16}, "other kernel or verifier sources"),
+                        ({"target": "hopper"}, "of target 'hopper'"),
+                        ({"outcomes": [{"nonsense": 1}]}, "not a mutants report")]:
+        path = tmp_path / "r.json"
+        path.write_text(json.dumps({**d, **change}))
+        assert harness.main(["--target", "sc11", "--resume", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps(d))
+    assert [o.mutant for o in harness.load_report(str(ok), "sc11").outcomes] == ["x"]
 
 
 def test_cli_refuses_a_bad_shard(capsys):

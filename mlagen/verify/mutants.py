@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -137,7 +138,7 @@ class Report:
                 and all(o.caught and not o.error for o in self.outcomes))
 
     def to_json(self) -> dict:
-        return {"target": self.target, "per_check": {k: {"caught": c, "run": n}
+        return {"target": self.target, "sources": sources_digest(self.target), "per_check": {k: {"caught": c, "run": n}
                                                       for k, (c, n) in self.per_check().items()},
                 "per_mutant": self.per_mutant(), "compile_failures": self.compile_failures,
                 "baselines": [asdict(o) for o in self.baselines],
@@ -162,6 +163,37 @@ class Report:
         caught = sum(self.per_mutant().values())
         lines.append(f"  {caught}/{len(self.per_mutant())} mutants caught by some check")
         return "\n".join(lines)
+
+
+def sources_digest(target: str) -> str:
+    """What a report's outcomes depend on: the target's templates and headers, its backend
+    (mutants, oracle allowances) and the verifier.  A report is resumed only on the same."""
+    from ..paths import PACKAGE_DIR, TEMPLATES_DIR
+
+    h = hashlib.sha256()
+    for root in (TEMPLATES_DIR / target, PACKAGE_DIR / "backends" / target, PACKAGE_DIR / "verify"):
+        for f in sorted(root.rglob("*")):
+            if f.is_file() and f.suffix != ".pyc":
+                h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def load_report(path: str, target: str) -> Report:
+    """A report written by --out, for --resume: its outcomes that ran and its passing
+    baselines.  ValueError (one line) if it cannot be read, is another target's or was
+    measured on other sources (its catches would not be this tree's)."""
+    try:
+        d = json.loads(Path(path).read_text())
+        outcomes = [Outcome(**o) for o in d["outcomes"]]
+        baselines = [Outcome(**o) for o in d.get("baselines", [])]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a mutants report ({type(e).__name__}: {e})") from None
+    if d.get("target") != target:
+        raise ValueError(f"{path}: a report of target {d.get('target')!r}, not {target!r}")
+    if d.get("sources") != sources_digest(target):
+        raise ValueError(f"{path}: measured on other kernel or verifier sources than this "
+                         f"tree's; run those mutants again")
+    return Report(target, outcomes, {}, baselines)
 
 
 def _how(result) -> str:
@@ -235,7 +267,8 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
         time_budget_s: Optional[float] = None, jobs: int = 0, log=None,
         prebuild_all: Optional[bool] = None, first_schedule: bool = False,
         parallel: int = 1, isolate: bool = True, wall_limit_s: Optional[float] = None,
-        baseline: bool = True, shard: Optional[tuple[int, int]] = None) -> Report:
+        baseline: bool = True, shard: Optional[tuple[int, int]] = None,
+        resume: Sequence[Report] = ()) -> Report:
     """Every mutant of `target` (or those named in `only`) against verify on its example
     schedules (or `schedules`; with first_schedule, each mutant's first only), under each
     profile.  prebuild_all: build every run's schedule in parallel first (default: on GPU
@@ -250,7 +283,10 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
     under a check that fails so is not counted (only = [UNMUTATED]: the baselines of
     `schedules` alone, as outcomes).  shard (k, n): only the runs on the k-th of n groups of
     the planned schedules (schedule i of the sorted names is in group i % n), so that n
-    device calls together run the whole list, each with its own schedules' baselines."""
+    device calls together run the whole list, each with its own schedules' baselines.
+    resume: earlier reports of the same sources (load_report); their runs that finished
+    and their passing baselines are carried into this report, not run again, so calls
+    cut short by a wall limit add up to the whole list."""
     t_start = time.perf_counter()
     from ..backends import backend
 
@@ -269,6 +305,12 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
         names = sorted({n for _, n in plan})
         mine = {n for i, n in enumerate(names) if i % n_shards == k}
         plan = [(m, n) for m, n in plan if n in mine]
+    done = {(o.mutant, o.schedule, o.profile): o for r in resume for o in r.outcomes
+            if not o.error}
+    passed = {(b.schedule, b.profile): b for r in resume for b in r.baselines
+              if not b.caught and not b.error}
+    plan = [(m, n) for m, n in plan
+            if any((m.name, n, prof) not in done for prof in profiles)]
     jobs = jobs or max(1, (os.cpu_count() or 2) // 2)
     if prebuild_all is None:
         prebuild_all = backend(target).device != "cpu"
@@ -280,7 +322,9 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
                                             if m.name != UNMUTATED], jobs,
                                            families=any(PROFILES[p].family for p in profiles))
     todo = [(m, n, prof) for m, n in plan if m.name not in report.compile_failures
-            for prof in profiles]
+            for prof in profiles if (m.name, n, prof) not in done]
+    names = {m.name for m in chosen}
+    report.outcomes += [o for (name, _, _), o in done.items() if name in names]
 
     def say(o: Outcome) -> None:
         report.outcomes.append(o)
@@ -301,6 +345,8 @@ def run(target: str, profiles: Sequence[str] = ("smoke",), only: Sequence[str] =
     failing = {}
     if baseline and todo:
         checks = dict.fromkeys((n, prof) for _, n, prof in todo)
+        report.baselines += [passed[c] for c in checks if c in passed]
+        checks = [c for c in checks if c not in passed]
         for b in outcomes([(_Unmutated(target), n, prof) for n, prof in checks]):
             report.baselines.append(b)
             if log:
@@ -440,6 +486,9 @@ def main(argv=None) -> int:
                          "calls run the whole list (each with its schedules' baselines)")
     ap.add_argument("--wall-limit", type=float, default=None, metavar="SECONDS",
                     help="stop the whole run after this long, the rest reported not reached")
+    ap.add_argument("--resume", action="append", default=[], metavar="REPORT",
+                    help="a report (--out) of an earlier run on the same sources: its finished "
+                         "runs and passing baselines are kept, not run again")
     ap.add_argument("--compile-only", action="store_true",
                     help="only check that every mutant applies and compiles (no device)")
     args = ap.parse_args(argv)
@@ -484,13 +533,14 @@ def main(argv=None) -> int:
             if why:
                 print(f"mlagen: {why}", file=sys.stderr)
                 return 2
+        resume = [load_report(f, args.target) for f in args.resume]
         t0 = time.perf_counter()
         rep = run(args.target, profiles, args.only, args.schedule, args.examples,
                   args.time_budget, args.jobs, log=sys.stdout,
                   prebuild_all=False if args.no_prebuild else None,
                   first_schedule=args.first_schedule, parallel=args.parallel,
                   isolate=not args.in_process, wall_limit_s=args.wall_limit, shard=shard,
-                  baseline=not args.no_baseline)
+                  baseline=not args.no_baseline, resume=resume)
     except (MlagenError, ValueError) as e:
         print(f"mlagen: {e}", file=sys.stderr)
         return 2
