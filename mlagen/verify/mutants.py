@@ -138,8 +138,9 @@ class Report:
                 and all(o.caught and not o.error for o in self.outcomes))
 
     def to_json(self) -> dict:
-        return {"target": self.target, "sources": sources_digest(self.target), "per_check": {k: {"caught": c, "run": n}
-                                                      for k, (c, n) in self.per_check().items()},
+        return {"target": self.target, "sources": sources_digest(self.target),
+                "per_check": {k: {"caught": c, "run": n}
+                              for k, (c, n) in self.per_check().items()},
                 "per_mutant": self.per_mutant(), "compile_failures": self.compile_failures,
                 "baselines": [asdict(o) for o in self.baselines],
                 "outcomes": [asdict(o) for o in self.outcomes]}
@@ -171,7 +172,8 @@ def sources_digest(target: str) -> str:
     from ..paths import PACKAGE_DIR, TEMPLATES_DIR
 
     h = hashlib.sha256()
-    for root in (TEMPLATES_DIR / target, PACKAGE_DIR / "backends" / target, PACKAGE_DIR / "verify"):
+    for root in (TEMPLATES_DIR / target, PACKAGE_DIR / "backends" / target,
+                 PACKAGE_DIR / "verify"):
         for f in sorted(root.rglob("*")):
             if f.is_file() and f.suffix != ".pyc":
                 h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
