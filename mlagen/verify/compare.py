@@ -98,11 +98,12 @@ class TensorReport:
 def compare_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor,
                    tol: Tolerance, samples: int = 5,
                    slack: Optional[torch.Tensor] = None,
-                   cos_bar: Optional[float] = None) -> TensorReport:
+                   cos_bar: "Optional[float | dict[str, float]]" = None) -> TensorReport:
     """Compare one tensor.  `slack` (same shape, >= 0) is added to atol per element: the
     oracle's allowance where a rounding inside the kernel may legitimately go either way.
     cos_bar: the oracle's own cosine bar where the kernel's expected error is larger than
-    the dtype's (e4m3 MMAs: the weights' one-step roundings)."""
+    the dtype's (e4m3 MMAs: the weights' one-step roundings), one for all tensors or one
+    per tensor name."""
     shape = tuple(expected.shape)
     total = expected.numel()
     if tuple(actual.shape) != shape:
@@ -123,6 +124,8 @@ def compare_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor,
     out_of_tol = finite & ~within
     bad_mask = out_of_tol | nan_mis | inf_mis
     cd = cos_diff(a[finite], r[finite]) if bool(finite.any()) else 0.0
+    if isinstance(cos_bar, dict):
+        cos_bar = cos_bar.get(name)
     if cos_bar is not None:
         tol = replace(tol, cos=max(tol.cos, cos_bar))
     n_bad = int(bad_mask.sum())
