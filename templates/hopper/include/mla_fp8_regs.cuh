@@ -46,7 +46,7 @@
 // under e4m3's 448) is rounded to e4m3 unscaled, at an integer running max (log2 units):
 // P at any running max is then the final max's P times a power of two, and e4m3 rounding
 // commutes with that in its normal range, so the online softmax rounds as one that knew
-// the final max.  The row sum adds the rounded P: the output is a convex combination of
+// the final max (but for weights under the final max's subnormal grid, which it may keep).  The row sum adds the rounded P: the output is a convex combination of
 // the values with exactly the weights the MMA used, and the rounding's common part cancels
 // (the reference's "p_e4m3" point: 2^(x - ceil(max x)) rounded, divided by the rounded
 // sum; lse is that sum's).
