@@ -61,6 +61,12 @@ def test_dropped_key_fails_and_repro_replays_it():
     assert not again.ok and again.failure.kind == "mismatch"
     fixed = replay(path, runner=RefRunner(), reference=reference64)
     assert fixed.ok, fixed.summary()
+    # the kernel's outputs travel with the file: the mismatch can be studied off the GPU
+    got = RefRunner(drop_last_key=True)(saved.inputs)
+    assert saved.actual is not None
+    assert torch.equal(saved.actual.out, got.out.cpu()) and torch.equal(saved.actual.lse,
+                                                                          got.lse.cpu())
+    assert not torch.equal(saved.actual.out, RefRunner()(saved.inputs).out.cpu())
 
 
 def test_unwritten_element_is_caught_by_poisoning():

@@ -2,7 +2,8 @@
 
 A repro file (torch.save) holds the schedule as TOML text (plus its planted fault, which
 files cannot express), the input tensors exactly as the kernel got them (strides too: a
-strided q stays strided), how they were drawn, and the failure message.
+strided q stays strided), how they were drawn, the failure message and, for a mismatch,
+the kernel's outputs (out, lse): a failure on a GPU machine can be studied on any other.
 `mlagen verify --repro FILE` rebuilds the schedule, reruns the kernel on those tensors and
 compares again.
 """
@@ -19,7 +20,7 @@ import torch
 
 from ..errors import InputError
 from ..paths import cache_dir
-from ..problem import FusedWeights, MlaInputs, SparseInputs, SparsePool
+from ..problem import FusedWeights, MlaInputs, MlaOutputs, SparseInputs, SparsePool
 from ..rope import RopeConfig, RotaryTable
 from ..schedule.parse import dumps, loads
 from ..schedule.records import Schedule
@@ -83,15 +84,19 @@ def _inputs(d: dict[str, Any]) -> MlaInputs | SparseInputs:
 
 
 def save(schedule: Schedule, inputs: MlaInputs, message: str, case: Optional[dict] = None,
-         directory: Optional[Path] = None) -> Path:
-    """Write a repro file under <cache>/verify/failures/ and return its path."""
+         directory: Optional[Path] = None, actual: Optional[MlaOutputs] = None) -> Path:
+    """Write a repro file under <cache>/verify/failures/ and return its path.  actual: the
+    kernel's outputs on these inputs (a mismatch), kept on the CPU."""
     directory = Path(directory) if directory else failures_dir()
     directory.mkdir(parents=True, exist_ok=True)
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{schedule.name}-{schedule.variant_name()}")
     path = directory / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}.pt"
     torch.save(dict(format=FORMAT, schedule_toml=dumps(schedule), schedule_name=schedule.name,
                     schedule_source=schedule.source, fault=schedule.fault,
-                    inputs=_tensors(inputs.to("cpu")), case=case or {}, message=message),
+                    inputs=_tensors(inputs.to("cpu")), case=case or {}, message=message,
+                    actual=None if actual is None else
+                    {k: None if getattr(actual, k) is None else getattr(actual, k).detach().cpu()
+                     for k in ("out", "lse")}),
                path)
     return path
 
@@ -103,6 +108,7 @@ class Repro:
     message: str
     case: dict
     path: Path
+    actual: Optional[MlaOutputs] = None   # the kernel's outputs where the failure had them
 
 
 def load(path: str | Path) -> Repro:
@@ -123,5 +129,7 @@ def load(path: str | Path) -> Repro:
                      name=data.get("schedule_name", path.stem))
     if data.get("fault", "none") != "none":
         schedule = schedule.with_fault(data["fault"])
+    got = data.get("actual")
     return Repro(schedule, _inputs(data["inputs"]), data.get("message", ""),
-                 data.get("case", {}), path)
+                 data.get("case", {}), path,
+                 None if not isinstance(got, dict) else MlaOutputs(got.get("out"), got.get("lse")))

@@ -60,6 +60,7 @@ class Failure:
     comparison: Optional[Comparison] = None
     inputs: Optional[MlaInputs] = field(default=None, repr=False)
     schedule: Optional[Schedule] = field(default=None, repr=False)   # the failing variant
+    actual: Optional[MlaOutputs] = field(default=None, repr=False)   # the kernel's, a mismatch
 
     def summary(self) -> str:
         lines = [f"FAILED ({self.kind}) on {self.case}", self.message]
@@ -401,7 +402,8 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
                 cmp = compare(actual, expected, case.problem.dtype, tolerances)
                 spent["compare"] += time.perf_counter() - t1
                 if not cmp.ok:
-                    failed = Failure("mismatch", cmp.summary(), where, comparison=cmp)
+                    failed = Failure("mismatch", cmp.summary(), where, comparison=cmp,
+                                     actual=actual)
             except Exception as e:   # noqa: BLE001 - any error on a valid case is a failure
                 kind = "crash" if type(e).__name__ == "ExampleCrashed" else "error"
                 failed = Failure(kind, f"{type(e).__name__}: {e}", where)
@@ -466,7 +468,7 @@ def verify(schedule: Schedule, examples: Optional[int] = None, profile: Optional
         failed_schedule = getattr(failure, "schedule", None) or schedule
         if save_failures and inputs is not None:
             failure.repro_file = repro.save(failed_schedule, inputs, failure.message,
-                                            failure.case_fields, failures_dir)
+                                            failure.case_fields, failures_dir, failure.actual)
         failure.command = repro_command(failed_schedule, failure.repro_file, prof.name, n, seed)
     result = VerifyResult(schedule=schedule.name, variant=schedule.variant_name(),
                           profile=prof.name, ok=failure is None,
