@@ -363,6 +363,20 @@ struct WgmmaKernel {
     sm90::cp_async_mbar_arrive(&full[8]);
   }
 
+  // a producer's stage for block it: its K tile, full / empty barriers and the parity its
+  // empty waits take
+  struct Stage {
+    int s;
+    uint32_t par, tile;
+    uint64_t* full;
+    uint64_t* empty;
+  };
+  static __device__ __forceinline__ Stage stage_at(const Smem& sm, int it) {
+    const int s = it & 1;
+    return {s, ((it >> 1) & 1) ^ 1u, sm90::smem_addr(sm.k) + s * C::kTileBytes,
+            sm.full + s * C::kSlices, sm.empty + s * C::kSlices};
+  }
+
   // ------------------------------ sparse fp8_ds_mla producer (a warpgroup): gather, convert
   // Without the crossover (kCross: ds_load / ds_put below, from registers):
   // No room for a raw ring beside Q and the two stages, so a block's raw bytes land in its
@@ -377,24 +391,21 @@ struct WgmmaKernel {
   // tile's scale (read from the cache, 16 bytes a key) into slices 2 q + c / 4
   // (st_converted16), then fence, and each warp's lane 0 arrives on full[0..7] (count 4).
   static __device__ __forceinline__ void ds_gather(const Smem& sm, const unsigned char* kc,
-                                                   const int64_t (&o)[4],
-                                                   const int64_t (&ol)[kLaneKeys], int it,
-                                                   int warp, int lane, int rank) {
-    const int s = it & 1, c = lane & 7;
-    const uint32_t par = ((it >> 1) & 1) ^ 1;
-    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
-    uint64_t* full = sm.full + s * C::kSlices;
-    uint64_t* empty = sm.empty + s * C::kSlices;
+                                                   const int64_t (&o)[4], int it, int warp,
+                                                   int lane) {
+    static_assert(!kCross, "the crossover loads into registers (ds_load)");
+    const auto [s, par, tile, full, empty] = stage_at(sm, it);
+    const int c = lane & 7;
     ds_rope(kc, o, tile, full, empty, par, warp, lane);
 #pragma unroll 1
     for (int q = 0; q < 4; ++q) {
       sm90::mbar_wait(&empty[4 + q], par);
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i) {
-        const int r = key_row(rank, warp, i, lane);
-        const bool ok = sparse_has_key(ol[i]);
+        const int r = key_row(0, warp, i, lane);
+        const bool ok = sparse_has_key(o[i]);
         sm90::cp_async16_to(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16,
-                            kc + (ok ? ol[i] : 0) + q * 128 + c * 16, ok);
+                            kc + (ok ? o[i] : 0) + q * 128 + c * 16, ok);
       }
     }
     cp_async_commit();
@@ -402,12 +413,9 @@ struct WgmmaKernel {
   template <int PENDING>   // cp.async groups that may stay in flight (the next block's)
   static __device__ __forceinline__ void ds_convert(const Smem& sm, const unsigned char* kc,
                                                     const int64_t (&o)[kLaneKeys], int it,
-                                                    int warp, int lane, int rank) {
-    const int s = it & 1, c = lane & 7;
-    const uint32_t par = ((it >> 1) & 1) ^ 1;
-    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
-    uint64_t* full = sm.full + s * C::kSlices;
-    uint64_t* empty = sm.empty + s * C::kSlices;
+                                                    int warp, int lane) {
+    const auto [s, par, tile, full, empty] = stage_at(sm, it);
+    const int c = lane & 7;
     static_assert(PENDING >= 0 && !kCross, "the crossover converts from registers (ds_put)");
     // the 4 tile scales of each key (fp32 powers of two after the latent; none: 0)
     float4 sc[kLaneKeys];
@@ -431,11 +439,11 @@ struct WgmmaKernel {
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i)
         v[i] = fp8::ld_shared_v4(tile + (4 + q) * C::kSliceBytes +
-                                 key_row(rank, warp, i, lane) * 128 + c * 16);
+                                 key_row(0, warp, i, lane) * 128 + c * 16);
       __syncwarp();
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i)
-        ds_tile_out(tile, 0, 0, v[i], sc[i], q, key_row(rank, warp, i, lane), c);
+        ds_tile_out(tile, 0, 0, v[i], sc[i], q, key_row(0, warp, i, lane), c);
       tile_done(full, q, true, warp, lane);
     }
   }
@@ -502,11 +510,8 @@ struct WgmmaKernel {
   static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
                                                 const int64_t (&o)[4], const DsRegs& g, int it,
                                                 int warp, int lane, int rank) {
-    const int s = it & 1, c = lane & 7;
-    const uint32_t par = ((it >> 1) & 1) ^ 1;
-    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
-    uint64_t* full = sm.full + s * C::kSlices;
-    uint64_t* empty = sm.empty + s * C::kSlices;
+    const auto [s, par, tile, full, empty] = stage_at(sm, it);
+    const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
     const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
     ds_rope(kc, o, tile, full, empty, par, warp, lane);
@@ -572,47 +577,41 @@ struct WgmmaKernel {
   }
   static __device__ __forceinline__ void paged_gather(const Smem& sm, const unsigned char* kc,
                                                       const int64_t (&o)[4],
-                                                      const int64_t (&ol)[kLaneKeys],
-                                                      const int64_t (&sol)[kLaneKeys], int it,
-                                                      int warp, int lane, int rank) {
-    const int s = it & 1, c = lane & 7;
-    const uint32_t par = ((it >> 1) & 1) ^ 1;
-    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
+                                                      const int64_t (&so)[4], int it, int warp,
+                                                      int lane) {
+    static_assert(!kCross, "the crossover loads into registers (paged_load)");
+    const auto [s, par, tile, full, empty] = stage_at(sm, it);
+    const int c = lane & 7;
     const uint32_t side = sm90::smem_addr(sm.side) + s * C::kSideStage;
-    uint64_t* full = sm.full + s * C::kSlices;
-    uint64_t* empty = sm.empty + s * C::kSlices;
 #pragma unroll 1
     for (int q = 0; q < 3; ++q) {
       sm90::mbar_wait(&empty[4 + q], par);
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i) {
-        const int r = key_row(rank, warp, i, lane);
-        const bool ok = sparse_has_key(ol[i]);
+        const int r = key_row(0, warp, i, lane);
+        const bool ok = sparse_has_key(o[i]);
         sm90::cp_async16_to(tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16,
-                            kc + (ok ? ol[i] : 0) + q * 128 + c * 16, ok);
+                            kc + (ok ? o[i] : 0) + q * 128 + c * 16, ok);
       }
     }
 #pragma unroll
     for (int i = 0; i < kLaneKeys; ++i) {
-      const int r = key_row(rank, warp, i, lane);
-      const bool ok = sparse_has_key(ol[i]);
+      const int r = key_row(0, warp, i, lane);
+      const bool ok = sparse_has_key(o[i]);
       if (c < 4)
-        sm90::cp_async16_to(side + r * C::kSideKeyBytes + c * 16, paged_tail(kc, ol[i], c), ok);
+        sm90::cp_async16_to(side + r * C::kSideKeyBytes + c * 16, paged_tail(kc, o[i], c), ok);
       else if (c == 4)
-        sm90::cp_async8_to(side + C::kSideScaleOff + r * 8, kc + (ok ? sol[i] : 0), ok);
+        sm90::cp_async8_to(side + C::kSideScaleOff + r * 8, kc + (ok ? so[i] : 0), ok);
     }
     paged_rope(kc, o, tile, full, empty, par, warp, lane);
     cp_async_commit();
   }
   template <int PENDING>   // cp.async groups that may stay in flight (the next block's)
   static __device__ __forceinline__ void paged_convert(const Smem& sm, int it, int warp,
-                                                       int lane, int rank) {
-    const int s = it & 1, c = lane & 7;
-    const uint32_t par = ((it >> 1) & 1) ^ 1;
-    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
+                                                       int lane) {
+    const auto [s, par, tile, full, empty] = stage_at(sm, it);
+    const int c = lane & 7;
     const uint32_t side = sm90::smem_addr(sm.side) + s * C::kSideStage;
-    uint64_t* full = sm.full + s * C::kSlices;
-    uint64_t* empty = sm.empty + s * C::kSlices;
     static_assert(PENDING >= 0 && !kCross, "the crossover converts from registers (paged_put)");
     cp_async_wait<PENDING>();   // this lane's own chunks have landed
     __syncwarp();               // and the scale rows its key's lane 4 copied
@@ -629,7 +628,7 @@ struct WgmmaKernel {
       uint32_t e[kLaneKeys];
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i) {
-        const int r = key_row(rank, warp, i, lane);
+        const int r = key_row(0, warp, i, lane);
         v[i] = fp8::ld_shared_v4(q < 3 ? tile + (4 + q) * C::kSliceBytes + r * 128 + c * 16
                                        : side + r * C::kSideKeyBytes + (c & 3) * 16);
         e[i] = sm90::ld_shared_u8(side + C::kSideScaleOff + r * 8 + ts);
@@ -638,7 +637,7 @@ struct WgmmaKernel {
       if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE, already in place)
 #pragma unroll
         for (int i = 0; i < kLaneKeys; ++i)
-          paged_tile_out(tile, 0, 0, v[i], e[i], sl, key_row(rank, warp, i, lane), c);
+          paged_tile_out(tile, 0, 0, v[i], e[i], sl, key_row(0, warp, i, lane), c);
       }
       tile_done(full, q, q < 3, warp, lane);
     }
@@ -673,11 +672,8 @@ struct WgmmaKernel {
   static __device__ __forceinline__ void paged_put(const Smem& sm, const unsigned char* kc,
                                                    int64_t off, const PagedRegs& g, int it,
                                                    int warp, int lane, int rank) {
-    const int s = it & 1, c = lane & 7;
-    const uint32_t par = ((it >> 1) & 1) ^ 1;
-    const uint32_t tile = sm90::smem_addr(sm.k) + s * C::kTileBytes;
-    uint64_t* full = sm.full + s * C::kSlices;
-    uint64_t* empty = sm.empty + s * C::kSlices;
+    const auto [s, par, tile, full, empty] = stage_at(sm, it);
+    const int c = lane & 7;
     const uint32_t rstage = sm90::mapa(tile, rank ^ 1);
     const uint32_t rbar = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
 #pragma unroll
@@ -738,13 +734,13 @@ struct WgmmaKernel {
           sparse_lane_keys(sparse_key_offset<kExtraPool, L::kRowBytes>(
                                p, row, t0, pc.end, warp, lane, 1, &sc), lane, o);
           sparse_lane_keys(sc, lane, so);
-          paged_gather(sm, kc, o, o, so, it, warp, lane, rank);
-          if (it > 0) paged_convert<1>(sm, it - 1, warp, lane, rank);
+          paged_gather(sm, kc, o, so, it, warp, lane);
+          if (it > 0) paged_convert<1>(sm, it - 1, warp, lane);
         }
       }
     }
     if constexpr (!kCross) {
-      if (it > 0) paged_convert<0>(sm, it - 1, warp, lane, rank);
+      if (it > 0) paged_convert<0>(sm, it - 1, warp, lane);
     }
   }
 
@@ -788,14 +784,14 @@ struct WgmmaKernel {
           const int t0 = pc.start + i * C::kBlock;
           int64_t o[4];
           sparse_lane_keys(sparse_key_offset(p, row, t0, pc.end, warp, lane, 1), lane, o);
-          ds_gather(sm, kc, o, o, it, warp, lane, 0);
-          if (pend >= 0) ds_convert<1>(sm, kc, po, pend, warp, lane, 0);
+          ds_gather(sm, kc, o, it, warp, lane);
+          if (pend >= 0) ds_convert<1>(sm, kc, po, pend, warp, lane);
           pend = it;
 #pragma unroll
           for (int k = 0; k < 4; ++k) po[k] = o[k];
         }
       }
-      if (pend >= 0) ds_convert<0>(sm, kc, po, pend, warp, lane, 0);
+      if (pend >= 0) ds_convert<0>(sm, kc, po, pend, warp, lane);
     }
   }
 

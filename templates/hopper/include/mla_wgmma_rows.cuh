@@ -593,6 +593,19 @@ struct WgmmaRowsKernel {
     sm90::wgmma_commit();
   }
 
+  // Q row gr (token gr / h_q, head gr % h_q) of request req at src; false (src = q) past
+  // s_q * h_q, where the tile's row is zeros
+  static __device__ __forceinline__ bool q_row(const MlaParams& p, int req, int gr,
+                                               int rows_total, const T*& src) {
+    const T* q = static_cast<const T*>(p.q);
+    const bool ok = gr < rows_total;
+    src = q;
+    if (ok) {
+      const int sq = gr / p.h_q, h = gr % p.h_q;
+      src = q + req * p.q_stride_b + sq * p.q_stride_s + h * p.q_stride_h;
+    }
+    return ok;
+  }
   // ------------------------------------ register conversion (CV = 0, mla_fp8_regs.cuh)
   // Q rows [row0, row0 + N) into the Q tile as fp16 (the MMA type TM), each 16 columns'
   // 4-byte pairs permuted as the S^T fragments hold K (pair 2m at m, 2m + 1 at m + 4; rows
@@ -605,14 +618,9 @@ struct WgmmaRowsKernel {
                                                          int req, int row0, int rows_total,
                                                          int t) {
     constexpr int kPer = kChunks / 8;   // chunks a thread: 9
-    const T* q = static_cast<const T*>(p.q);
-    const int r = t / 8, gr = row0 + r;
-    const bool ok = gr < rows_total;
-    const T* src = q;
-    if (ok) {
-      const int sq = gr / p.h_q, h = gr % p.h_q;
-      src = q + req * p.q_stride_b + sq * p.q_stride_s + h * p.q_stride_h;
-    }
+    const int r = t / 8;
+    const T* src;
+    const bool ok = q_row(p, req, row0 + r, rows_total, src);
     uint4 v[kPer];
     float mx = 0.f;
 #pragma unroll
@@ -788,14 +796,9 @@ struct WgmmaRowsKernel {
   static __device__ __forceinline__ void load_q_e4m3(const MlaParams& p, const Smem& sm,
                                                      int req, int row0, int rows_total, int t) {
     constexpr int kPer = kChunks / 8;   // chunks a thread: 9
-    const T* q = static_cast<const T*>(p.q);
-    const int r = t / 8, gr = row0 + r;
-    const bool ok = gr < rows_total;
-    const T* src = q;
-    if (ok) {
-      const int sq = gr / p.h_q, h = gr % p.h_q;
-      src = q + req * p.q_stride_b + sq * p.q_stride_s + h * p.q_stride_h;
-    }
+    const int r = t / 8;
+    const T* src;
+    const bool ok = q_row(p, req, row0 + r, rows_total, src);
     uint4 v[kPer];
     float mx = 0.f;
     bool bad = false;
