@@ -204,12 +204,12 @@ _E4M3_NEAR = 2.0 ** -6
 MMA_COS_BAR = 1e-4
 # the fp8 accumulation's typical (rms) error of a score, relative to sum |q_d k_d|, for the
 # cosine bar (added to MMA_COS_BAR, the weights' flips): the expected cos-diff of random
-# score errors of this size.  Rows whose scores
-# all sit 600 nats up (adversarial "very_large") with near-equal weights, on an H100: cos-diff
-# 7.1e-3 where 2^-12 expects over 1.4e-2 (tests/test_reference.py's case), and 3.5e-4 where it
-# expects 2.3e-4 (verify's third hopper_fp8_e4m3_mma path case): the model's shape dependence
-# is off by up to ~3x, so the bar takes 2^-11 (4x the variance); on randn draws the
-# expectation stays far under MMA_COS_BAR (measured 1.9e-5)
+# score errors of this size.  Rows whose scores all sit 600 nats up (adversarial
+# "very_large") with near-equal weights, on an H100: cos-diff 7.1e-3 where 2^-12 expects over
+# 1.4e-2 (tests/test_reference.py's case), and 3.5e-4 where it expects 2.3e-4 (verify's third
+# hopper_fp8_e4m3_mma path case): the model's shape dependence is off by up to ~3x, so the
+# bar takes 2^-11 (4x the variance); on randn draws the expectation stays far under
+# MMA_COS_BAR (measured 1.9e-5)
 _FP8_ACC_RMS = 2.0 ** -11
 
 
