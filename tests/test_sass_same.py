@@ -1,9 +1,8 @@
-"""benchmarks/sass_same.py: a change to the Hopper headers that keeps every cubin section is
+"""mlagen.backends.hopper.sass_same: a change to the Hopper headers that keeps every cubin section is
 told apart from one that does not, without a GPU."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
@@ -14,10 +13,8 @@ SCHEDULE = str(ROOT / "schedules" / "hopper_wgmma.toml")
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("sass_same", ROOT / "benchmarks" / "sass_same.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from mlagen.backends.hopper import sass_same
+    return sass_same
 
 
 def _copy(tmp_path: Path) -> Path:

@@ -5,8 +5,8 @@ an sm_90a cubin with the JIT's flags less -lineinfo (line numbers move with any 
 compares every ELF section.  A refactor of the kernel headers that keeps every section on
 every example is the same program there: what the GPU checked before still holds.
 
-    python benchmarks/sass_same.py --base HEAD                 # the uncommitted change
-    python benchmarks/sass_same.py --base 983d9d4 schedules/hopper_wgmma.toml
+    python -m mlagen.backends.hopper.sass_same --base HEAD      # the uncommitted change
+    python -m mlagen.backends.hopper.sass_same --base 983d9d4 schedules/hopper_wgmma.toml
 
 Exit 0: the same on every schedule; 1: not (the schedules and sections that differ are
 named); 2: bad input (no nvcc, an unknown revision, a schedule that does not render or build).
@@ -26,7 +26,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]   # the checkout this package runs from
 
 # run in a tree's own interpreter path: its render, its headers
 RENDER = """
