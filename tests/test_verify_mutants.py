@@ -354,3 +354,22 @@ def test_no_baseline_flag_reaches_the_run(monkeypatch):
     harness.main(["--target", "sc11", "--only", "merged_empty_lse", "--in-process",
                   "--no-baseline"])
     assert seen["baseline"] is False
+
+
+def test_a_failing_baseline_keeps_its_repro_file_and_a_mutant_run_does_not(monkeypatch):
+    """A baseline that fails is a fault of the oracle or the unmutated kernel, to be studied
+    (its repro file holds the inputs and the kernel's outputs); a mutant's catch is expected."""
+    from mlagen.verify import runner
+    seen = []
+
+    def fake_verify(s, **kw):
+        seen.append(kw["save_failures"])
+        return runner.VerifyResult(schedule=s.name, variant="", profile="smoke", ok=True,
+                                   examples_requested=1, examples_run=1, elapsed_s=0.0,
+                                   setup_s=0.0)
+
+    monkeypatch.setattr(runner, "verify", fake_verify)
+    mutant = next(m for m in harness.mutants_for("sc11"))
+    harness.run_one(harness._Unmutated("sc11"), "sc11_attn", "smoke")
+    harness.run_one(mutant, mutant.schedules[0], "smoke")
+    assert seen == [True, False]

@@ -216,9 +216,11 @@ def run_one(mutant: Mutant, schedule_name: str, profile: str, examples: Optional
     t0 = time.perf_counter()
     with planted(mutant) if mutant.name != UNMUTATED else contextlib.nullcontext():
         try:
+            # a failing baseline is the oracle's or the kernel's own fault: its repro file
+            # (inputs and the kernel's outputs) is kept for study; a mutant's catch is not
             r = verify(s, examples=examples, profile=profile, progress=False,
                        time_budget_s=time_budget_s, shrink_budget_s=shrink_budget_s,
-                       save_failures=False)
+                       save_failures=mutant.name == UNMUTATED)
         except MlagenError as e:       # a build failure: the mutant's, not a catch
             return Outcome(mutant.name, schedule_name, profile, False,
                            error=str(e).splitlines()[0], seconds=time.perf_counter() - t0)
