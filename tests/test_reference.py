@@ -512,12 +512,9 @@ def test_the_mma_oracle_separates_the_rounded_reference_from_the_exact_one():
     """verify's allowances for e4m3 MMAs are tight enough that the unrounded reference (a
     kernel that skipped a rounding point, or rounded Q with the wrong scale) fails."""
     from mlagen.problem import make_inputs
-    from mlagen.schedule.records import Schedule
     from mlagen.verify.compare import compare_tensor, tolerances_for
     from mlagen.verify.oracle import oracle_for
-    s = Schedule.build(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=8,
-                       rows_per_tile=16, kv_format="fp8_e4m3", fp8_converters=0,
-                       fp8_raw_slots=4, fp8_mma="mma")
+    s = _mma_schedule()
     inp = make_inputs(s.problem, 3, [64, 65, 3000], s_q=1, heads=16, seed=1)
     want = oracle_for(s)(inp)
     tol = tolerances_for("bf16")
@@ -537,7 +534,6 @@ def test_the_mma_oracle_catches_its_two_planted_faults_modelled():
     (mma_q_scale_first_row).  verify's allowances (flips near a rounding point, the fp8
     accumulation, its cosine bar) must not hide them; the model without a fault passes."""
     from mlagen.problem import make_inputs
-    from mlagen.schedule.records import Schedule
     from mlagen.verify.compare import compare_tensor, tolerances_for
     from mlagen.verify.oracle import _keys, oracle_for
 
@@ -546,9 +542,7 @@ def test_the_mma_oracle_catches_its_two_planted_faults_modelled():
 
     held = {kpos(k): k for k in range(64)}            # position -> the key V^T holds there
     assert sorted(held) == list(range(64))
-    s = Schedule.build(target="hopper", mainloop="wgmma", block_kv=64, buffers=2, warps=8,
-                       rows_per_tile=16, kv_format="fp8_e4m3", fp8_converters=0,
-                       fp8_raw_slots=4, fp8_mma="mma")
+    s = _mma_schedule()
     inp = make_inputs(s.problem, 2, [200, 130], s_q=1, heads=16, seed=3)
     want = oracle_for(s)(inp)
     q = R.quantize_q_e4m3(inp.q)

@@ -18,13 +18,14 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tarfile
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from .codesize import compile_cubin, elf_sections
 
 ROOT = Path(__file__).resolve().parents[3]   # the checkout this package runs from
 
@@ -42,29 +43,13 @@ for f in sys.argv[2:]:
     d.mkdir(parents=True, exist_ok=True)
     for name, text in src.files.items():
         (d / name).write_text(text)
-    built[Path(f).stem] = dict(flags=[x for x in src.flags if x != "-lineinfo"],
-                               include=list(src.include_dirs))
+    built[Path(f).stem] = dict(flags=list(src.flags), include=list(src.include_dirs))
 print(json.dumps(built))
 """
 
 
 class Refused(Exception):
     """Bad input: one line, exit 2."""
-
-
-def elf_sections(data: bytes) -> dict[str, bytes]:
-    """name -> bytes of each section of a 64-bit little-endian ELF file (NOBITS: empty)."""
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise ValueError("not a 64-bit little-endian ELF file")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    entsize, count, names = struct.unpack_from("<HHH", data, 0x3A)
-    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * entsize) for i in range(count)]
-    base = heads[names][4]
-    out = {}
-    for name_off, kind, _, _, off, size, *_ in heads:
-        end = data.index(b"\0", base + name_off)
-        out[data[base + name_off:end].decode()] = b"" if kind == 8 else data[off:off + size]
-    return out
 
 
 def differing(a: bytes, b: bytes) -> list[str]:
@@ -102,14 +87,10 @@ def render_in(tree: Path, schedules: list[Path], out: Path) -> dict:
 
 
 def build(d: Path, spec: dict) -> bytes:
-    inc = [x for i in spec["include"] for x in ("-I", i)]
-    cubin = d / "split.cubin"
-    proc = subprocess.run(["nvcc", *spec["flags"], *inc, "-cubin", "-o", str(cubin),
-                           str(d / "split.cu")], capture_output=True, text=True)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise Refused(f"{d.name}: split.cu does not build: {last}")
-    return cubin.read_bytes()
+    try:
+        return compile_cubin(d / "split.cu", spec["include"], spec["flags"], d / "split.cubin")
+    except RuntimeError as e:
+        raise Refused(f"{d.name}: split.cu does not build: {str(e).strip().splitlines()[-1]}")
 
 
 def compare(base: str, schedules: list[Path], jobs: int) -> dict[str, list[str]]:
