@@ -174,7 +174,12 @@ def quantize_q_e4m3(q: torch.Tensor) -> torch.Tensor:
     x = torch.where(x.abs() < 2.0 ** -126, 0.0, x)
     finite = torch.isfinite(x)
     amax = torch.where(finite, x.abs(), 0.0).amax(dim=-1, keepdim=True)
-    qs = torch.where(amax > 0, (amax / 448.0).clamp_min(2.0 ** -126), torch.ones_like(amax))
+    # amax / 448 correctly rounded on every device: CUDA torch divides by a Python scalar as
+    # a product with its reciprocal (one float32 step off at times, and with it every
+    # e4m3 value of the row); the float64 quotient of a float32 by 7 * 2^6 never sits
+    # within 2^-53 of a float32 rounding point, so rounding it again is exact
+    qs = torch.where(amax > 0, (amax.double() / 448.0).float().clamp_min(2.0 ** -126),
+                     torch.ones_like(amax))
     qs = torch.where(finite.all(dim=-1, keepdim=True), qs, math.nan)
     q8 = (x / qs).to(torch.float8_e4m3fn)
     return q8.double() * qs.double()

@@ -231,7 +231,8 @@ def mma_rounding_slack(inputs: MlaInputs, expected: MlaOutputs) -> dict:
     fp8 accumulation; fp32's exp2 is far below).  out = sum e v / sum e then moves by at
     most sum |d e_t| (|v_t| + |out|) / sum e (Hoeffding's 8-sigma form when smaller, as
     p_rounding_slack) plus the P V accumulation's _FP8_ACC * sum e |v| / sum e; lse by
-    sum |d e_t| / sum e.
+    sum |d e_t| / sum e.  Equal keys have equal scores, errors and flips: the 8-sigma
+    forms and the expectations below take each group of equal keys as one term.
 
     A weight the reference flushes (under 2^-10) the kernel may keep (it rounds at its
     running max or a piece's max, lower than the final one): e_t itself, summed as a bias
@@ -258,6 +259,11 @@ def mma_rounding_slack(inputs: MlaInputs, expected: MlaOutputs) -> dict:
         kv = _keys(inputs, i, n).to(dev)
         qi = torch.nan_to_num(q[i].to(dev), nan=0.0)
         kf = torch.nan_to_num(kv, nan=0.0, posinf=0.0, neginf=0.0)
+        # equal keys get equal scores and flip together (adversarial "ties": every key one
+        # key): the random-sum bounds below count each group of equal keys as one term
+        _, group = torch.unique(kf, dim=0, return_inverse=True)
+        onehot = torch.zeros(n, int(group.max()) + 1, dtype=torch.float64, device=dev)
+        onehot[torch.arange(n, device=dev), group] = 1.0
         scores = torch.einsum("shd,td->sht", qi, kf) * inputs.softmax_scale
         mag = torch.einsum("shd,td->sht", qi.abs(), kf.abs()) * inputs.softmax_scale
         last = n - s_q + torch.arange(s_q, device=dev)
@@ -278,17 +284,19 @@ def mma_rounding_slack(inputs: MlaInputs, expected: MlaOutputs) -> dict:
         o = torch.nan_to_num(expected.out[i].to(dev, torch.float64), nan=0.0)   # [s, h, dv]
         # |v_t - out| <= |v_t| + |out| (Minkowski for the spread): no [s, h, t, dv] tensor
         worst = torch.einsum("sht,tc->shc", de, v.abs()) + de.sum(-1)[..., None] * o.abs()
-        spread = (torch.einsum("sht,tc->shc", de * de, v * v).sqrt()
-                  + (de * de).sum(-1).sqrt()[..., None] * o.abs())
+        dg = de @ onehot                                                # [s, h, groups]
+        vg = (onehot.T @ v) / onehot.sum(0)[:, None]                    # a group's one v
+        spread = (torch.einsum("shg,gc->shc", dg * dg, vg * vg).sqrt()
+                  + (dg * dg).sum(-1).sqrt()[..., None] * o.abs())
         acc = _FP8_ACC * torch.einsum("sht,tc->shc", e, v.abs())
         ksum = kept.sum(-1)
         bias = torch.einsum("sht,tc->shc", kept, v.abs()) + ksum[..., None] * o.abs()
         out_slack[i] = (torch.minimum(worst, 8.0 * spread) + acc + bias) / total
-        lsum = (torch.minimum(de.sum(-1), 8.0 * (de * de).sum(-1).sqrt()) + ksum) / total[..., 0]
+        lsum = (torch.minimum(de.sum(-1), 8.0 * (dg * dg).sum(-1).sqrt()) + ksum) / total[..., 0]
         lse_slack[i] = lsum.transpose(0, 1)
         # E (d out)^2 = sum_t w_t (v_t - out)^2 / total^2, w = (e sigma)^2, expanded in v
-        w = (e * _FP8_ACC_RMS * mag) ** 2
-        var = (torch.einsum("sht,tc->shc", w, v * v) - 2 * o * torch.einsum("sht,tc->shc", w, v)
+        w = ((e * _FP8_ACC_RMS * mag) @ onehot) ** 2                     # a group's error
+        var = (torch.einsum("shg,gc->shc", w, vg * vg) - 2 * o * torch.einsum("shg,gc->shc", w, vg)
                + o * o * w.sum(-1)[..., None]).clamp_min(0) / (total * total)
         shift = (torch.einsum("sht,tc->shc", kept, v) - o * ksum[..., None]) / total
         noise["out"] = noise["out"] + var.sum() + (shift * shift).sum()
