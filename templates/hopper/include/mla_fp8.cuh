@@ -58,9 +58,22 @@ __device__ __forceinline__ uint32_t prmt0(uint32_t a, uint32_t sel) {
 // shifted left by 4, the mask keeps the sign (bit 15) and the low 7 bits (4..10) and drops
 // the byte's own sign bit (now bit 11) and what the low half pushed into the high one.
 // e4m3's NaN (S.1111.111) reads as +-480 * 2^-120 here: convert16 ORs NaN over it.
-__device__ __forceinline__ void e4m3x4_placed(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  lo = (prmt0(w, 0x9180u) << 4) & 0x87f087f0u;
-  hi = (prmt0(w, 0xb3a2u) << 4) & 0x87f087f0u;
+// (w, or where `sel` says so the word b: prmt over the pair {b, a}, its sign-replicating
+// selector nibbles 8 + i, the byte indices 0-3 a's and 4-7 b's)
+__device__ __forceinline__ uint32_t prmt2(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+struct PlaceSel {   // the placement's prmt selectors: from a, or (swap) from b
+  uint32_t lo, hi;
+  __device__ __forceinline__ explicit PlaceSel(bool swap)
+      : lo(swap ? 0xd5c4u : 0x9180u), hi(swap ? 0xf7e6u : 0xb3a2u) {}
+};
+__device__ __forceinline__ void e4m3x4_placed(uint32_t a, uint32_t b, PlaceSel sel,
+                                              uint32_t& lo, uint32_t& hi) {
+  lo = (prmt2(a, b, sel.lo) << 4) & 0x87f087f0u;
+  hi = (prmt2(a, b, sel.hi) << 4) & 0x87f087f0u;
 }
 
 // Bit 7 of each byte of the result is set iff that e4m3 byte is NaN: its 7 low bits are
@@ -114,40 +127,55 @@ __device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& h
 
 // 16 e4m3 bytes -> 16 values of T (8 words), each times `scale2` (a bf16x2 power of two;
 // ds_mla's tile scale) unless SCALED is false.  TWICE: the planted fault, the scale twice.
+// swap: the halves in the other order (o[0..3] from bytes 8..15, o[4..7] from 0..7), as
+// st_converted16 stores them in the odd slice's lanes; bf16 folds it into the placement's
+// prmt (no select of the words).
 // bf16: the placed values times 2^120 * scale in one multiply, exact (a power of two), where
-// that factor is a finite bf16 (scale <= 2^7, the quantizer's scales by far); else (a huge,
-// infinite or NaN scale) times 2^120, then the scale.  The NaN path is a branch taken only
-// where one of the 16 bytes is NaN (hostile input: the quantizers saturate at 448).
+// that factor is a finite bf16 (scale <= 2^7, the quantizer's scales by far).  The rest is
+// one branch, taken only for hostile input (a NaN byte: the quantizers saturate at 448; a
+// huge, infinite or NaN scale): NaN ORed over the NaN bytes' halves, then times 2^120 and
+// the scale apart.  One branch, not a select per word: ptxas computed the second multiply
+// on every word and selected (16 extra instructions a call, an eighth of the 64-row
+// crossover producer's).
 template <typename T, bool SCALED, bool TWICE>
-__device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint32_t (&o)[8]) {
+__device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint32_t (&o)[8],
+                                          bool swap) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    uint32_t f = kTwo120, after = 0u;
+    bool huge = false;
+    uint32_t f = kTwo120;
     if constexpr (SCALED) {
-      if ((scale2 & 0x7f80u) <= kMaxFusedExp) f = mul_bf16x2(scale2, kTwo120);
-      else after = scale2;
+      huge = (scale2 & 0x7f80u) > kMaxFusedExp;
+      f = mul_bf16x2(scale2, kTwo120);
     }
+    const PlaceSel sel(swap);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) e4m3x4_placed(w[i], o[2 * i], o[2 * i + 1]);
+    for (int i = 0; i < 4; ++i) e4m3x4_placed(w[i], w[i ^ 2], sel, o[2 * i], o[2 * i + 1]);
     const uint32_t any = (e4m3_nan_bits(w[0]) | e4m3_nan_bits(w[1]) | e4m3_nan_bits(w[2])
                           | e4m3_nan_bits(w[3])) & 0x80808080u;
-    if (any) {
+    if (any || huge) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) e4m3_nan_halves(w[i], o[2 * i], o[2 * i + 1]);
-    }
+      for (int i = 0; i < 4; ++i)
+        e4m3_nan_halves(swap ? w[i ^ 2] : w[i], o[2 * i], o[2 * i + 1]);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      o[i] = mul_bf16x2(o[i], f);
-      if constexpr (SCALED) {
-        if (after) o[i] = mul_bf16x2(o[i], after);
-        if constexpr (TWICE) o[i] = mul_bf16x2(o[i], scale2);
+      for (int i = 0; i < 8; ++i) {
+        o[i] = mul_bf16x2(o[i], kTwo120);
+        if constexpr (SCALED) o[i] = mul_bf16x2(o[i], scale2);
       }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[i] = mul_bf16x2(o[i], f);
+    }
+    if constexpr (SCALED && TWICE) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[i] = mul_bf16x2(o[i], scale2);
     }
   } else {
     // fp16 (fp8_e4m3 only: e4m3 is exact in fp16; the hardware conversion)
     static_assert(!SCALED, "fp8_ds_mla needs bf16 (its RoPE values are bf16)");
 #pragma unroll
-    for (int i = 0; i < 4; ++i) e4m3x4_f16<Pair<0, 1>, Pair<2, 3>>(w[i], o[2 * i], o[2 * i + 1]);
+    for (int i = 0; i < 4; ++i)
+      e4m3x4_f16<Pair<0, 1>, Pair<2, 3>>(swap ? w[i ^ 2] : w[i], o[2 * i], o[2 * i + 1]);
   }
 }
 
@@ -176,23 +204,18 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t a, uint32_t
                ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
-// 16 converted values (o: 8 words, from 16 raw bytes at chunk k8 of a 128-byte tile row)
-// into key row r of the swizzled slice pair: slice 2 q + k8 / 4 (row at `row`, chunk c of
-// row r at chunk c ^ (r % 8)), chunks 2 (k8 % 4) and + 1.  The odd slice's lanes store
-// their second chunk first, so that the 8 lanes of a key row cover 8 distinct chunk columns
-// in each store (selects, not a branch: both halves of the warp store in one instruction).
+// 16 converted values from 16 raw bytes at chunk k8 of a 128-byte tile row, into key row r
+// of the swizzled slice pair: slice 2 q + k8 / 4 (row at `row`, chunk c of row r at chunk
+// c ^ (r % 8)), chunks 2 (k8 % 4) and + 1.  The odd slice's lanes store their second chunk
+// first, so that the 8 lanes of a key row cover 8 distinct chunk columns in each store: o
+// comes in store order, convert16's halves swapped where k8 >= 4 (convert16(..., odd16(k8))).
+__device__ __forceinline__ bool odd16(int k8) { return k8 >= 4; }
 __device__ __forceinline__ void st_converted16(uint32_t row, const uint32_t (&o)[8], int k8,
                                                int r) {
   const int odd = k8 >> 2, c = 2 * (k8 & 3);
   const int c1 = (c + odd) ^ (r & 7), c2 = (c + 1 - odd) ^ (r & 7);
-  uint32_t a[4], b[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    a[e] = odd ? o[4 + e] : o[e];
-    b[e] = odd ? o[e] : o[4 + e];
-  }
-  st_shared_v4(row + (c1 << 4), a[0], a[1], a[2], a[3]);
-  st_shared_v4(row + (c2 << 4), b[0], b[1], b[2], b[3]);
+  st_shared_v4(row + (c1 << 4), o[0], o[1], o[2], o[3]);
+  st_shared_v4(row + (c2 << 4), o[4], o[5], o[6], o[7]);
 }
 // The same into another CTA's slice pair (row: a shared::cluster address), each 16 bytes
 // completing on its mbarrier bar (sm90::st_async_v4).
@@ -200,10 +223,8 @@ __device__ __forceinline__ void st_async_converted16(uint32_t row, const uint32_
                                                      int r, uint32_t bar) {
   const int odd = k8 >> 2, c = 2 * (k8 & 3);
   const int c1 = (c + odd) ^ (r & 7), c2 = (c + 1 - odd) ^ (r & 7);
-  sm90::st_async_v4(row + (c1 << 4), odd ? o[4] : o[0], odd ? o[5] : o[1], odd ? o[6] : o[2],
-                    odd ? o[7] : o[3], bar);
-  sm90::st_async_v4(row + (c2 << 4), odd ? o[0] : o[4], odd ? o[1] : o[5], odd ? o[2] : o[6],
-                    odd ? o[3] : o[7], bar);
+  sm90::st_async_v4(row + (c1 << 4), o[0], o[1], o[2], o[3], bar);
+  sm90::st_async_v4(row + (c2 << 4), o[4], o[5], o[6], o[7], bar);
 }
 
 }  // namespace fp8

@@ -456,7 +456,8 @@ struct WgmmaKernel {
     const float f[4] = {sc.x, sc.y, sc.z, sc.w};
     uint32_t w[8];
     const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
-    fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::scale_bf16x2(scale), w);
+    fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::scale_bf16x2(scale), w,
+                                                       fp8::odd16(c));
     const int sl = 2 * q + (c >> 2);
     fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
     if constexpr (kCross)   // the same row of the other CTA's slice, on its full[sl]
@@ -569,7 +570,8 @@ struct WgmmaKernel {
                                                         uint32_t rbar, const uint4& v,
                                                         uint32_t e, int sl, int r, int c) {
     uint32_t w[8];
-    fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::ue8m0_bf16x2(e), w);
+    fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::ue8m0_bf16x2(e), w,
+                                                       fp8::odd16(c));
     fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
     if constexpr (kCross)
       fp8::st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,

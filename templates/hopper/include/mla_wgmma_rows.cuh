@@ -431,7 +431,7 @@ struct WgmmaRowsKernel {
         const uint4 v = fp8::ld_shared_v4(src + q * 128 + k8 * 16);
         const uint32_t sc = fp8::ue8m0_bf16x2(sm90::ld_shared_u8(tail + r * L::kTailRow + ts));
         uint32_t o[8];
-        fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, sc, o);
+        fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, sc, o, fp8::odd16(k8));
         fp8::st_converted16(dst + r * 128, o, k8, r);
       }
     }
@@ -484,7 +484,8 @@ struct WgmmaRowsKernel {
           for (int it = 0; it < 4 / C::kConverters; ++it) {
             const int r = (t + kT * it) >> 3;
             uint32_t o[8];
-            fp8::convert16<T, kScaled, FAULT == kFaultScaleTwice>(v[it], sc[it], o);
+            fp8::convert16<T, kScaled, FAULT == kFaultScaleTwice>(v[it], sc[it], o,
+                                                                  fp8::odd16(k8));
             fp8::st_converted16(dst0 + r * 128, o, k8, r);
           }
           sm90::fence_proxy_async();
@@ -510,7 +511,7 @@ struct WgmmaRowsKernel {
             const int g = t + kT * it, r = g >> 2, k = g & 3;
             const uint4 v = fp8::ld_shared_v4(tail + r * L::kTailRow + k * 16);
             uint32_t o[8];
-            fp8::convert16<T, false, false>(v, 0u, o);
+            fp8::convert16<T, false, false>(v, 0u, o, false);
             const uint32_t row = rope + r * 128;
             fp8::st_shared_v4(row + (((2 * k) ^ (r & 7)) << 4), o[0], o[1], o[2], o[3]);
             fp8::st_shared_v4(row + (((2 * k + 1) ^ (r & 7)) << 4), o[4], o[5], o[6], o[7]);
