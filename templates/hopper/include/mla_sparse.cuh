@@ -76,16 +76,22 @@ __device__ __forceinline__ bool sparse_has_key(int64_t off) { return off != kNoK
 // there is none.  elem: bytes a stride unit (both pools are in one format).
 // PAGED (fp8_ue8m0_paged, bytes): a page is its keys' data rows of ROW bytes, then their
 // 8-byte scale rows (the view's token stride is no key's); *scale: the key's scale row.
-// sparse_key_offset_at: the same for the key at position pos.
+// sparse_key_offset_at: the same for the key at position pos; sparse_key_offset_of: for the
+// entry e that sparse_entry read at pos (a block ahead: the load's latency off the chain).
+template <bool X>
+__device__ __forceinline__ int sparse_entry(const SparseRow<X>& row, int pos, int end) {
+  if (pos >= end) return -1;
+  return X && pos >= row.split ? row.idx2[pos - row.split] : row.idx[pos];
+}
 template <bool X, int ROW = 0>
-__device__ __forceinline__ int64_t sparse_key_offset_at(const MlaParams& p,
+__device__ __forceinline__ int64_t sparse_key_offset_of(const MlaParams& p,
                                                         const SparseRow<X>& row, int pos,
-                                                        int end, int elem,
+                                                        int e, int elem,
                                                         int64_t* scale = nullptr) {
-  bool bad = false, extra;   // the consumer flags it
-  const int e = sparse_slot(p, row, pos, end, bad, extra);
-  if (e < 0) return kNoKey;
-  const bool x = X && extra;
+  const bool x = X && pos >= row.split;
+  const int64_t slots = x ? static_cast<int64_t>(p.num_blocks2) * p.page_size2
+                          : static_cast<int64_t>(p.num_blocks) * p.page_size;
+  if (e < 0 || static_cast<int64_t>(e) >= slots) return kNoKey;   // the consumer flags it
   const int ps = x ? p.page_size2 : p.page_size;
   const int64_t base =
       (x ? reinterpret_cast<intptr_t>(p.k2) - reinterpret_cast<intptr_t>(p.k) : 0) +
@@ -95,6 +101,13 @@ __device__ __forceinline__ int64_t sparse_key_offset_at(const MlaParams& p,
     return base + static_cast<int64_t>(e % ps) * ROW;
   }
   return base + (e % ps) * (x ? p.k2_stride_token : p.k_stride_token) * elem;
+}
+template <bool X, int ROW = 0>
+__device__ __forceinline__ int64_t sparse_key_offset_at(const MlaParams& p,
+                                                        const SparseRow<X>& row, int pos,
+                                                        int end, int elem,
+                                                        int64_t* scale = nullptr) {
+  return sparse_key_offset_of<X, ROW>(p, row, pos, sparse_entry(row, pos, end), elem, scale);
 }
 template <bool X, int ROW = 0>
 __device__ __forceinline__ int64_t sparse_key_offset(const MlaParams& p, const SparseRow<X>& row,

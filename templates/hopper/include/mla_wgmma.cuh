@@ -708,19 +708,28 @@ struct WgmmaKernel {
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
     int it = 0, req = 0;
     Piece pc;
+    // kCross: lane k's data key 32 rank + 8 warp + k % 8 (as the fp8_ds_mla one), its RoPE
+    // key 16 warp + k % 16, their index entries read a block ahead
+    const int pl = 32 * rank + 8 * warp + (lane & 7), pr = 16 * warp + (lane & 15);
     while (next_piece(p, req, pc)) {
       const auto row = sparse_row<kExtraPool>(p, pc.req);
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+      int el = 0, er = 0;
+      if constexpr (kCross) {
+        el = sparse_entry(row, pc.start + pl, pc.end);
+        er = sparse_entry(row, pc.start + pr, pc.end);
+      }
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
         const int t0 = pc.start + i * C::kBlock;
         int64_t sc;
         if constexpr (kCross) {
-          // lane k's key: 32 rank + 8 warp + k % 8 (as the fp8_ds_mla one), its data and scale
-          // rows loaded before the RoPE's offsets
+          const int nl = sparse_entry(row, t0 + C::kBlock + pl, pc.end);
+          const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
+          // the data and scale rows loaded before the RoPE's offsets are made
           int64_t xs, ol[kLaneKeys], sol[kLaneKeys];
-          const int64_t x = sparse_key_offset_at<kExtraPool, L::kRowBytes>(
-              p, row, t0 + 32 * rank + 8 * warp + (lane & 7), pc.end, 1, &xs);
+          const int64_t x = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
+              p, row, t0 + pl, el, 1, &xs);
 #pragma unroll
           for (int k = 0; k < kLaneKeys; ++k) {
             ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
@@ -728,9 +737,11 @@ struct WgmmaKernel {
           }
           PagedRegs g;
           paged_load(kc, ol, sol, lane, g);
-          const int64_t off = sparse_key_offset<kExtraPool, L::kRowBytes>(
-              p, row, t0, pc.end, warp, lane, 1, &sc);
+          const int64_t off = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
+              p, row, t0 + pr, er, 1, &sc);
           paged_put(sm, kc, off, g, it, warp, lane, rank);
+          el = nl;
+          er = nr;
         } else {
           int64_t o[4], so[4];
           sparse_lane_keys(sparse_key_offset<kExtraPool, L::kRowBytes>(
@@ -754,23 +765,31 @@ struct WgmmaKernel {
     Piece pc;
     if constexpr (kCross) {
       const int rank = static_cast<int>(sm90::cluster_ctarank());
+      // lane k's latent key: 32 rank + 8 warp + k % 8; its RoPE key: 16 warp + k % 16
+      const int pl = 32 * rank + 8 * warp + (lane & 7), pr = 16 * warp + (lane & 15);
       while (next_piece(p, req, pc)) {
         const auto row = sparse_row<kExtraPool>(p, pc.req);
         const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+        // index entries a block ahead: the next block's load in flight over this one
+        int el = sparse_entry(row, pc.start + pl, pc.end);
+        int er = sparse_entry(row, pc.start + pr, pc.end);
 #pragma unroll 1
         for (int i = 0; i < n; ++i, ++it) {
           const int t0 = pc.start + i * C::kBlock;
-          // lane k's key: 32 rank + 8 warp + k % 8, its latent loaded before the RoPE's offsets
+          const int nl = sparse_entry(row, t0 + C::kBlock + pl, pc.end);
+          const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
+          // the latent loaded before the RoPE's offsets are made
           int64_t o[4], ol[kLaneKeys];
-          const int64_t x = sparse_key_offset_at(p, row, t0 + 32 * rank + 8 * warp + (lane & 7),
-                                                 pc.end, 1);
+          const int64_t x = sparse_key_offset_of(p, row, t0 + pl, el, 1);
 #pragma unroll
           for (int k = 0; k < kLaneKeys; ++k)
             ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
           DsRegs g;
           ds_load(kc, ol, lane, g);
-          sparse_lane_keys(sparse_key_offset(p, row, t0, pc.end, warp, lane, 1), lane, o);
+          sparse_lane_keys(sparse_key_offset_of(p, row, t0 + pr, er, 1), lane, o);
           ds_put(sm, kc, o, g, it, warp, lane, rank);
+          el = nl;
+          er = nr;
         }
       }
     } else {
