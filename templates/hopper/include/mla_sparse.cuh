@@ -44,26 +44,30 @@ __device__ __forceinline__ SparseRow<X> sparse_row(const MlaParams& p, int req) 
   return r;
 }
 
-// A sparse row's cache slot at position pos of its keys, or -1 where it names no key (pos
-// at or past the piece's end, a negative entry, an entry at or past its pool's slots; bad:
-// that last case, an error); extra: the key is the extra pool's.
+// A sparse row's index entry at position pos of its keys (the main or the extra list), -1
+// at or past the piece's end; read apart from its use where its load should be in flight a
+// block ahead.
 template <bool X>
-__device__ __forceinline__ int sparse_slot(const MlaParams& p, const SparseRow<X>& row, int pos,
-                                           int end, bool& bad, bool& extra) {
-  extra = X && pos >= row.split;
+__device__ __forceinline__ int sparse_entry(const SparseRow<X>& row, int pos, int end) {
   if (pos >= end) return -1;
-  const int e = extra ? row.idx2[pos - row.split] : row.idx[pos];
-  const int64_t slots = extra ? static_cast<int64_t>(p.num_blocks2) * p.page_size2
-                              : static_cast<int64_t>(p.num_blocks) * p.page_size;
+  return X && pos >= row.split ? row.idx2[pos - row.split] : row.idx[pos];
+}
+// The cache slot that entry e (at position pos) names, or -1 where it names none (a
+// negative entry, or one at or past its pool's slots; bad: that last case, an error).
+template <bool X>
+__device__ __forceinline__ int sparse_slot_of(const MlaParams& p, const SparseRow<X>& row,
+                                              int pos, int e, bool& bad) {
+  const bool x = X && pos >= row.split;
+  const int64_t slots = x ? static_cast<int64_t>(p.num_blocks2) * p.page_size2
+                          : static_cast<int64_t>(p.num_blocks) * p.page_size;
   const bool out = static_cast<int64_t>(e) >= slots;
   bad |= out;
-  return out ? -1 : e;
+  return out || e < 0 ? -1 : e;
 }
 template <bool X>
 __device__ __forceinline__ int sparse_slot(const MlaParams& p, const SparseRow<X>& row, int pos,
                                            int end, bool& bad) {
-  bool extra;
-  return sparse_slot(p, row, pos, end, bad, extra);
+  return sparse_slot_of(p, row, pos, sparse_entry(row, pos, end), bad);
 }
 
 // No key: the gather's offsets are relative to the main cache, so an extra pool's key may
@@ -78,20 +82,15 @@ __device__ __forceinline__ bool sparse_has_key(int64_t off) { return off != kNoK
 // 8-byte scale rows (the view's token stride is no key's); *scale: the key's scale row.
 // sparse_key_offset_at: the same for the key at position pos; sparse_key_offset_of: for the
 // entry e that sparse_entry read at pos (a block ahead: the load's latency off the chain).
-template <bool X>
-__device__ __forceinline__ int sparse_entry(const SparseRow<X>& row, int pos, int end) {
-  if (pos >= end) return -1;
-  return X && pos >= row.split ? row.idx2[pos - row.split] : row.idx[pos];
-}
 template <bool X, int ROW = 0>
 __device__ __forceinline__ int64_t sparse_key_offset_of(const MlaParams& p,
                                                         const SparseRow<X>& row, int pos,
                                                         int e, int elem,
                                                         int64_t* scale = nullptr) {
+  bool bad = false;   // the consumer flags it
+  e = sparse_slot_of(p, row, pos, e, bad);
+  if (e < 0) return kNoKey;
   const bool x = X && pos >= row.split;
-  const int64_t slots = x ? static_cast<int64_t>(p.num_blocks2) * p.page_size2
-                          : static_cast<int64_t>(p.num_blocks) * p.page_size;
-  if (e < 0 || static_cast<int64_t>(e) >= slots) return kNoKey;   // the consumer flags it
   const int ps = x ? p.page_size2 : p.page_size;
   const int64_t base =
       (x ? reinterpret_cast<intptr_t>(p.k2) - reinterpret_cast<intptr_t>(p.k) : 0) +
@@ -155,16 +154,17 @@ __device__ __forceinline__ void sparse_copy_slice(const unsigned char* kc, const
 }
 
 // The valid keys of the 64-key block at t0 as a mask (bit k: key t0 + k names a key), the
-// same in every lane of the warp: lane l reads keys l and l + 32.  bad: a slot past the
-// cache in this block (the same in every lane).
+// same in every lane of the warp, from the entries sparse_entry read (a block ahead) at
+// t0 + lane (e0) and t0 + 32 + lane (e1).  bad: a slot past the cache in this block (the
+// same in every lane).
 template <bool X>
 __device__ __forceinline__ uint64_t sparse_block_mask(const MlaParams& p, const SparseRow<X>& row,
-                                                      int t0, int end, int lane, bool& bad) {
+                                                      int t0, int e0, int e1, int lane,
+                                                      bool& bad) {
   bool b = false;
-  const int e0 = sparse_slot(p, row, t0 + lane, end, b);
-  const int e1 = sparse_slot(p, row, t0 + 32 + lane, end, b);
-  const uint32_t lo = __ballot_sync(0xffffffffu, e0 >= 0);
-  const uint32_t hi = __ballot_sync(0xffffffffu, e1 >= 0);
+  const uint32_t lo = __ballot_sync(0xffffffffu, sparse_slot_of(p, row, t0 + lane, e0, b) >= 0);
+  const uint32_t hi =
+      __ballot_sync(0xffffffffu, sparse_slot_of(p, row, t0 + 32 + lane, e1, b) >= 0);
   bad |= __any_sync(0xffffffffu, b);
   return static_cast<uint64_t>(hi) << 32 | lo;
 }

@@ -322,16 +322,19 @@ struct WgmmaKernel {
     const uint32_t kbase = sm90::smem_addr(sm.k);
     int it = 0, req = 0;
     Piece pc;
+    const int pr = 16 * warp + (lane & 15);   // lane k's key (sparse_key_offset's)
     while (next_piece(p, req, pc)) {
       const auto row = sparse_row<kExtraPool>(p, pc.req);
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+      int er = sparse_entry(row, pc.start + pr, pc.end);   // index entries a block ahead
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
         const int s = it & 1;
         const int t0 = pc.start + i * C::kBlock;
+        const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
         int64_t o[4];
-        sparse_lane_keys(
-            sparse_key_offset(p, row, t0, pc.end, warp, lane, sizeof(T)), lane, o);
+        sparse_lane_keys(sparse_key_offset_of(p, row, t0 + pr, er, sizeof(T)), lane, o);
+        er = nr;
         uint64_t* full = sm.full + s * C::kSlices;
         uint64_t* empty = sm.empty + s * C::kSlices;
 #pragma unroll 1
@@ -708,17 +711,15 @@ struct WgmmaKernel {
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
     int it = 0, req = 0;
     Piece pc;
-    // kCross: lane k's data key 32 rank + 8 warp + k % 8 (as the fp8_ds_mla one), its RoPE
-    // key 16 warp + k % 16, their index entries read a block ahead
+    // lane k's key 16 warp + k % 16 (sparse_key_offset's) and, kCross, its data key 32 rank +
+    // 8 warp + k % 8 (as the fp8_ds_mla one): their index entries read a block ahead
     const int pl = 32 * rank + 8 * warp + (lane & 7), pr = 16 * warp + (lane & 15);
     while (next_piece(p, req, pc)) {
       const auto row = sparse_row<kExtraPool>(p, pc.req);
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
-      int el = 0, er = 0;
-      if constexpr (kCross) {
-        el = sparse_entry(row, pc.start + pl, pc.end);
-        er = sparse_entry(row, pc.start + pr, pc.end);
-      }
+      int el = 0;
+      if constexpr (kCross) el = sparse_entry(row, pc.start + pl, pc.end);
+      int er = sparse_entry(row, pc.start + pr, pc.end);
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
         const int t0 = pc.start + i * C::kBlock;
@@ -743,9 +744,11 @@ struct WgmmaKernel {
           el = nl;
           er = nr;
         } else {
+          const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
           int64_t o[4], so[4];
-          sparse_lane_keys(sparse_key_offset<kExtraPool, L::kRowBytes>(
-                               p, row, t0, pc.end, warp, lane, 1, &sc), lane, o);
+          sparse_lane_keys(sparse_key_offset_of<kExtraPool, L::kRowBytes>(
+                               p, row, t0 + pr, er, 1, &sc), lane, o);
+          er = nr;
           sparse_lane_keys(sc, lane, so);
           paged_gather(sm, kc, o, so, it, warp, lane);
           if (it > 0) paged_convert<1>(sm, it - 1, warp, lane);
@@ -797,14 +800,18 @@ struct WgmmaKernel {
       int64_t po[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) po[k] = kNoKey;
+      const int pr = 16 * warp + (lane & 15);   // lane k's key (sparse_key_offset's)
       while (next_piece(p, req, pc)) {
         const auto row = sparse_row<kExtraPool>(p, pc.req);
         const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
+        int er = sparse_entry(row, pc.start + pr, pc.end);   // index entries a block ahead
 #pragma unroll 1
         for (int i = 0; i < n; ++i, ++it) {
           const int t0 = pc.start + i * C::kBlock;
+          const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
           int64_t o[4];
-          sparse_lane_keys(sparse_key_offset(p, row, t0, pc.end, warp, lane, 1), lane, o);
+          sparse_lane_keys(sparse_key_offset_of(p, row, t0 + pr, er, 1), lane, o);
+          er = nr;
           ds_gather(sm, kc, o, it, warp, lane);
           if (pend >= 0) ds_convert<1>(sm, kc, po, pend, warp, lane);
           pend = it;
@@ -995,12 +1002,22 @@ struct WgmmaKernel {
         start_block(sm, it, pc.start, pc.end, t, s);
         sm90::wgmma_wait<0>();
       }
+      // sparse: the block's index entries, read a block ahead (lane l: keys l and l + 32)
+      int ea = 0, eb = 0;
+      if constexpr (kSparse) {
+        ea = sparse_entry(row, pc.start + lane, pc.end);
+        eb = sparse_entry(row, pc.start + 32 + lane, pc.end);
+      }
       for (int i = 0; n > 0; ++i) {
         const int bit = it + i, st = bit & 1;
         const int t0 = pc.start + i * C::kBlock;
-        // sparse: which of the block's keys are named (read while S is in flight)
+        // sparse: which of the block's keys are named (while S is in flight)
         uint64_t vmask = kAllKeys;
-        if constexpr (kSparse) vmask = sparse_block_mask(p, row, t0, pc.end, lane, bad);
+        if constexpr (kSparse) {
+          vmask = sparse_block_mask(p, row, t0, ea, eb, lane, bad);
+          ea = sparse_entry(row, t0 + C::kBlock + lane, pc.end);
+          eb = sparse_entry(row, t0 + C::kBlock + 32 + lane, pc.end);
+        }
         // in flight: S of this block and, behind it, the two halves of P V of the previous
         sm90::wgmma_wait<2>();
         sm90::reg_fence(s);
