@@ -52,8 +52,8 @@ __device__ __forceinline__ int sparse_entry(const SparseRow<X>& row, int pos, in
   if (pos >= end) return -1;
   return X && pos >= row.split ? row.idx2[pos - row.split] : row.idx[pos];
 }
-// The cache slot that entry e (at position pos) names, or -1 where it names none (a
-// negative entry, or one at or past its pool's slots; bad: that last case, an error).
+// The cache slot that entry e (at position pos) names, negative where it names none (a
+// negative entry, or -1 for one at or past its pool's slots; bad: that case, an error).
 template <bool X>
 __device__ __forceinline__ int sparse_slot_of(const MlaParams& p, const SparseRow<X>& row,
                                               int pos, int e, bool& bad) {
@@ -62,12 +62,14 @@ __device__ __forceinline__ int sparse_slot_of(const MlaParams& p, const SparseRo
                           : static_cast<int64_t>(p.num_blocks) * p.page_size;
   const bool out = static_cast<int64_t>(e) >= slots;
   bad |= out;
-  return out || e < 0 ? -1 : e;
+  return out ? -1 : e;
 }
 template <bool X>
 __device__ __forceinline__ int sparse_slot(const MlaParams& p, const SparseRow<X>& row, int pos,
                                            int end, bool& bad) {
-  return sparse_slot_of(p, row, pos, sparse_entry(row, pos, end), bad);
+  if (pos >= end) return -1;
+  return sparse_slot_of(p, row, pos, X && pos >= row.split ? row.idx2[pos - row.split]
+                                                            : row.idx[pos], bad);
 }
 
 // No key: the gather's offsets are relative to the main cache, so an extra pool's key may
@@ -87,10 +89,10 @@ __device__ __forceinline__ int64_t sparse_key_offset_of(const MlaParams& p,
                                                         const SparseRow<X>& row, int pos,
                                                         int e, int elem,
                                                         int64_t* scale = nullptr) {
-  bool bad = false;   // the consumer flags it
-  e = sparse_slot_of(p, row, pos, e, bad);
-  if (e < 0) return kNoKey;
   const bool x = X && pos >= row.split;
+  const int64_t slots = x ? static_cast<int64_t>(p.num_blocks2) * p.page_size2
+                          : static_cast<int64_t>(p.num_blocks) * p.page_size;
+  if (e < 0 || static_cast<int64_t>(e) >= slots) return kNoKey;   // the consumer flags it
   const int ps = x ? p.page_size2 : p.page_size;
   const int64_t base =
       (x ? reinterpret_cast<intptr_t>(p.k2) - reinterpret_cast<intptr_t>(p.k) : 0) +
