@@ -4,7 +4,8 @@
 // 64-row kernel (mla_wgmma.cuh, SP = 1 or 2): a producer warpgroup of 4 warps, warp w taking
 // keys [16 w, 16 w + 16) of each 64-key block.
 //
-// Lane l < 16 of warp w reads the slot of key 16 w + l once a block and turns it into the
+// Lane l < 16 of warp w reads the slot of key 16 w + l once a block (the 64-row kernel a block
+// ahead: sparse_entry, then sparse_key_offset_of) and turns it into the
 // key's byte offset in the cache (kNoKey: no key); then the warp copies the keys' bytes (slice
 // by slice for bf16, key by key into the rows kernel's FP8 raw layout; the offsets broadcast
 // from their lanes), zero-filled (src-size 0) where there is no key, so that NaN bytes of
