@@ -137,7 +137,10 @@ __device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& h
 // the scale apart.  One branch, not a select per word: ptxas computed the second multiply
 // on every word and selected (16 extra instructions a call, an eighth of the 64-row
 // crossover producer's).
-template <typename T, bool SCALED, bool TWICE>
+// PRED: the rare cases predicated instead (a NaN fix-up branch, the large scale's second
+// multiply on every word, selected): fewer registers live across a run of calls, for the
+// two-pool crossover producer, which the branch form spilled at its 88 registers.
+template <typename T, bool SCALED, bool TWICE, bool PRED = false>
 __device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint32_t (&o)[8],
                                           bool swap) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -146,14 +149,31 @@ __device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint3
     uint32_t f = kTwo120;
     if constexpr (SCALED) {
       huge = (scale2 & 0x7f80u) > kMaxFusedExp;
-      f = mul_bf16x2(scale2, kTwo120);
+      f = PRED && huge ? kTwo120 : mul_bf16x2(scale2, kTwo120);
     }
-    const PlaceSel sel(swap);
+    const PlaceSel sel(PRED ? false : swap);
 #pragma unroll
     for (int i = 0; i < 4; ++i) e4m3x4_placed(w[i], w[i ^ 2], sel, o[2 * i], o[2 * i + 1]);
     const uint32_t any = (e4m3_nan_bits(w[0]) | e4m3_nan_bits(w[1]) | e4m3_nan_bits(w[2])
                           | e4m3_nan_bits(w[3])) & 0x80808080u;
-    if (any || huge) {
+    if constexpr (PRED) {   // (and the swap by selects of the words: no live selectors)
+      static_assert(SCALED && !TWICE, "the predicated form is the scaled one");
+      if (any) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) e4m3_nan_halves(w[i], o[2 * i], o[2 * i + 1]);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        o[i] = mul_bf16x2(o[i], f);
+        if (huge) o[i] = mul_bf16x2(o[i], scale2);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t a = swap ? o[4 + e] : o[e], b = swap ? o[e] : o[4 + e];
+        o[e] = a;
+        o[4 + e] = b;
+      }
+    } else if (any || huge) {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         e4m3_nan_halves(swap ? w[i ^ 2] : w[i], o[2 * i], o[2 * i + 1]);

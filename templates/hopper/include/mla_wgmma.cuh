@@ -573,8 +573,8 @@ struct WgmmaKernel {
                                                         uint32_t rbar, const uint4& v,
                                                         uint32_t e, int sl, int r, int c) {
     uint32_t w[8];
-    fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::ue8m0_bf16x2(e), w,
-                                                       fp8::odd16(c));
+    fp8::convert16<T, true, FAULT == kFaultScaleTwice, kCross && !FAULT>(
+        v, fp8::ue8m0_bf16x2(e), w, fp8::odd16(c));
     fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
     if constexpr (kCross)
       fp8::st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,
