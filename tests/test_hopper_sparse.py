@@ -288,6 +288,29 @@ def test_d512_smem_model_and_registers(kv, rows, pools, tmp_path):
 
 
 @pytest.mark.nvcc
+@pytest.mark.parametrize("name", ["hopper_sparse_ds_mla_r64", "hopper_sparse_bf16_r64",
+                                  "hopper_sparse_v4_r64"])
+def test_64_row_sparse_examples_compile_without_spills(name, tmp_path):
+    """The 64-row sparse kernels (in place and crossover) of the example schedules: no
+    spill, setmaxnreg honoured, no wgmma serialized.  Their producer warpgroup runs at 88
+    registers, where one more live value spills (a conversion rewrite did, in the two-pool
+    d_qk 512 crossover)."""
+    import re
+
+    from test_hopper_compile import _ptxas_split
+
+    from mlagen.backends.hopper import render
+    from mlagen.paths import SCHEDULES_DIR
+    from mlagen.schedule import load
+
+    log = _ptxas_split(render(load(str(SCHEDULES_DIR / f"{name}.toml"))), tmp_path)
+    assert "mla_split_wgmma_kernel" in log
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert spills and max(spills) == 0, log
+    assert "serialized" not in log and "C7508" not in log, log
+
+
+@pytest.mark.nvcc
 @pytest.mark.parametrize("kv,pools", [("fp8_ue8m0_paged", 2), ("", 1)])
 def test_d512_64_rows_smem_model_and_registers(kv, pools, tmp_path):
     """The 64-row kernel at d_qk 512: resources.hopper_smem == WgmmaConfig::kSmem (Q's tile
