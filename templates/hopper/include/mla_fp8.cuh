@@ -157,7 +157,7 @@ __device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint3
     const uint32_t any = (e4m3_nan_bits(w[0]) | e4m3_nan_bits(w[1]) | e4m3_nan_bits(w[2])
                           | e4m3_nan_bits(w[3])) & 0x80808080u;
     if constexpr (PRED) {   // (and the swap by selects of the words: no live selectors)
-      static_assert(SCALED && !TWICE, "the predicated form is the scaled one");
+      static_assert(SCALED, "the predicated form is the scaled one");
       if (any) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) e4m3_nan_halves(w[i], o[2 * i], o[2 * i + 1]);

@@ -573,7 +573,7 @@ struct WgmmaKernel {
                                                         uint32_t rbar, const uint4& v,
                                                         uint32_t e, int sl, int r, int c) {
     uint32_t w[8];
-    fp8::convert16<T, true, FAULT == kFaultScaleTwice, kCross && !FAULT>(
+    fp8::convert16<T, true, FAULT == kFaultScaleTwice, kCross>(
         v, fp8::ue8m0_bf16x2(e), w, fp8::odd16(c));
     fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
     if constexpr (kCross)
