@@ -3,8 +3,8 @@
 the split scheduler and the sparse row lengths (mla_scheduler.cuh,
 mla_scheduler_kernel.cuh), the mma.sync kernel (mla_split.cuh) and the
 FP8 dequantize path (mla_fp8.cuh and the few-rows kernel's converter).  Distinct from the
-kernels' kFault codes (kFaultScaleWrongTile reads tile q + 1, kFaultScaleTwice scales every
-value twice, kFaultDescaleNotInOutput drops the descale from O).  Each
+kernels' kFault codes (kFaultScaleWrongTile reads another tile's scale, kFaultScaleTwice
+scales every value twice, kFaultDescaleNotInOutput drops the descale from O).  Each
 names the example schedules whose build runs the line it edits."""
 
 from __future__ import annotations
@@ -131,8 +131,8 @@ MUTANTS = (
            "a split row's partial is scaled by the sink too (then the combine scales it again)",
            SPARSE64),
     Mutant("wgmma_ds_scale_first_tile", "hopper", "mla_wgmma.cuh",
-           "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];",
-           "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q & 2];",
+           "const float scale = f[FAULT == kFaultScaleWrongTile ? (q & 1) ^ 1 : q & 1];",
+           "const float scale = f[FAULT == kFaultScaleWrongTile ? (q & 1) ^ 1 : 0];",
            "fp8_ds_mla (64-row producer): latent tiles 1 and 3 take the scale of tiles 0 "
            "and 2", DS64, FP8_SCALE),
     Mutant("wgmma_ds_cross_peer_row", "hopper", "mla_wgmma.cuh",
