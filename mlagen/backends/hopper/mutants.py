@@ -3,8 +3,8 @@
 the split scheduler and the sparse row lengths (mla_scheduler.cuh,
 mla_scheduler_kernel.cuh), the mma.sync kernel (mla_split.cuh) and the
 FP8 dequantize path (mla_fp8.cuh and the few-rows kernel's converter).  Distinct from the
-kernels' kFault codes (kFaultScaleWrongTile reads another tile's scale, kFaultScaleTwice
-scales every value twice, kFaultDescaleNotInOutput drops the descale from O).  Each
+kernels' kFault codes (kFaultScaleWrongTile reads tile q + 1, kFaultScaleTwice scales every
+value twice, kFaultDescaleNotInOutput drops the descale from O).  Each
 names the example schedules whose build runs the line it edits."""
 
 from __future__ import annotations
@@ -130,25 +130,9 @@ MUTANTS = (
            "if (p.sink != nullptr && gr < rows_total && l > 0.f)",
            "a split row's partial is scaled by the sink too (then the combine scales it again)",
            SPARSE64),
-    # ---- index entries read a block ahead of their use (the 64-row kernel's sparse modes)
-    Mutant("wgmma_mask_entries_ahead", "hopper", "mla_wgmma.cuh",
-           "ea = sparse_entry(row, t0 + C::kBlock + lane, pc.end);",
-           "ea = sparse_entry(row, t0 + 2 * C::kBlock + lane, pc.end);",
-           "the consumer's key mask: the entries of the block's first 32 keys read two blocks "
-           "ahead instead of one (each later block masked by the next one's slots)", SPARSE64),
-    Mutant("ds64_latent_entries_ahead", "hopper", "mla_wgmma.cuh",
-           "x = sparse_key_offset_of(p, row, t0 + C::kBlock + pl, el, 1);",
-           "x = sparse_key_offset_of(p, row, t0 + C::kBlock + pl, nl, 1);",
-           "fp8_ds_mla crossover: the next block's latent loaded from the entries of the block "
-           "after it (the prefetch a block off)", DS64),
-    Mutant("paged64_latent_entries_ahead", "hopper", "mla_wgmma.cuh",
-           "L::kRowBytes>(p, row, t0 + C::kBlock + pl, el,",
-           "L::kRowBytes>(p, row, t0 + C::kBlock + pl, nl,",
-           "fp8_ue8m0_paged crossover: the next block's data and scale rows loaded from the "
-           "entries of the block after it", V4W),
     Mutant("wgmma_ds_scale_first_tile", "hopper", "mla_wgmma.cuh",
-           "const float scale = f[FAULT == kFaultScaleWrongTile ? (q & 1) ^ 1 : q & 1];",
-           "const float scale = f[FAULT == kFaultScaleWrongTile ? (q & 1) ^ 1 : 0];",
+           "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];",
+           "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q & 2];",
            "fp8_ds_mla (64-row producer): latent tiles 1 and 3 take the scale of tiles 0 "
            "and 2", DS64, FP8_SCALE),
     Mutant("wgmma_ds_cross_peer_row", "hopper", "mla_wgmma.cuh",

@@ -41,7 +41,7 @@ constexpr int kFaultSkipPartialPage = 3;  // the last, partial page of a sequenc
 constexpr int kFaultBadSplitMerge = 4;    // partials merged without their lse weights
 constexpr int kFaultEarlyBufferSwap = 5;  // a K stage read one cp.async group too early
 // FP8 caches (mla_fp8.cuh, the few-rows kernel's converter and consumer)
-constexpr int kFaultScaleWrongTile = 6;   // 8-bit pages: another tile's or slice's scale
+constexpr int kFaultScaleWrongTile = 6;   // fp8_ds_mla: the next 128-column tile's scale
 constexpr int kFaultScaleTwice = 7;       // the tile scale (fp8_ds_mla) or k_descale (fp8_e4m3)
                                           // multiplied in twice
 constexpr int kFaultDescaleNotInOutput = 8;   // fp8_e4m3: k_descale left out of O (kept in S)

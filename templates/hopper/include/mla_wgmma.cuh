@@ -232,9 +232,9 @@ struct WgmmaKernel {
   // keys, the slice loop; fp8_ds_mla 88: also a key's raw chunks and 4 keys' scales), from
   // the consumers' 256 / 224 (ptxas -v: no spills at 56 / 240 / 208 and 88 / 240 / 176;
   // WG1 spills at 232, the FP8 producer at 80)
-  static constexpr int kProducerRegs = kCross ? 96 : kFp8 ? 88 : kSparse ? 56 : C::kProducerRegs;
+  static constexpr int kProducerRegs = kFp8 ? 88 : kSparse ? 56 : C::kProducerRegs;
   static constexpr int kScoreRegs = kSparse ? 240 : C::kScoreRegs;
-  static constexpr int kValueRegs = kCross ? 168 : kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
+  static constexpr int kValueRegs = kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
   static constexpr uint64_t kAllKeys = ~0ull;
 
@@ -446,22 +446,19 @@ struct WgmmaKernel {
       __syncwarp();
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i)
-        ds_tile_out(tile, 0, 0, v[i], q < 2 ? make_float2(sc[i].x, sc[i].y)
-                                            : make_float2(sc[i].z, sc[i].w),
-                    q, key_row(0, warp, i, lane), c);
+        ds_tile_out(tile, 0, 0, v[i], sc[i], q, key_row(0, warp, i, lane), c);
       tile_done(full, q, true, warp, lane);
     }
   }
-  // chunk c of key row r's latent tile q (v: its 16 e4m3 bytes; sc: the scales of the key's
-  // tile pair q / 2, tiles 2 (q / 2) and 2 (q / 2) + 1) as 16 bf16 values into slices
-  // 2 q + c / 4 of this CTA's stage at tile and (kCross) the other CTA's at rtile, whose full
-  // barriers are at rfull
+  // chunk c of key row r's latent tile q (v: its 16 e4m3 bytes; sc: the key's 4 tile scales)
+  // as 16 bf16 values into slices 2 q + c / 4 of this CTA's stage at tile and (kCross) the
+  // other CTA's at rtile, whose full barriers are at rfull
   static __device__ __forceinline__ void ds_tile_out(uint32_t tile, uint32_t rtile,
                                                      uint32_t rfull, const uint4& v,
-                                                     const float2& sc, int q, int r, int c) {
-    const float f[2] = {sc.x, sc.y};
+                                                     const float4& sc, int q, int r, int c) {
+    const float f[4] = {sc.x, sc.y, sc.z, sc.w};
     uint32_t w[8];
-    const float scale = f[FAULT == kFaultScaleWrongTile ? (q & 1) ^ 1 : q & 1];
+    const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
     fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::scale_bf16x2(scale), w,
                                                        fp8::odd16(c));
     const int sl = 2 * q + (c >> 2);
@@ -488,38 +485,32 @@ struct WgmmaKernel {
     }
   }
   // kCross, the register path: no raw bytes in shared memory.  A block's latent chunks of
-  // this CTA's 32 keys (lane l: chunk l % 8 of its 2 keys' 4 tiles) and their scales live in
-  // registers, loaded a half block ahead: tiles 2 and 3 (the first converted) of the next
-  // block once this block's are converted, tiles 0 and 1 once this block's are, so that each
-  // half's loads are in flight over the other half's conversion and the producer's waits.
-  // The RoPE gather as ds_gather; the tiles converted into both CTAs' stages in the order the
-  // consumers free and read the slices (slice_at: tiles 2, 3, the right V half, then 0, 1).
-  // Unnamed keys load as zeros with scale 0.
+  // this CTA's 32 keys (lane l: chunk l % 8 of its 2 keys' 4 tiles) and their scales are
+  // loaded into registers as the block starts, before its stage is free, so that they are
+  // in flight while the producer waits; then the RoPE gather as ds_gather, and the tiles
+  // converted into both CTAs' stages in the order the consumers free and read the slices
+  // (slice_at: tiles 2, 3, the right V half, then 0, 1).  Unnamed keys load as zeros with
+  // scale 0.
   struct DsRegs {
     uint4 v[kLaneKeys][4];
-    float2 sc[kLaneKeys][2];   // tile pair h's scales, loaded with the pair's tiles
+    float4 sc[kLaneKeys];
   };
-  // the keys' tile pair H (tiles 2 H, 2 H + 1) and its scales (x: lane k's latent key's
-  // offset, sparse_key_offset; a lane's keys are lanes 4 i + l / 8's)
-  template <int H>
-  static __device__ __forceinline__ void ds_load(const unsigned char* kc, int64_t x, int lane,
+  static __device__ __forceinline__ void ds_load(const unsigned char* kc,
+                                                 const int64_t (&ol)[kLaneKeys], int lane,
                                                  DsRegs& g) {
     const int c = lane & 7;
 #pragma unroll
     for (int i = 0; i < kLaneKeys; ++i) {
-      const int64_t ol = __shfl_sync(0xffffffffu, x, 4 * i + (lane >> 3));
-      const bool ok = sparse_has_key(ol);
-      const unsigned char* src = kc + (ok ? ol : 0);
+      const bool ok = sparse_has_key(ol[i]);
+      const unsigned char* src = kc + (ok ? ol[i] : 0);
 #pragma unroll
-      for (int q = 2 * H; q < 2 * H + 2; ++q)
+      for (int q = 0; q < 4; ++q)
         g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
                        : make_uint4(0u, 0u, 0u, 0u);
-      g.sc[i][H] = ok ? __ldg(reinterpret_cast<const float2*>(src + 512 + 8 * H))
-                      : make_float2(0.f, 0.f);
+      g.sc[i] = ok ? __ldg(reinterpret_cast<const float4*>(src + 512))
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
-  // tile pair H of block it into both CTAs' stages (H = 1 first, after the RoPE gather at o)
-  template <int H>
   static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
                                                 const int64_t (&o)[4], const DsRegs& g, int it,
                                                 int warp, int lane, int rank) {
@@ -527,15 +518,15 @@ struct WgmmaKernel {
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
     const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
-    if constexpr (H == 1) ds_rope(kc, o, tile, full, empty, par, warp, lane);
+    ds_rope(kc, o, tile, full, empty, par, warp, lane);
 #pragma unroll
-    for (int q = 2 * H; q < 2 * H + 2; ++q) {
+    for (int u = 0; u < 4; ++u) {
+      const int q = (u + 2) & 3;
       sm90::mbar_wait(&empty[2 * q], par);
       sm90::mbar_wait(&empty[2 * q + 1], par);
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i)
-        ds_tile_out(tile, rtile, rfull, g.v[i][q], g.sc[i][H], q, key_row(rank, warp, i, lane),
-                    c);
+        ds_tile_out(tile, rtile, rfull, g.v[i][q], g.sc[i], q, key_row(rank, warp, i, lane), c);
       tile_done(full, q, true, warp, lane);
     }
   }
@@ -656,41 +647,33 @@ struct WgmmaKernel {
       tile_done(full, q, q < 3, warp, lane);
     }
   }
-  // kCross, the register path (as ds_load / ds_put, a tile pair ahead): tiles 0..2 and
-  // (lanes c < 4) the tail chunk, and the scale row's two halves, each with its tile pair;
-  // then into both CTAs' stages in slice_at order: tile 2 (slices 4, 5), tile 3 (slice 6),
-  // the RoPE (slice 7), tiles 0, 1
+  // kCross, the register path (as ds_load / ds_put): tiles 0..2 and (lanes c < 4) the
+  // tail chunk, and the scale row, loaded as the block starts; then into both CTAs' stages
+  // in slice_at order: tile 2 (slices 4, 5), tile 3 (slice 6), the RoPE (slice 7), tiles 0, 1
   struct PagedRegs {
     uint4 v[kLaneKeys][4];
-    uint32_t e[kLaneKeys][2];   // scale bytes of slices 4 h .. 4 h + 3, with tile pair h
+    uint2 e[kLaneKeys];
   };
-  // tile pair H of the keys at x, xs (lane k's latent key's data and scale rows) and the
-  // scale row's half H
-  template <int H>
-  static __device__ __forceinline__ void paged_load(const unsigned char* kc, int64_t x,
-                                                    int64_t xs, int lane, PagedRegs& g) {
+  static __device__ __forceinline__ void paged_load(const unsigned char* kc,
+                                                    const int64_t (&ol)[kLaneKeys],
+                                                    const int64_t (&sol)[kLaneKeys], int lane,
+                                                    PagedRegs& g) {
     const int c = lane & 7;
 #pragma unroll
     for (int i = 0; i < kLaneKeys; ++i) {
-      const int64_t ol = __shfl_sync(0xffffffffu, x, 4 * i + (lane >> 3));
-      const int64_t sol = __shfl_sync(0xffffffffu, xs, 4 * i + (lane >> 3));
-      const bool ok = sparse_has_key(ol);
-      const unsigned char* src = kc + (ok ? ol : 0);
-      g.v[i][2 * H] = ok ? __ldg(reinterpret_cast<const uint4*>(src + 2 * H * 128 + c * 16))
-                         : make_uint4(0u, 0u, 0u, 0u);
-      if constexpr (H == 0)
-        g.v[i][1] = ok ? __ldg(reinterpret_cast<const uint4*>(src + 128 + c * 16))
+      const bool ok = sparse_has_key(ol[i]);
+      const unsigned char* src = kc + (ok ? ol[i] : 0);
+#pragma unroll
+      for (int q = 0; q < 3; ++q)
+        g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
                        : make_uint4(0u, 0u, 0u, 0u);
-      else
-        g.v[i][3] = ok && c < 4 ? __ldg(reinterpret_cast<const uint4*>(paged_tail(kc, ol, c)))
-                                : make_uint4(0u, 0u, 0u, 0u);
-      g.e[i][H] = ok ? __ldg(reinterpret_cast<const uint32_t*>(kc + sol + 4 * H)) : 0u;
+      g.v[i][3] = ok && c < 4 ? __ldg(reinterpret_cast<const uint4*>(paged_tail(kc, ol[i], c)))
+                              : make_uint4(0u, 0u, 0u, 0u);
+      g.e[i] = ok ? __ldg(reinterpret_cast<const uint2*>(kc + sol[i])) : make_uint2(0u, 0u);
     }
   }
-  // tile pair H of block it into both CTAs' stages (H = 1 first, then the RoPE gather; off:
-  // this lane's announced RoPE key, sparse_key_offset, spread to the 4 keys it copies only
-  // for the RoPE, which keeps registers free while the tiles convert)
-  template <int H>
+  // (off: this lane's announced RoPE key, sparse_key_offset; spread to the 4 keys it copies
+  // only for the RoPE, which keeps 6 registers free while the tiles convert)
   static __device__ __forceinline__ void paged_put(const Smem& sm, const unsigned char* kc,
                                                    int64_t off, const PagedRegs& g, int it,
                                                    int warp, int lane, int rank) {
@@ -699,7 +682,8 @@ struct WgmmaKernel {
     const uint32_t rstage = sm90::mapa(tile, rank ^ 1);
     const uint32_t rbar = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
 #pragma unroll
-    for (int q = 2 * H; q < 2 * H + 2; ++q) {
+    for (int u = 0; u < 4; ++u) {
+      const int q = (u + 2) & 3;
       sm90::mbar_wait(&empty[2 * q], par);
       if (q < 3) sm90::mbar_wait(&empty[2 * q + 1], par);
       const int sl = 2 * q + (c >> 2);
@@ -707,16 +691,16 @@ struct WgmmaKernel {
       if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE's)
 #pragma unroll
         for (int i = 0; i < kLaneKeys; ++i) {
-          const uint32_t e = (g.e[i][H] >> (8 * (ts & 3))) & 0xffu;
+          const uint32_t e = ((ts < 4 ? g.e[i].x : g.e[i].y) >> (8 * (ts & 3))) & 0xffu;
           paged_tile_out(tile, rstage, rbar, g.v[i][q], e, sl, key_row(rank, warp, i, lane), c);
         }
       }
       tile_done(full, q, q < 3, warp, lane);
-    }
-    if constexpr (H == 1) {
-      int64_t o[4];
-      sparse_lane_keys(off, lane, o);
-      paged_rope(kc, o, tile, full, empty, par, warp, lane);
+      if (q == 3) {
+        int64_t o[4];
+        sparse_lane_keys(off, lane, o);
+        paged_rope(kc, o, tile, full, empty, par, warp, lane);
+      }
     }
   }
   static __device__ void sparse_paged_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
@@ -733,37 +717,32 @@ struct WgmmaKernel {
     while (next_piece(p, req, pc)) {
       const auto row = sparse_row<kExtraPool>(p, pc.req);
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
-      // kCross: the first block's data rows loaded, the entries of the next block's
       int el = 0;
-      int64_t x = 0, xs = 0;
-      PagedRegs g;
-      if constexpr (kCross) {
-        x = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
-            p, row, pc.start + pl, sparse_entry(row, pc.start + pl, pc.end), 1, &xs);
-        paged_load<1>(kc, x, xs, lane, g);
-        paged_load<0>(kc, x, xs, lane, g);
-        el = sparse_entry(row, pc.start + C::kBlock + pl, pc.end);
-      }
+      if constexpr (kCross) el = sparse_entry(row, pc.start + pl, pc.end);
       int er = sparse_entry(row, pc.start + pr, pc.end);
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
         const int t0 = pc.start + i * C::kBlock;
         int64_t sc;
         if constexpr (kCross) {
+          const int nl = sparse_entry(row, t0 + C::kBlock + pl, pc.end);
           const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
+          // the data and scale rows loaded before the RoPE's offsets are made
+          int64_t xs, ol[kLaneKeys], sol[kLaneKeys];
+          const int64_t x = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
+              p, row, t0 + pl, el, 1, &xs);
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k) {
+            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
+            sol[k] = __shfl_sync(0xffffffffu, xs, 4 * k + (lane >> 3));
+          }
+          PagedRegs g;
+          paged_load(kc, ol, sol, lane, g);
           const int64_t off = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
               p, row, t0 + pr, er, 1, &sc);
-          er = nr;
-          paged_put<1>(sm, kc, off, g, it, warp, lane, rank);
-          // the next block's data and scale rows (none past the piece: zeros), a tile pair
-          // at a time
-          const int nl = sparse_entry(row, t0 + 2 * C::kBlock + pl, pc.end);
-          x = sparse_key_offset_of<kExtraPool, L::kRowBytes>(p, row, t0 + C::kBlock + pl, el,
-                                                              1, &xs);
+          paged_put(sm, kc, off, g, it, warp, lane, rank);
           el = nl;
-          paged_load<1>(kc, x, xs, lane, g);
-          paged_put<0>(sm, kc, off, g, it, warp, lane, rank);
-          paged_load<0>(kc, x, xs, lane, g);
+          er = nr;
         } else {
           const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
           int64_t o[4], so[4];
@@ -794,29 +773,26 @@ struct WgmmaKernel {
       while (next_piece(p, req, pc)) {
         const auto row = sparse_row<kExtraPool>(p, pc.req);
         const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
-        DsRegs g;
-        int64_t x = sparse_key_offset_of(p, row, pc.start + pl,
-                                         sparse_entry(row, pc.start + pl, pc.end), 1);
-        ds_load<1>(kc, x, lane, g);
-        ds_load<0>(kc, x, lane, g);
-        // index entries a block ahead of their offsets' use (the latent's: of its loads)
-        int el = sparse_entry(row, pc.start + C::kBlock + pl, pc.end);
+        // index entries a block ahead: the next block's load in flight over this one
+        int el = sparse_entry(row, pc.start + pl, pc.end);
         int er = sparse_entry(row, pc.start + pr, pc.end);
 #pragma unroll 1
         for (int i = 0; i < n; ++i, ++it) {
           const int t0 = pc.start + i * C::kBlock;
+          const int nl = sparse_entry(row, t0 + C::kBlock + pl, pc.end);
           const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
-          int64_t o[4];
+          // the latent loaded before the RoPE's offsets are made
+          int64_t o[4], ol[kLaneKeys];
+          const int64_t x = sparse_key_offset_of(p, row, t0 + pl, el, 1);
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k)
+            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
+          DsRegs g;
+          ds_load(kc, ol, lane, g);
           sparse_lane_keys(sparse_key_offset_of(p, row, t0 + pr, er, 1), lane, o);
-          er = nr;
-          ds_put<1>(sm, kc, o, g, it, warp, lane, rank);
-          // the next block's latent (none past the piece: zeros), a tile pair at a time
-          const int nl = sparse_entry(row, t0 + 2 * C::kBlock + pl, pc.end);
-          x = sparse_key_offset_of(p, row, t0 + C::kBlock + pl, el, 1);
+          ds_put(sm, kc, o, g, it, warp, lane, rank);
           el = nl;
-          ds_load<1>(kc, x, lane, g);
-          ds_put<0>(sm, kc, o, g, it, warp, lane, rank);
-          ds_load<0>(kc, x, lane, g);
+          er = nr;
         }
       }
     } else {
