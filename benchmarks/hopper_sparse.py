@@ -3,7 +3,7 @@ decode (flash_mla.flash_mla_with_kvcache with indices, imported only if installe
 same tensors, and bf16 caches against the device's read ceiling.  Writes a record
 (results/hopper_sparse_<device>_<commit>.json, or --out) and prints a table.
 
-    python benchmarks/hopper_sparse.py [--quick] [--model1] [--out FILE]
+    python benchmarks/hopper_sparse.py [--quick] [--model1] [--batch 2,64] [--out FILE]
 
 Rows: DeepSeek-V3.2's (h_q 128, s_q 2, topk 2048, s_k 32768, b 2 / 64 / 74 / 128), the peak
 (topk 16384, b 148), h_q 16 and 32 (FlashMLA with its heads padded to 64: it takes 64 or
@@ -292,7 +292,10 @@ def main(argv=None) -> int:
     ap.add_argument("--wide-rows", type=int, default=0, choices=(0, 64),
                     help="64: rows beyond 32 heads on the 64-row kernel (a schedule) "
                          "instead of the API's default tiles")
+    ap.add_argument("--batch", default="",
+                    help="comma-separated batch sizes: only the rows of these")
     a = ap.parse_args(argv)
+    only = {int(x) for x in a.batch.split(",") if x.strip()}
     fm = None
     if importlib.util.find_spec("flash_mla") is not None:
         import flash_mla as fm
@@ -301,6 +304,8 @@ def main(argv=None) -> int:
     ceiling = read_ceiling(flush)
     rows = []
     for row in (M1_QUICK if a.quick else M1_ROWS) if a.model1 else QUICK if a.quick else ROWS:
+        if only and row[2 if a.model1 else 4] not in only:
+            continue
         try:
             rows.append(bench_model1(row, fm, a.reps, flush) if a.model1 else
                         bench_row(row, fm, a.reps, flush, ceiling, a.wide_rows))
@@ -316,7 +321,8 @@ def main(argv=None) -> int:
                commit_date=_git("show", "-s", "--format=%cs", "HEAD") or time.strftime("%Y-%m-%d"),
                command="python benchmarks/hopper_sparse.py" + (" --quick" if a.quick else "")
                + (" --model1" if a.model1 else "")
-               + (f" --wide-rows {a.wide_rows}" if a.wide_rows else ""),
+               + (f" --wide-rows {a.wide_rows}" if a.wide_rows else "")
+               + (f" --batch {a.batch}" if a.batch else ""),
                flashmla=getattr(fm, "__version__", "installed") if fm else "",
                read_ceiling_gbps=ceiling, rows=rows,
                geomean_ratio=(statistics.geometric_mean(ratios) if ratios else None),

@@ -47,14 +47,14 @@ def test_runtime_fields_share_one_library():
                                    page_size=16))
     assert a.variant_name() == b.variant_name()
     assert sparse.sparse_schedule(17, "bf16").mapping.rows_per_tile == 32
-    # beyond 32 heads: 64-row tiles where the call has enough (token, 64-head) pairs
+    # beyond 64 heads 64-row tiles; at 33-64 heads where the call has enough query tokens
     assert sparse.sparse_schedule(128, "bf16").mapping.rows_per_tile == 32
     assert sparse.sparse_schedule(128, "fp8_ds_mla", None, True).mapping.rows_per_tile == 64
     assert sparse.sparse_schedule(128, "fp8_ds_mla", None, True).mapping.warps == 8
     assert sparse.sparse_schedule(32, "bf16", None, True).mapping.rows_per_tile == 32
-    assert [sparse.wide_rows(h, n) for h, n in ((128, 4), (128, 8), (64, 8), (64, 16),
-                                                (33, 16), (32, 4096))] == \
-        [False, True, False, True, True, False]
+    assert [sparse.wide_rows(h, n) for h, n in ((128, 1), (65, 4), (64, 16), (64, 32),
+                                                (33, 32), (32, 4096))] == \
+        [True, True, False, True, True, False]
     wide = Schedule.build(**{**SPARSE, "warps": 8}, rows_per_tile=64)
     assert sparse.sparse_schedule(128, "bf16", wide).mapping.rows_per_tile == 64
 

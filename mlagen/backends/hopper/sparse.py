@@ -57,15 +57,17 @@ class FlashMLASchedMeta:
     num_splits: Optional[torch.Tensor] = None
 
 
-# 64-row tiles once a call has this many (query token, 64-head tile) pairs: on the H200
-# (benchmarks/hopper_sparse_tiles.py) they are 0.96x the 32-row tiles at 4 tokens of 128
-# heads, 1.15-1.5x from 16 pairs up (h_q 48-128, fp8_ds_mla)
-WIDE_PAIRS = 16
+# 64-row tiles beyond 64 heads (a token's two 64-head tiles gather each key once a
+# cluster or twice, where 32-row tiles gather it 4 times: on an H100 the 64-row kernel took
+# 29.6 us against 32.2 at 4 tokens of 128 heads, fp8_ds_mla, benchmarks/hopper_sparse_tiles.py),
+# and at 33-64 heads once a call has this many query tokens (one 64-row tile a token leaves
+# SMs idle where 32-row tiles make two: 0.90x at 16 tokens of 64 heads, 1.21x at 64)
+WIDE_TOKENS = 32
 
 
 def wide_rows(h_q: int, tokens: int) -> bool:
     """Whether a call of `tokens` query tokens (b * s_q) of h_q heads takes 64-row tiles."""
-    return h_q > 32 and tokens * -(-h_q // 64) >= WIDE_PAIRS
+    return h_q > 64 or (h_q > 32 and tokens >= WIDE_TOKENS)
 
 
 @functools.lru_cache(maxsize=64)
