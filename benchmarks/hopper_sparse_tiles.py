@@ -1,8 +1,11 @@
-"""Token-sparse decode on the H200: the 64-row kernel's sparse mode against the 32-row
-rows kernel (each by its schedule) on the same tensors in the same process, V3.2's rows
+"""Token-sparse decode on Hopper: the 64-row kernel's sparse mode against the 32-row rows
+kernel (each by its schedule) on the same tensors in the same process, V3.2's rows
 (hopper_sparse.py's tensors and timing: page-shuffled caches, distinct random positions,
-each call after an L2-evicting write, the median).  Prints a table: both times, their ratio,
-the gathered bytes a second of the 64-row call and the largest output difference.
+each call after an L2-evicting write, the median), eager and replayed in CUDA graphs (the
+kernels alone: at a few tokens an eager call's host time can exceed its kernels', so a busy
+host moves the eager columns).  Prints a table: both times each way, their ratios, the
+gathered bytes a second of the 64-row graph and the largest output difference.  The rule
+it informs: sparse.WIDE_TOKENS.
 
     python benchmarks/hopper_sparse_tiles.py [--kv bf16|fp8_ds_mla] [--reps N]
 """
@@ -13,7 +16,7 @@ import argparse
 
 import torch
 
-from hopper_sparse import make, read_ceiling, timed   # same folder (run as a script)
+from hopper_sparse import graphed, make, read_ceiling, timed   # same folder (run as a script)
 
 from mlagen.backends.hopper import api
 from mlagen.schedule.records import Schedule
@@ -40,7 +43,7 @@ def main(argv=None) -> int:
     flush = torch.empty(2 ** 28, dtype=torch.uint8, device="cuda")
     print(f"read ceiling {read_ceiling(flush):.0f} GB/s")
     print(f"{'h_q':>4} {'b':>4} {'topk':>6} {'r64 us':>8} {'r32 us':>8} {'r32/r64':>7} "
-          f"{'GB/s':>6} {'maxdiff':>8}")
+          f"{'r64 gr':>8} {'r32 gr':>8} {'gr r32/r64':>10} {'GB/s':>6} {'maxdiff':>8}")
     fp8 = a.kv == "fp8_ds_mla"
     s64, s32 = schedule(a.kv, 64), schedule(a.kv, 32)
     for h_q, b, topk in ROWS:
@@ -56,9 +59,10 @@ def main(argv=None) -> int:
         f64, f32 = call(m64, s64), call(m32, s32)
         d = float((f64()[0].float() - f32()[0].float()).abs().max())
         t64, t32 = timed(f64, a.reps, flush), timed(f32, a.reps, flush)
-        gbps = b * 2 * topk * (656 if fp8 else 1152) / t64 / 1e3
+        g64, g32 = timed(graphed(f64), a.reps, flush), timed(graphed(f32), a.reps, flush)
+        gbps = b * 2 * topk * (656 if fp8 else 1152) / g64 / 1e3
         print(f"{h_q:>4} {b:>4} {topk:>6} {t64:>8.1f} {t32:>8.1f} {t32 / t64:>7.2f} "
-              f"{gbps:>6.0f} {d:>8.2e}", flush=True)
+              f"{g64:>8.1f} {g32:>8.1f} {g32 / g64:>10.2f} {gbps:>6.0f} {d:>8.2e}", flush=True)
         del q, cache, idx
         torch.cuda.empty_cache()
     return 0

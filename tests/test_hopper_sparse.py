@@ -52,9 +52,12 @@ def test_runtime_fields_share_one_library():
     assert sparse.sparse_schedule(128, "fp8_ds_mla", None, True).mapping.rows_per_tile == 64
     assert sparse.sparse_schedule(128, "fp8_ds_mla", None, True).mapping.warps == 8
     assert sparse.sparse_schedule(32, "bf16", None, True).mapping.rows_per_tile == 32
-    assert [sparse.wide_rows(h, n) for h, n in ((128, 1), (65, 4), (64, 16), (64, 32),
-                                                (33, 32), (32, 4096))] == \
-        [True, True, False, True, True, False]
+    cases = ((128, 2), (128, 4), (65, 4), (64, 8), (64, 16), (64, 32), (33, 32), (32, 4096))
+    assert [sparse.wide_rows(h, n) for h, n in cases] == \
+        [False, True, True, False, True, True, True, False]
+    assert [sparse.wide_rows(h, n, "fp8_ds_mla") for h, n in cases] == \
+        [False, True, True, False, False, True, True, False]
+    assert sparse.wide_rows(64, 16, "fp8_ue8m0_paged") is False
     wide = Schedule.build(**{**SPARSE, "warps": 8}, rows_per_tile=64)
     assert sparse.sparse_schedule(128, "bf16", wide).mapping.rows_per_tile == 64
 

@@ -57,17 +57,21 @@ class FlashMLASchedMeta:
     num_splits: Optional[torch.Tensor] = None
 
 
-# 64-row tiles beyond 64 heads (a token's two 64-head tiles gather each key once a
-# cluster or twice, where 32-row tiles gather it 4 times: on an H100 the 64-row kernel took
-# 29.6 us against 32.2 at 4 tokens of 128 heads, fp8_ds_mla, benchmarks/hopper_sparse_tiles.py),
-# and at 33-64 heads once a call has this many query tokens (one 64-row tile a token leaves
-# SMs idle where 32-row tiles make two: 0.90x at 16 tokens of 64 heads, 1.21x at 64)
-WIDE_TOKENS = 32
+# The fewest query tokens (b * s_q) at which 64-row tiles beat 32-row ones, beyond 64 heads
+# and at 33-64, for 16-bit and 8-bit pages (H100, s_q 2, topk 2048, the same tensors; the
+# 8-bit figures fp8_ds_mla's).  Beyond 64 heads a token's two 64-head tiles gather each key
+# twice (8-bit: once a cluster), 32-row tiles 4 times: at 4 tokens of 128 heads 1.05x (bf16)
+# and 1.14x (34.2 -> 30.0 us), at 2 tokens 0.94x / 0.98x.  At 33-64 heads one tile a token
+# leaves SMs idle where 32-row tiles make two: 64 heads, bf16 0.99x at 8 tokens, 1.04x at 16,
+# 1.16x at 32; 8-bit 0.86x at 4, 0.95x at 16, 1.08x at 32.
+WIDE_TOKENS = {16: (4, 16), 8: (4, 32)}
 
 
-def wide_rows(h_q: int, tokens: int) -> bool:
-    """Whether a call of `tokens` query tokens (b * s_q) of h_q heads takes 64-row tiles."""
-    return h_q > 64 or (h_q > 32 and tokens >= WIDE_TOKENS)
+def wide_rows(h_q: int, tokens: int, kv: str = "bf16") -> bool:
+    """Whether a call of `tokens` query tokens of h_q heads reading `kv` pages takes 64-row
+    tiles."""
+    beyond, mid = WIDE_TOKENS[16 if kv in ("bf16", "fp16") else 8]
+    return h_q > 32 and tokens >= (beyond if h_q > 64 else mid)
 
 
 @functools.lru_cache(maxsize=64)
@@ -319,7 +323,7 @@ def sparse_decode(q, k_cache, indices, topk_length, attn_sink, sched: FlashMLASc
                       "extra_k_cache": extra_k_cache, "extra_indices_in_kvcache": extra_indices,
                       "extra_topk_length": extra_topk_length})
         b, s_q, h_q, d = q.shape
-        key, rows, fixed, cost = _library(h_q, kv, schedule, wide_rows(h_q, b * s_q), pools, d)
+        key, rows, fixed, cost = _library(h_q, kv, schedule, wide_rows(h_q, b * s_q, kv), pools, d)
         if fixed:
             parts = b * s_q * fixed
         else:
