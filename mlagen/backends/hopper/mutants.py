@@ -130,6 +130,21 @@ MUTANTS = (
            "if (p.sink != nullptr && gr < rows_total && l > 0.f)",
            "a split row's partial is scaled by the sink too (then the combine scales it again)",
            SPARSE64),
+    # ---- index entries read a block ahead of their use (the 64-row kernel's sparse modes)
+    Mutant("wgmma_mask_entries_ahead", "hopper", "mla_wgmma.cuh",
+           "ea = sparse_entry(row, t0 + C::kBlock + lane, pc.end);",
+           "ea = sparse_entry(row, t0 + 2 * C::kBlock + lane, pc.end);",
+           "the consumer's key mask: the entries of the block's first 32 keys read two blocks "
+           "ahead instead of one (each later block masked by the next one's slots)", SPARSE64),
+    Mutant("ds64_latent_entries_ahead", "hopper", "mla_wgmma.cuh",
+           "const int64_t x = sparse_key_offset_of(p, row, t0 + pl, el, 1);",
+           "const int64_t x = sparse_key_offset_of(p, row, t0 + pl, nl, 1);",
+           "fp8_ds_mla crossover: a block's latent loaded from the next block's entries (the "
+           "entries read ahead used a block early)", DS64),
+    Mutant("paged64_latent_entries_ahead", "hopper", "mla_wgmma.cuh",
+           "p, row, t0 + pl, el, 1, &xs);", "p, row, t0 + pl, nl, 1, &xs);",
+           "fp8_ue8m0_paged crossover: a block's data and scale rows loaded from the next "
+           "block's entries", V4W),
     Mutant("wgmma_ds_scale_first_tile", "hopper", "mla_wgmma.cuh",
            "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];",
            "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q & 2];",
