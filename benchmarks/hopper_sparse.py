@@ -295,7 +295,13 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", default="",
                     help="comma-separated batch sizes: only the rows of these")
     a = ap.parse_args(argv)
-    only = {int(x) for x in a.batch.split(",") if x.strip()}
+    try:
+        only = {int(x) for x in a.batch.split(",") if x.strip()}
+    except ValueError:
+        ap.error(f"--batch {a.batch!r}: comma-separated whole numbers (e.g. 2,64)")
+    table = (M1_QUICK if a.quick else M1_ROWS) if a.model1 else QUICK if a.quick else ROWS
+    if only and not any(r[2 if a.model1 else 4] in only for r in table):
+        ap.error(f"--batch {a.batch}: no row of this table has that batch size")
     fm = None
     if importlib.util.find_spec("flash_mla") is not None:
         import flash_mla as fm
@@ -303,7 +309,7 @@ def main(argv=None) -> int:
     flush = torch.empty(256 * 2 ** 20, dtype=torch.uint8, device="cuda")
     ceiling = read_ceiling(flush)
     rows = []
-    for row in (M1_QUICK if a.quick else M1_ROWS) if a.model1 else QUICK if a.quick else ROWS:
+    for row in table:
         if only and row[2 if a.model1 else 4] not in only:
             continue
         try:
