@@ -47,7 +47,7 @@ def test_runtime_fields_share_one_library():
                                    page_size=16))
     assert a.variant_name() == b.variant_name()
     assert sparse.sparse_schedule(17, "bf16").mapping.rows_per_tile == 32
-    # beyond 64 heads 64-row tiles; at 33-64 heads where the call has enough query tokens
+    # beyond 32 heads: 64-row tiles where the call has enough query tokens (fewer beyond 64)
     assert sparse.sparse_schedule(128, "bf16").mapping.rows_per_tile == 32
     assert sparse.sparse_schedule(128, "fp8_ds_mla", None, True).mapping.rows_per_tile == 64
     assert sparse.sparse_schedule(128, "fp8_ds_mla", None, True).mapping.warps == 8
