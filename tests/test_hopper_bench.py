@@ -455,3 +455,13 @@ def test_fp8_mma_rows_take_the_default_schedule_with_e4m3_mmas():
     assert "fp8mma" in s.variant_name()
     assert bench.row_schedule(bench.Row(128, 1, 8192, 16, False, "shape"), None, "mma") is None
     assert bench.row_schedule(row, None, "") is None
+
+
+def test_a_record_has_a_date_where_git_cannot_tell(monkeypatch, tmp_path):
+    """A tree copied without .git (a GPU visit, MLAGEN_COMMIT set) still dates its record:
+    the date orders the records (benchmarks/report.py), and an empty one sorts first."""
+    from datetime import datetime
+
+    monkeypatch.setattr(bench, "DATA_ROOT", tmp_path)   # no repository there
+    d = datetime.fromisoformat(bench._commit_date("0123abc"))
+    assert d.tzinfo is not None and d.year >= 2026

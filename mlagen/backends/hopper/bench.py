@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -210,11 +211,14 @@ def device_tag(name: str) -> str:
 
 
 def _commit_date(commit: str) -> str:
+    """The commit's date (git), which orders the records of runs; where git cannot tell (a
+    copy of the tree without .git, as on the GPU visits), the time of this run (UTC)."""
     try:
-        return subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=DATA_ROOT,
+        date = subprocess.run(["git", "show", "-s", "--format=%cI", commit], cwd=DATA_ROOT,
                               capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return ""
+        date = ""
+    return date or datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 class Caller:
