@@ -300,7 +300,8 @@ def main(argv=None) -> int:
     except ValueError:
         ap.error(f"--batch {a.batch!r}: comma-separated whole numbers (e.g. 2,64)")
     table = (M1_QUICK if a.quick else M1_ROWS) if a.model1 else QUICK if a.quick else ROWS
-    if only and not any(r[2 if a.model1 else 4] in only for r in table):
+    table = [r for r in table if not only or r[2 if a.model1 else 4] in only]
+    if not table:
         ap.error(f"--batch {a.batch}: no row of this table has that batch size")
     fm = None
     if importlib.util.find_spec("flash_mla") is not None:
@@ -310,8 +311,6 @@ def main(argv=None) -> int:
     ceiling = read_ceiling(flush)
     rows = []
     for row in table:
-        if only and row[2 if a.model1 else 4] not in only:
-            continue
         try:
             rows.append(bench_model1(row, fm, a.reps, flush) if a.model1 else
                         bench_row(row, fm, a.reps, flush, ceiling, a.wide_rows))
