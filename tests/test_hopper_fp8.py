@@ -62,8 +62,11 @@ def _toml(**kw):
     (dict(page=32), 4, "page_size = 32"),
     (dict(page=16, kv="fp8_ds_mla"), 4, "multiple of 64"),
     (dict(warps=8), 15, "one consumer warpgroup"),
-    (dict(rows=64, warps=8), 14, "rows_per_tile = 16 or 32"),
-    (dict(mainloop="mma_sync", warps=8), 16, "few-rows wgmma kernel"),
+    (dict(rows=64, warps=8, extra="fp8_raw_slots = 3"), 18, "rows_per_tile = 64 converts"),
+    (dict(rows=64, warps=8, extra="fp8_converters = 2"), 18, "fp8_converters = 2: rows_per"),
+    (dict(rows=64, warps=4), 15, "warps = 4"),
+    (dict(rows=64, warps=8, mma="mma", extra="fp8_converters = 0"), 17, "64 rows"),
+    (dict(mainloop="mma_sync", warps=8), 16, "is read by the wgmma kernels"),
     (dict(mma="mma"), 17, "is built for dense fp8_e4m3 caches with rows_per_tile = 16 and "
                           "fp8_converters = 0 (this schedule: fp8_e4m3, dense, 16 rows, 1 "
                           "converters)"),
@@ -92,6 +95,27 @@ def test_rules_accept_both_formats_and_fp16_e4m3():
                             ("fp8_e4m3", "fp16", 32)):
         s = loads(_toml(kv=kv, dtype=dtype, rows=rows), source="ok.toml")
         assert s.problem.kv == kv
+
+
+def test_rules_accept_64_row_tiles_at_any_page_size():
+    """The 64-row kernel gathers dense 8-bit keys by the block table (any page size); the
+    few-rows kernel's TMA boxes still need pages of 64."""
+    for kv, dtype, page in (("fp8_e4m3", "bf16", 16), ("fp8_ds_mla", "bf16", 1),
+                            ("fp8_e4m3", "fp16", 32), ("fp8_ds_mla", "bf16", 128)):
+        s = loads(_toml(kv=kv, dtype=dtype, rows=64, warps=8, page=page), source="ok.toml")
+        assert s.variant_name().endswith("_r64_w8_wgmma_fp8dequant_fp8cv1_fp8raw2")
+
+
+def test_render_passes_the_format_to_the_64_row_kernel_without_clusters():
+    for kv, code in KV_CODE.items():
+        src = _render(fp8(kv, 64, warps=8)).files["split.cu"]
+        flat = re.sub(r"\s+", " ", src)
+        assert f"launch_split_wgmma_impl<__nv_bfloat16, kFault, 0, {code}>" in flat
+        assert "int split_cluster(int, int) { return 1; }" in flat
+    flat = re.sub(r"\s+", " ", _render(Schedule.build(**dict(ROWS, warps=8), rows_per_tile=64))
+                  .files["split.cu"])
+    assert "launch_split_wgmma_impl<__nv_bfloat16, kFault>" in flat
+    assert "split_wgmma_cluster<__nv_bfloat16, kFault>(batch, num_parts)" in flat
 
 
 def test_rules_accept_register_conversion_with_one_or_two_consumer_warpgroups():
@@ -358,8 +382,16 @@ def test_verify_oracle_reads_8_bit_caches_as_their_values(kv):
 
 def test_fp8_defaults_convert_in_registers_at_large_batches():
     """fp8_e4m3 up to 16 rows at batch >= FP8_REGS_BATCH: two consumer warpgroups converting
-    in registers; below it, or beyond 16 rows, or for fp8_ds_mla, the converter kernel."""
+    in registers; below it, or beyond 16 rows, or for fp8_ds_mla, the converter kernel;
+    beyond 32 rows, or on pages not a multiple of 64, the 64-row kernel."""
     from mlagen.backends.hopper import defaults
+
+    for rows, page, want in ((16, 64, 16), (32, 64, 32), (33, 64, 64), (256, 64, 64),
+                             (16, 16, 64), (32, 96, 64)):
+        for kv in KV_CODE:
+            m = defaults.default_schedule(rows, batch=4, page_size=page, kv=kv).mapping
+            assert m.rows_per_tile == want, (rows, page, kv, m.rows_per_tile)
+            assert m.warps == (8 if want == 64 else 4)
 
     big = defaults.default_schedule(16, batch=defaults.FP8_REGS_BATCH, kv="fp8_e4m3").mapping
     assert (big.fp8_converters, big.warps, big.fp8_raw_slots) == (0, 8, 4)

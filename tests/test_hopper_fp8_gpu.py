@@ -304,7 +304,7 @@ def test_bad_fp8_inputs_are_refused_before_launch(what):
     a = api()
     kv = "fp8_ds_mla" if what in ("for_ds_mla", "fp16_ds_mla") else "fp8_e4m3"
     inp = inputs(kv, 2, [100, 70], 1, 16, page=128 if what != "page" else 64)
-    kw = {}
+    kw, sched = {}, None
     if what == "missing":
         kw["descale_k"] = None
     elif what == "dtype":
@@ -318,15 +318,17 @@ def test_bad_fp8_inputs_are_refused_before_launch(what):
     elif what == "cpu_descale":
         kw["descale_k"] = inp.k_descale.cpu()
     elif what == "page":
-        # 96-token pages: FP8 caches need multiples of 64
+        # 96-token pages: the few-rows kernel's TMA boxes need multiples of 64 (the default,
+        # the 64-row kernel, gathers key by key)
         inp.k_cache = torch.zeros(4, 96, 1, 576, dtype=torch.float8_e4m3fn, device="cuda")
         inp.block_table = torch.zeros(2, 2, dtype=torch.int32, device="cuda")
+        sched = schedule(kv)
     elif what == "width":
         inp.k_cache = torch.zeros(4, 64, 1, 600, dtype=torch.uint8, device="cuda")
     elif what == "fp16_ds_mla":
         inp.q = inp.q.half()
     with pytest.raises(InputError) as e:
-        run(inp, **kw)
+        run(inp, sched, **kw)
     assert "\n" not in str(e.value)
 
 

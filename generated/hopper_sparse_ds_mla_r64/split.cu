@@ -23,7 +23,7 @@ int split_cluster_parts(int parts) {
   return split_wgmma_cluster_parts<__nv_bfloat16, kFault, 1, 2>(parts);
 }
 
-int split_cluster(int, int) { return 1; }   // no cluster merge in the sparse mode
+int split_cluster(int, int) { return 1; }   // no cluster merge on gathered keys
 
 }  // namespace hopper
 }  // namespace mlagen

@@ -362,9 +362,6 @@ def check_inputs(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_schedu
         raise InputError(f"h_q = {h_q} must be in 1..128")
     if not (1 <= page <= 256):
         raise InputError(f"page size {page} must be in 1..256")
-    if kv and page % 64:
-        raise InputError(f"page size {page}: {kv} caches need a multiple of 64 (a 64-key "
-                         "block is one TMA box of one page)")
     if not (nb >= 1):
         raise InputError("k_cache has no blocks")
     if not (head_dim_v == DV):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..base import Backend
 from . import resources, rules
-from .knobs import HopperMapping
+from .knobs import HopperMapping, gathers_keys
 
 
 class HopperBackend(Backend):
@@ -126,7 +126,9 @@ class HopperBackend(Backend):
         m, hpd, rows = s.mapping, s.heads_per_device, s.mapping.rows_per_tile
         heads = [h for h in (1, 2, 3, rows // 2 + 1, rows - 1, rows, rows + 1, 2 * rows + 3,
                              hpd - 1) if 1 <= h <= hpd and h != hpd]
-        pages = (64, 128, 192, 256) if m.mainloop == "wgmma" else (1, 16, 64, 96, 128, 256)
+        # (TMA boxes of 64 keys of a page: multiples of 64; gathered keys: any page)
+        pages = ((64, 128, 192, 256) if m.mainloop == "wgmma" and not gathers_keys(s)
+                 else (1, 16, 64, 96, 128, 256))
         page = s.problem.page_size
         # split_kv is a run-time knob of the one build: "auto" cuts a short batch over many
         # SMs into one-block pieces; fixed splits make pieces of several blocks, where a
@@ -159,6 +161,8 @@ class HopperBackend(Backend):
         m = s.mapping
         other = {"dtype": "fp16" if s.problem.dtype == "bf16" else "bf16"}
         if m.mainloop == "wgmma":
+            if s.problem.kv not in ("bf16", "fp16") and m.rows_per_tile == 64:
+                return [other]   # the 64-row kernel's producer converts: no converter knobs
             if s.problem.kv not in ("bf16", "fp16"):
                 # 8-bit caches: one consumer warpgroup; the converter's one- and
                 # two-warpgroup forms (ds_mla's RoPE is bf16: no fp16 twin, the rules say);

@@ -11,7 +11,7 @@ import os
 
 from mlagen.schedule.records import Schedule
 
-from .knobs import MAINLOOPS
+from .knobs import MAINLOOPS, gathers_keys
 
 # Size class of s_q * h_q packed rows (<= 16, <= 32, more) -> (rows_per_tile, block_kv,
 # buffers, warps).  A class may use smaller tiles than its rows (several row tiles per part,
@@ -154,10 +154,11 @@ def check_overrides() -> None:
 
 
 # 8-bit KV caches (kv_format fp8_*): the few-rows wgmma kernel with its converter warpgroup
-# reads them alone, 16-row tiles up to 16 rows, 32-row tiles beyond (several row tiles a part
-# reading the same K blocks through L2: the 64-row kernel has no shared memory left for a
-# raw ring beside its Q and two 72 KiB stages)
-FP8_KNOBS = {16: (16, 64, 2, 4), 32: (32, 64, 2, 4)}
+# up to 16 rows (16-row tiles) and 32 (32-row tiles); beyond, the 64-row kernel, whose
+# producer warpgroup converts in its K stages (32-row tiles there read and convert each key
+# once a tile, 4 times a token at h_q 128).  Pages not a multiple of 64 go to the 64-row
+# kernel too (it gathers key by key; the few-rows kernel's TMA boxes are 64 keys of a page).
+FP8_KNOBS = {16: (16, 64, 2, 4), 32: (32, 64, 2, 4), 64: (64, 64, 2, 8)}
 # fp8_e4m3 up to 16 rows at batch >= FP8_REGS_BATCH: no converter, two consumer warpgroups
 # converting in registers (mla_fp8_regs.cuh), four raw blocks in flight.  On an H100 at b
 # 128, s_k 8192, h_q 16 it took 244 us against the converter's 333 (bf16: 428); at b 1-8,
@@ -175,8 +176,9 @@ def default_schedule(rows_total: int, dtype: str = "bf16", batch: int = 0,
     from .tuned import tuned_entry
 
     if kv and kv not in ("bf16", "fp16"):
-        rows, block_kv, buffers, warps = FP8_KNOBS[16 if rows_total <= 16 else 32]
-        regs = FP8_REGS if (kv == "fp8_e4m3" and rows_total <= 16
+        cls = 16 if rows_total <= 16 else 32 if rows_total <= 32 else 64
+        rows, block_kv, buffers, warps = FP8_KNOBS[64 if page_size % 64 else cls]
+        regs = FP8_REGS if (kv == "fp8_e4m3" and rows == 16
                             and batch >= FP8_REGS_BATCH) else {"warps": warps}
         return canonical(Schedule.build(name=f"hopper_default_{kv}_{dtype}", target="hopper",
                                         dtype=dtype, kv_format=kv, rows_per_tile=rows,
@@ -236,7 +238,7 @@ def _resolved(rows_total: int, dtype: str, schedule: Schedule | None, batch: int
     if schedule.target.kind != "hopper":
         raise InputError(f"schedule {schedule.name!r} is for target {schedule.target.kind!r}, "
                          "not hopper")
-    if schedule.mapping.mainloop == "wgmma" and page_size % 64:
+    if schedule.mapping.mainloop == "wgmma" and page_size % 64 and not gathers_keys(schedule):
         raise InputError(f"schedule {schedule.name!r} uses mainloop = \"wgmma\", which needs a "
                          f"page size that is a multiple of 64, not {page_size}")
     has = schedule.problem.kv

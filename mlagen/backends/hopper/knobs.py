@@ -13,6 +13,15 @@ MAINLOOPS = ("mma_sync", "wgmma")
 FP8_MMAS = ("dequant", "mma")
 
 
+def gathers_keys(s) -> bool:
+    """Whether a schedule's kernel gathers its keys one by one (cp.async by slot or block-table
+    entry: any page size) rather than in TMA boxes of 64 keys of one page: sparse rows, and
+    the 64-row kernel on 8-bit caches (mla_wgmma.cuh kGather)."""
+    m = s.mapping
+    return s.problem.attention == "sparse" or (
+        m.mainloop == "wgmma" and m.rows_per_tile == 64 and s.problem.kv not in ("bf16", "fp16"))
+
+
 @dataclass(frozen=True)
 class HopperMapping(Mapping):
     # run-time: the metadata kernel cuts sequences; one build serves every split count

@@ -20,6 +20,8 @@ SPARSE = ("hopper_sparse_bf16", "hopper_sparse_ds_mla")         # attention = "s
 SPARSE_SINKS = ("hopper_sparse_ds_mla",)                         # sinks = true: drawn sinks
 SPARSE64 = ("hopper_sparse_bf16_r64", "hopper_sparse_ds_mla_r64")  # sparse, 64-row tiles
 DS64 = ("hopper_sparse_ds_mla_r64",)                # the 64-row producer's fp8_ds_mla convert
+E4M3_64 = ("hopper_fp8_e4m3_r64",)                  # dense fp8_e4m3 in the 64-row kernel
+DENSE64 = ("hopper_fp8_ds_mla_r64",) + E4M3_64       # dense 8-bit rows, the block table's keys
 POOLS = ("hopper_sparse_two_pools",)                 # a second pool (extra_topk), its own page
 FP8E = ("hopper_fp8_e4m3",)                                      # e4m3 values, k_descale
 FP8D = ("hopper_fp8_ds_mla",)                                    # e4m3 tiles with fp32 scales
@@ -149,7 +151,7 @@ MUTANTS = (
            "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];",
            "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q & 2];",
            "fp8_ds_mla (64-row producer): latent tiles 1 and 3 take the scale of tiles 0 "
-           "and 2", DS64, FP8_SCALE),
+           "and 2", DS64 + DENSE64[:1], FP8_SCALE),
     Mutant("wgmma_ds_cross_peer_row", "hopper", "mla_wgmma.cuh",
            "fp8::st_async_converted16(rtile + sl * C::kSliceBytes + r * 128, w, c, r,",
            "fp8::st_async_converted16(rtile + sl * C::kSliceBytes + (r ^ 1) * 128, w, c, r ^ 1,",
@@ -164,7 +166,32 @@ MUTANTS = (
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 144 + c * 16, ok);",
            "fp8_ds_mla (64-row producer): the RoPE read 16 bytes early (the scales as its "
-           "first 8 values)", DS64),
+           "first 8 values)", DS64 + DENSE64[:1]),
+    Mutant("wgmma_gather_entries_ahead", "hopper", "mla_wgmma.cuh",
+           "sparse_lane_keys(key_offset(p, row, t0 + pr, er), lane, o);",
+           "sparse_lane_keys(key_offset(p, row, t0 + pr, nr), lane, o);",
+           "the 64-row converting producer: a block's keys gathered by the next block's "
+           "entries (index or block-table entries read ahead used a block early)",
+           DS64 + DENSE64),
+    Mutant("wgmma_gather_page_offset", "hopper", "mla_wgmma.cuh",
+           "static_cast<int64_t>(pos % p.page_size) * p.k_stride_token;",
+           "static_cast<int64_t>(pos % C::kBlock) * p.k_stride_token;",
+           "dense 8-bit rows (64-row kernel): a key's place in its page taken modulo the "
+           "block (pages = blocks)", DENSE64, PAGE_OFFSET),
+    Mutant("wgmma_e4m3_rope_unswizzled", "hopper", "mla_wgmma.cuh",
+           "fp8::st_shared_v4(tile + 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4), w[0], w[1],",
+           "fp8::st_shared_v4(tile + 8 * C::kSliceBytes + r * 128 + (c << 4), w[0], w[1],",
+           "fp8_e4m3 (64-row kernel): the widened RoPE chunks stored unswizzled", E4M3_64),
+    Mutant("wgmma_e4m3_rope_offset", "hopper", "mla_wgmma.cuh",
+           "kc + (ok ? o[i] : 0) + 512 + c * 16, ok);",
+           "kc + (ok ? o[i] : 0) + 496 + c * 16, ok);",
+           "fp8_e4m3 (64-row kernel): the RoPE bytes read 16 bytes early (the latent's last "
+           "16 as its first 16 values)", E4M3_64),
+    Mutant("wgmma_e4m3_descale_not_in_scores", "hopper", "mla_wgmma.cuh",
+           "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * (dk * dq);",
+           "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * dq;",
+           "fp8_e4m3 (64-row kernel): the k descale left out of the scores' scale (kept in O)",
+           E4M3_64, FP8_SCALE),
     # ---- the combine
     Mutant("combine_half_scale", "hopper", "mla_combine.cuh",
            "const float wj = j < kCombineVec / 2 ? w.x : w.y;", "const float wj = w.x;",

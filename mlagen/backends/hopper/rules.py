@@ -7,7 +7,7 @@ from typing import Iterator
 from ...errors import clip
 from ...schedule.records import Schedule
 from ...targets import Target
-from .knobs import FP8_MMAS, MAINLOOPS
+from .knobs import FP8_MMAS, MAINLOOPS, gathers_keys
 
 Violation = tuple[str, str, str]
 
@@ -63,8 +63,9 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
                 yield "schedule", key, (f"{key} = {getattr(m, key)}: mainloop = \"wgmma\" "
                                         f"with rows_per_tile = {m.rows_per_tile} needs "
                                         f"{key} = {' or '.join(map(str, want))}")
-        if s.problem.page_size % 64 and s.problem.attention != "sparse":
-            # (sparse rows gather key by key: any page size) 8-bit caches have no mma_sync kernel to fall back on
+        if s.problem.page_size % 64 and not gathers_keys(s):
+            # (sparse rows and the 64-row kernel's 8-bit caches gather key by key: any page
+            # size) 8-bit caches have no mma_sync kernel to fall back on
             fix = ("" if s.problem.kv in ("fp8_e4m3", "fp8_ds_mla") else
                    "; use mainloop = \"mma_sync\"")
             yield "problem", "page_size", (f"page_size = {s.problem.page_size}: mainloop = "
@@ -88,7 +89,8 @@ def hopper_mapping(s: Schedule, t: Target) -> Iterator[Violation]:
 
 def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
     """8-bit caches: the few-rows wgmma kernel with its converter warpgroup
-    (mla_wgmma_rows.cuh, mla_fp8.cuh), one consumer warpgroup, 64-key TMA blocks."""
+    (mla_wgmma_rows.cuh, mla_fp8.cuh), one consumer warpgroup, 64-key TMA blocks; or the
+    64-row kernel, whose producer warpgroup gathers and converts (mla_wgmma.cuh)."""
     p, m = s.problem, s.mapping
     if m.fp8_mma not in FP8_MMAS:
         yield "schedule", "fp8_mma", (f"fp8_mma = {m.fp8_mma!r} must be one of "
@@ -121,15 +123,17 @@ def hopper_kv_format(s: Schedule, t: Target) -> Iterator[Violation]:
                                       "fp8_converters = 0 (this schedule: "
                                       f"{p.kv}, {p.attention}, {m.rows_per_tile} rows, "
                                       f"{m.fp8_converters} converters); use \"dequant\"")
-    # sparse rows also in the 64-row kernel (its producer converts, mla_wgmma.cuh)
-    rows = ((16, 32, 64) if p.kv in ("fp8_ds_mla", "fp8_ue8m0_paged") and p.attention == "sparse"
-            else (16, 32))
-    if m.mainloop != "wgmma" or m.rows_per_tile not in rows:
+    if m.mainloop != "wgmma" or m.rows_per_tile not in (16, 32, 64):
         key = "mainloop" if m.mainloop != "wgmma" else "rows_per_tile"
-        yield "schedule", key, (f"kv_format = {p.kv!r} is read by the few-rows wgmma kernel "
-                                "alone: mainloop = \"wgmma\" with rows_per_tile = 16 or 32 "
-                                "(and 64 for attention = \"sparse\") "
+        yield "schedule", key, (f"kv_format = {p.kv!r} is read by the wgmma kernels: "
+                                "mainloop = \"wgmma\" with rows_per_tile = 16, 32 or 64 "
                                 f"(this schedule: {m.mainloop}, {m.rows_per_tile} rows)")
+    elif m.rows_per_tile == 64 and (m.fp8_converters, m.fp8_raw_slots) != (1, 2):
+        # mla_wgmma.cuh: the producer warpgroup converts in the stages (no raw ring)
+        key = "fp8_converters" if m.fp8_converters != 1 else "fp8_raw_slots"
+        yield "schedule", key, (f"{key} = {getattr(m, key)}: rows_per_tile = 64 converts "
+                                "in its producer warpgroup, into its K stages (fp8_converters "
+                                "= 1, fp8_raw_slots = 2)")
     elif m.rows_per_tile < 64 and m.warps != 4 and not (m.fp8_converters == 0
                                                         and m.warps == 8):
         yield "schedule", "warps", (f"warps = {m.warps}: kv_format = {p.kv!r} takes one "

@@ -199,6 +199,26 @@ __device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint3
   }
 }
 
+// 8 e4m3 bytes (a, b, little-endian) -> 8 values of T (4 words) unscaled, as convert16
+// (fp8_e4m3's RoPE: 64 bytes a key, 8 a lane)
+template <typename T>
+__device__ __forceinline__ void convert8(uint32_t a, uint32_t b, uint32_t (&o)[4]) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const PlaceSel sel(false);
+    e4m3x4_placed(a, a, sel, o[0], o[1]);
+    e4m3x4_placed(b, b, sel, o[2], o[3]);
+    if ((e4m3_nan_bits(a) | e4m3_nan_bits(b)) & 0x80808080u) {
+      e4m3_nan_halves(a, o[0], o[1]);
+      e4m3_nan_halves(b, o[2], o[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = mul_bf16x2(o[i], kTwo120);
+  } else {
+    e4m3x4_f16<Pair<0, 1>, Pair<2, 3>>(a, o[0], o[1]);
+    e4m3x4_f16<Pair<0, 1>, Pair<2, 3>>(b, o[2], o[3]);
+  }
+}
+
 // A UE8M0 scale byte (2^(e - 127); 255: NaN) as bf16x2: bf16 has fp32's exponent range, so
 // the byte is the exponent field (e = 0, 2^-127, a bf16 subnormal).
 __device__ __forceinline__ uint32_t ue8m0_bf16x2(uint32_t e) {
@@ -216,6 +236,11 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint2 ld_shared_v2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
   return v;
 }
 __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,

@@ -58,6 +58,15 @@
 // conversion waits for the next block's gather) and out as bf16 slice pair by slice pair in
 // slice_at order, which S then reads (ds_load / ds_put, paged_load / paged_put).
 //
+// Dense rows on 8-bit caches (SP = 0, KV = kKvDsMla or kKvE4m3): the fp8_ds_mla producer
+// above without the crossover, each key's offset from its page's block-table entry (read a
+// block ahead) instead of an index entry; keys past the piece's end and on a page outside
+// [0, num_blocks) gather as zeros (the consumer masks the first and makes the piece NaN for
+// the second, as the TMA path does).  fp8_e4m3 (576 e4m3 a token, one descale) converts the
+// RoPE too: its 64 raw bytes a key land in the upper half of the key's row of slice 8 and
+// are widened in place ahead of the latent tiles; the descale goes into the scores' scale
+// and O (the converted keys are the e4m3 values), as in mla_wgmma_rows.cuh.
+//
 // Shared memory: Q 72 KiB (the epilogue's staging once a piece's S is done) | 2 K stages x
 // 72 KiB | P 8 KiB | alpha, l (64 floats each) | mbarriers; 1024-byte aligned tiles (the
 // swizzle atom).
@@ -222,18 +231,25 @@ struct WgmmaKernel {
     return kCross ? 32 * rank + 8 * warp + 4 * i + (lane >> 3) : 16 * warp + 4 * i + (lane >> 3);
   }
 
-  // fp8_ds_mla (sparse rows only): the producer warpgroup converts what it gathered
+  // 8-bit caches: the producer warpgroup converts what it gathered
   static constexpr bool kFp8 = KV != kKvNative;
-  static_assert(!kFp8 || (kSparse && KV == (kD == 576 ? kKvDsMla : kKvUe8m0) &&
-                          std::is_same<T, __nv_bfloat16>::value),
-                "8-bit caches: sparse rows, bf16, fp8_ds_mla (d_qk 576) or fp8_ue8m0_paged (512)");
+  static constexpr bool kE4m3 = KV == kKvE4m3;
+  static_assert(!kFp8 || (kSparse ? KV == (kD == 576 ? kKvDsMla : kKvUe8m0)
+                                  : KV == kKvDsMla || KV == kKvE4m3),
+                "8-bit caches: sparse fp8_ds_mla (d_qk 576) or fp8_ue8m0_paged (512); dense "
+                "fp8_ds_mla or fp8_e4m3");
+  static_assert(!kFp8 || kE4m3 || std::is_same<T, __nv_bfloat16>::value,
+                "bf16 RoPE values: q in bf16");
+  // a producer warpgroup gathers (cp.async, st.shared) instead of one TMA thread: the
+  // consumers fence the async proxy after each wait; no tail zeroing (unnamed keys are zeros)
+  static constexpr bool kGather = kSparse || kFp8;
   static_assert(kD == 576 || kSparse, "d_qk 512: sparse rows");
   // setmaxnreg: sparse, a producer warpgroup of 128 gathering threads (56: offsets of 4
   // keys, the slice loop; fp8_ds_mla 88: also a key's raw chunks and 4 keys' scales), from
   // the consumers' 256 / 224 (ptxas -v: no spills at 56 / 240 / 208 and 88 / 240 / 176;
   // WG1 spills at 232, the FP8 producer at 80)
   static constexpr int kProducerRegs = kFp8 ? 88 : kSparse ? 56 : C::kProducerRegs;
-  static constexpr int kScoreRegs = kSparse ? 240 : C::kScoreRegs;
+  static constexpr int kScoreRegs = kGather ? 240 : C::kScoreRegs;
   static constexpr int kValueRegs = kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
   static constexpr uint64_t kAllKeys = ~0ull;
@@ -349,13 +365,27 @@ struct WgmmaKernel {
   }
 
   // the RoPE's bf16 bytes [528, 656) of the block's 64 keys straight into the swizzled
-  // slice 8 (full on the 128 cp.async arrivals), once the slice is free
+  // slice 8 (full on the 128 cp.async arrivals), once the slice is free.  fp8_e4m3: its 64
+  // e4m3 bytes [512, 576) a key, unswizzled, into the upper half of the key's row (lanes
+  // c < 4), widened in place by ds_convert (rope_convert), which fills full[8]
   static __device__ __forceinline__ void ds_rope(const unsigned char* kc, const int64_t (&o)[4],
                                                  uint32_t tile, uint64_t* full, uint64_t* empty,
                                                  uint32_t par, int warp, int lane) {
-    using L = Fp8Layout<kKvDsMla>;
+    using L = Fp8Layout<KV>;
     const int c = lane & 7;
     sm90::mbar_wait(&empty[8], par);
+    if constexpr (kE4m3) {
+      if (c < 4) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = 16 * warp + 4 * i + (lane >> 3);
+          const bool ok = sparse_has_key(o[i]);
+          sm90::cp_async16_to(tile + 8 * C::kSliceBytes + r * 128 + 64 + c * 16,
+                              kc + (ok ? o[i] : 0) + 512 + c * 16, ok);
+        }
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = 16 * warp + 4 * i + (lane >> 3);
@@ -364,6 +394,31 @@ struct WgmmaKernel {
                           kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);
     }
     sm90::cp_async_mbar_arrive(&full[8]);
+  }
+  // fp8_e4m3's RoPE slice, once this lane's chunks have landed: lane c of a key reads its 8
+  // raw bytes [64 + 8 c, 72 + 8 c) of the row, and after the warp's reads (a key's 8 lanes
+  // are in one warp and write only its row) stores them widened as the row's chunk c,
+  // swizzled; then each warp's lane 0 arrives on full[8] (count 4)
+  static __device__ __forceinline__ void rope_convert(uint32_t tile, uint64_t* full, int warp,
+                                                      int lane) {
+    const int c = lane & 7;
+    uint2 v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      v[i] = fp8::ld_shared_v2(tile + 8 * C::kSliceBytes + key_row(0, warp, i, lane) * 128 +
+                               64 + 8 * c);
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = key_row(0, warp, i, lane);
+      uint32_t w[4];
+      fp8::convert8<T>(v[i].x, v[i].y, w);
+      fp8::st_shared_v4(tile + 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4), w[0], w[1],
+                        w[2], w[3]);
+    }
+    sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(&full[8]);
   }
 
   // a producer's stage for block it: its K tile, full / empty barriers and the parity its
@@ -420,13 +475,16 @@ struct WgmmaKernel {
     const auto [s, par, tile, full, empty] = stage_at(sm, it);
     const int c = lane & 7;
     static_assert(PENDING >= 0 && !kCross, "the crossover converts from registers (ds_put)");
-    // the 4 tile scales of each key (fp32 powers of two after the latent; none: 0)
+    // the 4 tile scales of each key (fp32 powers of two after the latent; none: 0;
+    // fp8_e4m3: none, the descale is the consumers')
     float4 sc[kLaneKeys];
 #pragma unroll
     for (int i = 0; i < kLaneKeys; ++i)
-      sc[i] = sparse_has_key(o[i]) ? __ldg(reinterpret_cast<const float4*>(kc + o[i] + 512))
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
+      sc[i] = !kE4m3 && sparse_has_key(o[i])
+                  ? __ldg(reinterpret_cast<const float4*>(kc + o[i] + 512))
+                  : make_float4(0.f, 0.f, 0.f, 0.f);
     cp_async_wait<PENDING>();   // this lane's own chunks have landed
+    if constexpr (kE4m3) rope_convert(tile, full, warp, lane);   // S reads it first
     // tile by tile (q: raw slice 4 + q into slices 2 q, 2 q + 1), each pair's full barriers
     // as it is done, so that S starts on slices 0 and 1 while the rest convert (score_slice);
     // a tile's raw chunks of the 4 keys are read before any lane writes (__syncwarp: a
@@ -456,11 +514,15 @@ struct WgmmaKernel {
   static __device__ __forceinline__ void ds_tile_out(uint32_t tile, uint32_t rtile,
                                                      uint32_t rfull, const uint4& v,
                                                      const float4& sc, int q, int r, int c) {
-    const float f[4] = {sc.x, sc.y, sc.z, sc.w};
     uint32_t w[8];
-    const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
-    fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::scale_bf16x2(scale), w,
-                                                       fp8::odd16(c));
+    if constexpr (kE4m3) {   // the e4m3 values themselves (the descale: scores' scale, O)
+      fp8::convert16<T, false, false>(v, 0u, w, fp8::odd16(c));
+    } else {
+      const float f[4] = {sc.x, sc.y, sc.z, sc.w};
+      const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
+      fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::scale_bf16x2(scale), w,
+                                                         fp8::odd16(c));
+    }
     const int sl = 2 * q + (c >> 2);
     fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
     if constexpr (kCross)   // the same row of the other CTA's slice, on its full[sl]
@@ -760,7 +822,27 @@ struct WgmmaKernel {
     }
   }
 
-  static __device__ void sparse_ds_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
+  // A key's entry, read a block ahead of its use: sparse, its index entry; dense, its page's
+  // block-table entry (-1 at or past the piece's end); then its byte offset (kNoKey: none).
+  static __device__ __forceinline__ int key_entry(const MlaParams& p,
+                                                  const SparseRow<kExtraPool>& row, int req,
+                                                  int pos, int end) {
+    if constexpr (kSparse) return sparse_entry(row, pos, end);
+    else return pos < end ? page_entry(p, req, pos) : -1;
+  }
+  static __device__ __forceinline__ int64_t key_offset(const MlaParams& p,
+                                                       const SparseRow<kExtraPool>& row, int pos,
+                                                       int e) {
+    if constexpr (kSparse) {
+      return sparse_key_offset_of(p, row, pos, e, 1);
+    } else {
+      if (e < 0 || e >= p.num_blocks) return kNoKey;   // the consumer flags the page
+      return static_cast<int64_t>(e) * p.k_stride_block +
+             static_cast<int64_t>(pos % p.page_size) * p.k_stride_token;
+    }
+  }
+
+  static __device__ void convert_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
     const unsigned char* kc = static_cast<const unsigned char*>(p.k);
@@ -804,13 +886,13 @@ struct WgmmaKernel {
       while (next_piece(p, req, pc)) {
         const auto row = sparse_row<kExtraPool>(p, pc.req);
         const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
-        int er = sparse_entry(row, pc.start + pr, pc.end);   // index entries a block ahead
+        int er = key_entry(p, row, pc.req, pc.start + pr, pc.end);   // a block ahead
 #pragma unroll 1
         for (int i = 0; i < n; ++i, ++it) {
           const int t0 = pc.start + i * C::kBlock;
-          const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
+          const int nr = key_entry(p, row, pc.req, t0 + C::kBlock + pr, pc.end);
           int64_t o[4];
-          sparse_lane_keys(sparse_key_offset_of(p, row, t0 + pr, er, 1), lane, o);
+          sparse_lane_keys(key_offset(p, row, t0 + pr, er), lane, o);
           er = nr;
           ds_gather(sm, kc, o, it, warp, lane);
           if (pend >= 0) ds_convert<1>(sm, kc, po, pend, warp, lane);
@@ -888,7 +970,7 @@ struct WgmmaKernel {
     for (int q = 0; q < C::kSlices; ++q) {   // the slices in the order they land
       const int j = score_slice(q);
       sm90::mbar_wait(&full[j], parity);
-      if constexpr (kSparse) sm90::fence_proxy_async();   // cp.async's writes, for wgmma
+      if constexpr (kGather) sm90::fence_proxy_async();   // cp.async's writes, for wgmma
       sm90::wgmma_fence();   // (after a wait ptxas wants a fresh warpgroup.arrive: C7519)
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -950,7 +1032,7 @@ struct WgmmaKernel {
     const uint32_t parity = (it >> 1) & 1;
     unsigned char* kt = sm.k + st * C::kTileBytes;
     uint64_t* full = sm.full + st * C::kSlices;
-    if (!kSparse && FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock) {
+    if (!kGather && FAULT != kFaultSkipPartialPage && end - t0 < C::kBlock) {
       for (int j = 0; j < C::kSlices; ++j) sm90::mbar_wait(&full[j], parity);
       zero_tail(kt, end - t0, t);
     }
@@ -976,7 +1058,20 @@ struct WgmmaKernel {
         if (gr < rows_total) l = p.causal ? seqlen - p.s_q + gr / p.h_q + 1 : seqlen;
         lim[h] = min(l + (FAULT == kFaultCausalOffByOne), pc.end);
       }
-      const float scale = FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2;
+      // dense 8-bit caches, as mla_wgmma_rows.cuh: fp8_e4m3's k_descale into the scores'
+      // scale and O, q's descale (vLLM's descale_q) into the scores' scale; one not finite
+      // and > 0 makes the piece NaN and sets kErrorBadDescale (no host check: graph-safe)
+      float dk = 1.f, dq = 1.f;
+      if constexpr (kE4m3) {
+        dk = p.k_descale[pc.req * p.k_descale_stride];
+        if constexpr (FAULT == kFaultScaleTwice) dk *= dk;
+      }
+      if constexpr (kFp8 && !kSparse) {
+        if (p.q_descale != nullptr) dq = p.q_descale[pc.req * p.q_descale_stride];
+      }
+      const bool bad_descale = !(dk > 0.f && dk < INFINITY && dq > 0.f && dq < INFINITY);
+      const float scale =
+          (FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * (dk * dq);
       load_q(p, sm, pc.req, row0, rows_total, t);
       // beside Q's load (sparse: the slots are checked block by block, sparse_block_mask)
       const bool bad_mine = !kSparse && piece_has_bad_page(p, pc, t, 128);
@@ -1143,10 +1238,11 @@ struct WgmmaKernel {
       // metadata planned for a cluster merge this launch cannot do (another batch's or
       // library's): every piece writes NaN and says so, not a silently wrong output
       const bool bad_plan = pc.merge > 0 && !merging(pc);
-      if ((bad || bad_len || bad_plan) && t == 0 && p.error != nullptr)
+      if ((bad || bad_len || bad_plan || bad_descale) && t == 0 && p.error != nullptr)
         atomicOr(p.error, (bad ? kErrorBadPage : 0) | (bad_len ? kErrorBadLength : 0) |
-                              (bad_plan ? kErrorBadPlan : 0));
-      bad |= bad_len || bad_plan;
+                              (bad_plan ? kErrorBadPlan : 0) |
+                              (bad_descale ? kErrorBadDescale : 0));
+      bad |= bad_len || bad_plan || bad_descale;
       const bool merge = merging(pc);
 
       // row sums over the 4 threads of a row; lse; l for WG2
@@ -1167,6 +1263,8 @@ struct WgmmaKernel {
           if (pc.direct && p.sink != nullptr && gr < rows_total && l > 0.f)
             lsum[h] /= sink_keep(lse, p.sink[gr % p.h_q]);
         }
+        if constexpr (kE4m3)   // O times the descale: O / (l / dk), for both warpgroups
+          if (FAULT != kFaultDescaleNotInOutput) lsum[h] /= dk;
         if (lane % 4 == 0 && !merge) {
           sm.l[r] = lsum[h];
           if (gr < rows_total) {
@@ -1454,7 +1552,7 @@ struct WgmmaKernel {
         // this warpgroup's V slices (4-7) of the stage
 #pragma unroll
         for (int j = 4; j < 8; ++j) sm90::mbar_wait(&sm.full[st * C::kSlices + j], (it >> 1) & 1);
-        if constexpr (kSparse) sm90::fence_proxy_async();   // cp.async's writes, for wgmma
+        if constexpr (kGather) sm90::fence_proxy_async();   // cp.async's writes, for wgmma
         sm90::bar_sync(C::kBarPFull, 256);
         const uint32_t abase = sm90::smem_addr(sm.alpha);
         const float a0 = sm90::ld_shared_f32(abase + r0 * 4);
@@ -1496,7 +1594,7 @@ struct WgmmaKernel {
         // the TMA thread's expect_tx, or sparse: the producer warpgroup's 128 cp.async
         // arrivals (fp8_ds_mla: those for the RoPE slice, a converter warp's for the others)
         const bool rope = s % C::kSlices == C::kSlices - 1;
-        sm90::mbar_init(&sm.full[s], kFp8 && !rope ? 4 : kSparse ? 128 : 1);
+        sm90::mbar_init(&sm.full[s], kFp8 && (!rope || kE4m3) ? 4 : kGather ? 128 : 1);
         sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices) * (kCross ? 2 : 1));
       }
       if (MERGE) {   // the cluster merge's barriers (merge_out)
@@ -1523,7 +1621,7 @@ struct WgmmaKernel {
       if constexpr (KV == kKvUe8m0)
         sparse_paged_producer(wp, sm, threadIdx.x - 256);
       else if constexpr (kFp8)
-        sparse_ds_producer(wp, sm, threadIdx.x - 256);
+        convert_producer(wp, sm, threadIdx.x - 256);
       else if constexpr (kSparse)
         sparse_producer(wp, sm, threadIdx.x - 256);
       else if (threadIdx.x == 256)
@@ -1716,11 +1814,14 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
   const int rows_total = p.s_q * p.h_q;
   const dim3 grid =
       split_grid(p.num_parts, (rows_total + WgmmaConfig::kRows - 1) / WgmmaConfig::kRows);
-  if constexpr (SP != 0) {   // sparse: cp.async of any page size, no tensor map
+  if constexpr (SP != 0 || KV != kKvNative) {   // gathered: cp.async of any page size, no tensor map
     WgmmaParams wp{};
     wp.p = p;
     cudaError_t e;
-    if constexpr (KV == kKvDsMla || KV == kKvUe8m0) {   // a token's two row tiles: clusters
+    if constexpr (KV == kKvE4m3) {
+      if (p.k_descale == nullptr) return cudaErrorInvalidValue;
+    }
+    if constexpr (SP != 0 && (KV == kKvDsMla || KV == kKvUe8m0)) {   // a token's two row tiles: clusters
       if (grid.x == 2 && !clusters_off()) {
         e = prepare_split_wgmma<T, FAULT, true, SP, KV>();
         if (e != cudaSuccess) return e;
