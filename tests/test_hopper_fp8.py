@@ -106,7 +106,7 @@ def test_rules_accept_64_row_tiles_at_any_page_size():
         assert s.variant_name().endswith("_r64_w8_wgmma_fp8dequant_fp8cv1_fp8raw2")
 
 
-def test_render_passes_the_format_to_the_64_row_kernel_without_clusters():
+def test_render_passes_the_format_to_the_64_row_kernel_without_the_cluster_merge():
     for kv, code in KV_CODE.items():
         src = _render(fp8(kv, 64, warps=8)).files["split.cu"]
         flat = re.sub(r"\s+", " ", src)

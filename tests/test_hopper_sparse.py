@@ -75,11 +75,13 @@ def test_sparse_64_row_render_takes_the_64_row_kernel_with_sp():
     assert "launch_split_wgmma_impl<__nv_bfloat16, kFault, 1, 2>" in ds   # kKvDsMla
 
 
-def test_fp8_dense_stays_off_the_64_row_kernel():
+def test_fp8_dense_rows_take_the_64_row_kernel_in_d_qk_576_formats_only():
+    r64 = dict(target="hopper", rows_per_tile=64, warps=8, block_kv=64, buffers=2,
+               mainloop="wgmma")
+    check(Schedule.build(kv_format="fp8_ds_mla", **r64))   # no error
     with pytest.raises(ScheduleError) as e:
-        check(Schedule.build(target="hopper", kv_format="fp8_ds_mla", rows_per_tile=64,
-                             warps=8, block_kv=64, buffers=2, mainloop="wgmma"))
-    assert "rows_per_tile" in e.value.message
+        check(Schedule.build(kv_format="fp8_ue8m0_paged", **r64))
+    assert "kv_format" in e.value.message
 
 
 def _args(**over):

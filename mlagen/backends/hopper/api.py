@@ -151,7 +151,13 @@ def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
     if n:
         return b * n, n, key, cost
     slots = ops.sm_count(cache_seqlens.device) * ops.get(key).ctas_per_sm()
-    return scheduler.num_parts(slots, rows_total, rows), n, key, cost
+    parts = scheduler.num_parts(slots, rows_total, rows)
+    pairs = -(-rows_total // 64) // 2
+    if kv and rows == 64 and 2 * pairs * 64 >= rows_total:
+        # an 8-bit cache's row tiles in pairs, each a cluster (the crossover): as many parts
+        # as the clusters that fit at once hold (a part more would run in a second wave)
+        parts = max(1, ops.get(key).cluster_parts(parts * pairs) // pairs)
+    return parts, n, key, cost
 
 
 def _outside_graph(fn):

@@ -139,10 +139,10 @@ MUTANTS = (
            "the consumer's key mask: the entries of the block's first 32 keys read two blocks "
            "ahead instead of one (each later block masked by the next one's slots)", SPARSE64),
     Mutant("ds64_latent_entries_ahead", "hopper", "mla_wgmma.cuh",
-           "const int64_t x = sparse_key_offset_of(p, row, t0 + pl, el, 1);",
-           "const int64_t x = sparse_key_offset_of(p, row, t0 + pl, nl, 1);",
-           "fp8_ds_mla crossover: a block's latent loaded from the next block's entries (the "
-           "entries read ahead used a block early)", DS64),
+           "const int64_t x = key_offset(p, row, t0 + pl, el);",
+           "const int64_t x = key_offset(p, row, t0 + pl, nl);",
+           "8-bit crossover (ds_load): a block's latent loaded from the next block's entries "
+           "(the entries read ahead used a block early)", DS64 + E4M3_64),
     Mutant("paged64_latent_entries_ahead", "hopper", "mla_wgmma.cuh",
            "p, row, t0 + pl, el, 1, &xs);", "p, row, t0 + pl, nl, 1, &xs);",
            "fp8_ue8m0_paged crossover: a block's data and scale rows loaded from the next "
@@ -156,7 +156,7 @@ MUTANTS = (
            "fp8::st_async_converted16(rtile + sl * C::kSliceBytes + r * 128, w, c, r,",
            "fp8::st_async_converted16(rtile + sl * C::kSliceBytes + (r ^ 1) * 128, w, c, r ^ 1,",
            "fp8_ds_mla crossover (h_q 128): the keys a CTA converts land in the other CTA's "
-           "stage one row off (rows swapped in pairs)", DS64),
+           "stage one row off (rows swapped in pairs)", DS64 + DENSE64),
     Mutant("wgmma_paged_cross_peer_row", "hopper", "mla_wgmma.cuh",
            "st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,",
            "st_async_converted16(rstage + sl * C::kSliceBytes + (r ^ 1) * 128, w, c, r ^ 1,",
@@ -187,6 +187,11 @@ MUTANTS = (
            "kc + (ok ? o[i] : 0) + 496 + c * 16, ok);",
            "fp8_e4m3 (64-row kernel): the RoPE bytes read 16 bytes early (the latent's last "
            "16 as its first 16 values)", E4M3_64),
+    Mutant("wgmma_e4m3_cross_rope_offset", "hopper", "mla_wgmma.cuh",
+           "? __ldg(reinterpret_cast<const uint2*>(kc + o[i] + 512 + 8 * c))",
+           "? __ldg(reinterpret_cast<const uint2*>(kc + o[i] + 504 + 8 * c))",
+           "fp8_e4m3 crossover (row tiles in pairs): the RoPE bytes loaded 8 bytes early",
+           E4M3_64),
     Mutant("wgmma_e4m3_descale_not_in_scores", "hopper", "mla_wgmma.cuh",
            "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * (dk * dq);",
            "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * dq;",

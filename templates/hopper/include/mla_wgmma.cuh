@@ -221,8 +221,9 @@ struct WgmmaKernel {
   static constexpr bool kExtraPool = SP == 2;
   static_assert(!(kSparse && MERGE) || KV == kKvDsMla || KV == kKvUe8m0,
                 "sparse clusters: the 8-bit formats' crossover only");
-  // the crossover: a cluster's two CTAs (a token's two row tiles) convert a block half each
-  static constexpr bool kCross = kSparse && MERGE;
+  // the crossover: a cluster's two CTAs (a token's two row tiles; dense, two row tiles of
+  // a part) convert a block half each
+  static constexpr bool kCross = (kSparse || KV != kKvNative) && MERGE;
   // keys a producer lane converts a block: CTA k's 32 keys or all 64, 8 lanes a key
   static constexpr int kLaneKeys = kCross ? 2 : 4;
   // the crossover's producer converts from registers (ds_load / ds_put, paged_load /
@@ -405,12 +406,19 @@ struct WgmmaKernel {
     uint2 v[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      v[i] = fp8::ld_shared_v2(tile + 8 * C::kSliceBytes + key_row(0, warp, i, lane) * 128 +
-                               64 + 8 * c);
+      v[i] = fp8::ld_shared_v2(tile + 8 * C::kSliceBytes +
+                               (16 * warp + 4 * i + (lane >> 3)) * 128 + 64 + 8 * c);
     __syncwarp();
+    rope_out(tile, v, full, warp, lane);
+  }
+  // the 8 raw RoPE bytes v[i] of chunk c of key row 16 warp + 4 i + l / 8, widened into the
+  // swizzled slice 8 (this CTA's: each CTA of a crossover widens all 64 keys' RoPE)
+  static __device__ __forceinline__ void rope_out(uint32_t tile, const uint2 (&v)[4],
+                                                  uint64_t* full, int warp, int lane) {
+    const int c = lane & 7;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int r = key_row(0, warp, i, lane);
+      const int r = 16 * warp + 4 * i + (lane >> 3);
       uint32_t w[4];
       fp8::convert8<T>(v[i].x, v[i].y, w);
       fp8::st_shared_v4(tile + 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4), w[0], w[1],
@@ -520,8 +528,9 @@ struct WgmmaKernel {
     } else {
       const float f[4] = {sc.x, sc.y, sc.z, sc.w};
       const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
-      fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::scale_bf16x2(scale), w,
-                                                         fp8::odd16(c));
+      // (the dense crossover's producer, the predicated form: the branch form spilled)
+      fp8::convert16<T, true, FAULT == kFaultScaleTwice, kCross && !kSparse>(
+          v, fp8::scale_bf16x2(scale), w, fp8::odd16(c));
     }
     const int sl = 2 * q + (c >> 2);
     fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
@@ -569,8 +578,8 @@ struct WgmmaKernel {
       for (int q = 0; q < 4; ++q)
         g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
                        : make_uint4(0u, 0u, 0u, 0u);
-      g.sc[i] = ok ? __ldg(reinterpret_cast<const float4*>(src + 512))
-                   : make_float4(0.f, 0.f, 0.f, 0.f);
+      g.sc[i] = ok && !kE4m3 ? __ldg(reinterpret_cast<const float4*>(src + 512))
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
   static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
@@ -580,7 +589,18 @@ struct WgmmaKernel {
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
     const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
-    ds_rope(kc, o, tile, full, empty, par, warp, lane);
+    if constexpr (kE4m3) {   // the RoPE's raw bytes loaded while the slice may be held
+      uint2 v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        v[i] = sparse_has_key(o[i])
+                   ? __ldg(reinterpret_cast<const uint2*>(kc + o[i] + 512 + 8 * c))
+                   : make_uint2(0u, 0u);
+      sm90::mbar_wait(&empty[8], par);
+      rope_out(tile, v, full, warp, lane);
+    } else {
+      ds_rope(kc, o, tile, full, empty, par, warp, lane);
+    }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int q = (u + 2) & 3;
@@ -827,8 +847,13 @@ struct WgmmaKernel {
   static __device__ __forceinline__ int key_entry(const MlaParams& p,
                                                   const SparseRow<kExtraPool>& row, int req,
                                                   int pos, int end) {
-    if constexpr (kSparse) return sparse_entry(row, pos, end);
-    else return pos < end ? page_entry(p, req, pos) : -1;
+    if constexpr (kSparse) {
+      return sparse_entry(row, pos, end);
+    } else {   // (pos >= 0: unsigned division, fewer registers than signed)
+      const int pi = static_cast<int>(static_cast<unsigned>(pos) / p.page_size);
+      return pos < end && pi < p.max_blocks
+                 ? p.block_table[static_cast<int64_t>(req) * p.bt_stride + pi] : -1;
+    }
   }
   static __device__ __forceinline__ int64_t key_offset(const MlaParams& p,
                                                        const SparseRow<kExtraPool>& row, int pos,
@@ -838,7 +863,7 @@ struct WgmmaKernel {
     } else {
       if (e < 0 || e >= p.num_blocks) return kNoKey;   // the consumer flags the page
       return static_cast<int64_t>(e) * p.k_stride_block +
-             static_cast<int64_t>(pos % p.page_size) * p.k_stride_token;
+             static_cast<int64_t>(static_cast<unsigned>(pos) % p.page_size) * p.k_stride_token;
     }
   }
 
@@ -856,22 +881,22 @@ struct WgmmaKernel {
         const auto row = sparse_row<kExtraPool>(p, pc.req);
         const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
         // index entries a block ahead: the next block's load in flight over this one
-        int el = sparse_entry(row, pc.start + pl, pc.end);
-        int er = sparse_entry(row, pc.start + pr, pc.end);
+        int el = key_entry(p, row, pc.req, pc.start + pl, pc.end);
+        int er = key_entry(p, row, pc.req, pc.start + pr, pc.end);
 #pragma unroll 1
         for (int i = 0; i < n; ++i, ++it) {
           const int t0 = pc.start + i * C::kBlock;
-          const int nl = sparse_entry(row, t0 + C::kBlock + pl, pc.end);
-          const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
+          const int nl = key_entry(p, row, pc.req, t0 + C::kBlock + pl, pc.end);
+          const int nr = key_entry(p, row, pc.req, t0 + C::kBlock + pr, pc.end);
           // the latent loaded before the RoPE's offsets are made
           int64_t o[4], ol[kLaneKeys];
-          const int64_t x = sparse_key_offset_of(p, row, t0 + pl, el, 1);
+          const int64_t x = key_offset(p, row, t0 + pl, el);
 #pragma unroll
           for (int k = 0; k < kLaneKeys; ++k)
             ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
           DsRegs g;
           ds_load(kc, ol, lane, g);
-          sparse_lane_keys(sparse_key_offset_of(p, row, t0 + pr, er, 1), lane, o);
+          sparse_lane_keys(key_offset(p, row, t0 + pr, er), lane, o);
           ds_put(sm, kc, o, g, it, warp, lane, rank);
           el = nl;
           er = nr;
@@ -1290,7 +1315,7 @@ struct WgmmaKernel {
   // Whether this piece merges through the cluster: the plan says so and the launch's
   // clusters are of the plan's size.
   static __device__ __forceinline__ bool merging(const Piece& pc) {
-    return MERGE && !kSparse && pc.merge == 2 && sm90::cluster_nctarank() == 2;
+    return MERGE && !kCross && pc.merge == 2 && sm90::cluster_nctarank() == 2;
   }
 
   // The cluster merge of one piece (both consumer warpgroups, after the EPI barrier that
@@ -1775,7 +1800,7 @@ int split_wgmma_cluster(int batch, int num_parts) {
 // call's time (a second wave).
 template <typename T, int FAULT, int SP = 0, int KV = kKvNative>
 int split_wgmma_cluster_parts(int parts) {
-  if constexpr (SP == 0 || (KV != kKvDsMla && KV != kKvUe8m0)) {
+  if constexpr (KV == kKvNative) {
     return parts;
   } else {
     static int resident = 0;
@@ -1821,8 +1846,8 @@ cudaError_t launch_split_wgmma_impl(const MlaParams& p, cudaStream_t stream) {
     if constexpr (KV == kKvE4m3) {
       if (p.k_descale == nullptr) return cudaErrorInvalidValue;
     }
-    if constexpr (SP != 0 && (KV == kKvDsMla || KV == kKvUe8m0)) {   // a token's two row tiles: clusters
-      if (grid.x == 2 && !clusters_off()) {
+    if constexpr (KV != kKvNative) {   // row tiles in pairs (sparse: a token's two): clusters
+      if ((SP != 0 ? grid.x == 2 : grid.x % 2 == 0) && !clusters_off()) {
         e = prepare_split_wgmma<T, FAULT, true, SP, KV>();
         if (e != cudaSuccess) return e;
         return launch_dependent(mla_split_wgmma_kernel<T, FAULT, true, SP, KV>, grid,
