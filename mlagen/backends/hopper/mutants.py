@@ -174,8 +174,8 @@ MUTANTS = (
            "entries (index or block-table entries read ahead used a block early)",
            DS64 + DENSE64),
     Mutant("wgmma_gather_page_offset", "hopper", "mla_wgmma.cuh",
-           "static_cast<int64_t>(pos % p.page_size) * p.k_stride_token;",
-           "static_cast<int64_t>(pos % C::kBlock) * p.k_stride_token;",
+           "static_cast<unsigned>(pos) % p.page_size) * p.k_stride_token;",
+           "static_cast<unsigned>(pos) % C::kBlock) * p.k_stride_token;",
            "dense 8-bit rows (64-row kernel): a key's place in its page taken modulo the "
            "block (pages = blocks)", DENSE64, PAGE_OFFSET),
     Mutant("wgmma_e4m3_rope_unswizzled", "hopper", "mla_wgmma.cuh",
@@ -188,8 +188,8 @@ MUTANTS = (
            "fp8_e4m3 (64-row kernel): the RoPE bytes read 16 bytes early (the latent's last "
            "16 as its first 16 values)", E4M3_64),
     Mutant("wgmma_e4m3_cross_rope_offset", "hopper", "mla_wgmma.cuh",
-           "? __ldg(reinterpret_cast<const uint2*>(kc + o[i] + 512 + 8 * c))",
-           "? __ldg(reinterpret_cast<const uint2*>(kc + o[i] + 504 + 8 * c))",
+           "kc + o[k] + 512 + 8 * (lane & 7)))",
+           "kc + o[k] + 504 + 8 * (lane & 7)))",
            "fp8_e4m3 crossover (row tiles in pairs): the RoPE bytes loaded 8 bytes early",
            E4M3_64),
     Mutant("wgmma_e4m3_descale_not_in_scores", "hopper", "mla_wgmma.cuh",

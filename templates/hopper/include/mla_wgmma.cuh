@@ -565,6 +565,7 @@ struct WgmmaKernel {
   struct DsRegs {
     uint4 v[kLaneKeys][4];
     float4 sc[kLaneKeys];
+    uint2 rope[4];   // fp8_e4m3: the RoPE's raw bytes, chunk c of keys 16 w + 4 i + l / 8
   };
   static __device__ __forceinline__ void ds_load(const unsigned char* kc,
                                                  const int64_t (&ol)[kLaneKeys], int lane,
@@ -589,15 +590,9 @@ struct WgmmaKernel {
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
     const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
-    if constexpr (kE4m3) {   // the RoPE's raw bytes loaded while the slice may be held
-      uint2 v[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        v[i] = sparse_has_key(o[i])
-                   ? __ldg(reinterpret_cast<const uint2*>(kc + o[i] + 512 + 8 * c))
-                   : make_uint2(0u, 0u);
+    if constexpr (kE4m3) {   // the RoPE's raw bytes, loaded with the latent's (ds_load)
       sm90::mbar_wait(&empty[8], par);
-      rope_out(tile, v, full, warp, lane);
+      rope_out(tile, g.rope, full, warp, lane);
     } else {
       ds_rope(kc, o, tile, full, empty, par, warp, lane);
     }
@@ -895,8 +890,20 @@ struct WgmmaKernel {
           for (int k = 0; k < kLaneKeys; ++k)
             ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
           DsRegs g;
-          ds_load(kc, ol, lane, g);
-          sparse_lane_keys(key_offset(p, row, t0 + pr, er), lane, o);
+          if constexpr (kE4m3) {   // its RoPE's raw bytes in flight with the latent's
+            const int64_t xr = key_offset(p, row, t0 + pr, er);
+            sparse_lane_keys(xr, lane, o);
+            ds_load(kc, ol, lane, g);
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+              g.rope[k] = sparse_has_key(o[k]) ? __ldg(reinterpret_cast<const uint2*>(
+                                                     kc + o[k] + 512 + 8 * (lane & 7)))
+                                               : make_uint2(0u, 0u);
+          } else {
+            ds_load(kc, ol, lane, g);
+            const int64_t xr = key_offset(p, row, t0 + pr, er);   // the RoPE's keys
+            sparse_lane_keys(xr, lane, o);
+          }
           ds_put(sm, kc, o, g, it, warp, lane, rank);
           el = nl;
           er = nr;
