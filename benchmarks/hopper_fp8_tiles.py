@@ -1,13 +1,10 @@
-"""Dense decode on 8-bit caches on Hopper: the 64-row kernel (its producer warpgroup
-converts in the K stages) against the few-rows kernel (a converter warpgroup, 16- or
-32-row tiles), each by its schedule, and the bf16 cache's default beside them, on the same
-tensors in the same process (one bf16 cache quantized to each format; page-shuffled; each
-call after an L2-evicting write, the median; replayed in CUDA graphs, the kernels alone).
-Prints a table: the three times, the few-rows / 64-row ratio, the 64-row kernel's speed
-against bf16 and the largest output difference between the two 8-bit kernels.  The rule
-it informs: defaults.FP8_KNOBS.
+"""Dense decode on 8-bit caches on Hopper: the 64-row kernel against the few-rows kernel
+(16- or 32-row tiles), each by its schedule, and the bf16 cache's default, on one
+page-shuffled cache quantized (CUDA graphs, each call after an L2-evicting write, the
+median).  Prints the three times, their ratios and the two 8-bit kernels' largest output
+difference.  The rule it informs: defaults.FP8_KNOBS.
 
-    python benchmarks/hopper_fp8_tiles.py [--kv fp8_e4m3|fp8_ds_mla] [--reps N]
+    python benchmarks/hopper_fp8_tiles.py [--kv fp8_e4m3|fp8_ds_mla]
 """
 
 from __future__ import annotations
@@ -22,9 +19,8 @@ from mlagen import kvformat
 from mlagen.backends.hopper import api
 from mlagen.schedule.records import Schedule
 
-# (b, s_q, s_k, h_q)
-ROWS = [(64, 1, 4096, 16), (64, 2, 4096, 16), (64, 1, 4096, 32), (128, 1, 8192, 32),
-        (32, 1, 4096, 48), (64, 1, 4096, 64), (64, 2, 4096, 64), (128, 1, 4096, 128),
+ROWS = [(64, 1, 4096, 16), (64, 2, 4096, 16), (64, 1, 4096, 32), (128, 1, 8192, 32),  # b, s_q,
+        (32, 1, 4096, 48), (64, 1, 4096, 64), (64, 2, 4096, 64), (128, 1, 4096, 128),  # s_k, h_q
         (32, 2, 8192, 128), (8, 1, 8192, 128), (2, 1, 16384, 128)]
 PAGE = 64
 
@@ -38,7 +34,6 @@ def schedule(kv: str, rows: int) -> Schedule:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kv", choices=("fp8_e4m3", "fp8_ds_mla"), default="fp8_e4m3")
-    ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args(argv)
     flush = torch.empty(2 ** 28, dtype=torch.uint8, device="cuda")
     print(f"{'b':>4} {'s_q':>3} {'s_k':>6} {'h_q':>4} {'few':>3} {'few us':>8} {'r64 us':>8} "
@@ -48,22 +43,20 @@ def main(argv=None) -> int:
         pages = b * s_k // PAGE
         table = torch.randperm(pages, device="cuda", generator=g).to(torch.int32).view(b, -1)
         vals = torch.randn(pages, PAGE, 1, 576, device="cuda", generator=g).to(torch.bfloat16)
-        descale = torch.full((1,), 1 / 64, device="cuda") if a.kv == "fp8_e4m3" else None
-        cache = kvformat.quantize(vals, a.kv, descale)
+        dk = torch.full((1,), 1 / 64, device="cuda") if a.kv == "fp8_e4m3" else None
+        cache = kvformat.quantize(vals, a.kv, dk)
         q = torch.randn(b, s_q, h_q, 576, device="cuda", generator=g).to(torch.bfloat16)
         lens = torch.full((b,), s_k, dtype=torch.int32, device="cuda")
-        rows = s_q * h_q
-        few = 16 if rows <= 16 else 32
+        rows, few = s_q * h_q, 16 if s_q * h_q <= 16 else 32
 
         def call(kc, s, kv, dk):
             md, ns = api.get_mla_metadata(lens, rows, 1, schedule=s, kv_format=kv or None)
             return lambda: api.flash_mla_with_kvcache(q, kc, table, lens, 512, md, ns,
                                                       causal=True, schedule=s, descale_k=dk)
-        f64 = call(cache, schedule(a.kv, 64), a.kv, descale)
-        ffew = call(cache, schedule(a.kv, few), a.kv, descale)
+        f64, ffew = (call(cache, schedule(a.kv, r), a.kv, dk) for r in (64, few))
         fbf = call(vals, None, "", None)
         d = float((f64()[0].float() - ffew()[0].float()).abs().max())
-        t64, tfew, tbf = (timed(graphed(f), a.reps, flush) for f in (f64, ffew, fbf))
+        t64, tfew, tbf = (timed(graphed(f), 20, flush) for f in (f64, ffew, fbf))
         print(f"{b:>4} {s_q:>3} {s_k:>6} {h_q:>4} {few:>3} {tfew:>8.1f} {t64:>8.1f} "
               f"{tbf:>8.1f} {tfew / t64:>7.2f} {tbf / t64:>8.2f} {d:>8.1e}", flush=True)
     return 0
