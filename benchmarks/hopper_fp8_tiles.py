@@ -22,7 +22,6 @@ from mlagen.schedule.records import Schedule
 ROWS = [(64, 1, 4096, 16), (64, 2, 4096, 16), (64, 1, 4096, 32), (128, 1, 8192, 32),  # b, s_q,
         (32, 1, 4096, 48), (64, 1, 4096, 64), (64, 2, 4096, 64), (128, 1, 4096, 128),  # s_k, h_q
         (32, 2, 8192, 128), (8, 1, 8192, 128), (2, 1, 16384, 128)]
-PAGE = 64
 
 
 def schedule(kv: str, rows: int) -> Schedule:
@@ -34,15 +33,14 @@ def schedule(kv: str, rows: int) -> Schedule:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kv", choices=("fp8_e4m3", "fp8_ds_mla"), default="fp8_e4m3")
-    a = ap.parse_args(argv)
-    flush = torch.empty(2 ** 28, dtype=torch.uint8, device="cuda")
+    a, flush = ap.parse_args(argv), torch.empty(2 ** 28, dtype=torch.uint8, device="cuda")
     print(f"{'b':>4} {'s_q':>3} {'s_k':>6} {'h_q':>4} {'few':>3} {'few us':>8} {'r64 us':>8} "
           f"{'bf16 us':>8} {'few/r64':>7} {'bf16/r64':>8} {'maxdiff':>8}")
     for b, s_q, s_k, h_q in ROWS:
         g = torch.Generator(device="cuda").manual_seed(0)
-        pages = b * s_k // PAGE
+        pages = b * s_k // 64
         table = torch.randperm(pages, device="cuda", generator=g).to(torch.int32).view(b, -1)
-        vals = torch.randn(pages, PAGE, 1, 576, device="cuda", generator=g).to(torch.bfloat16)
+        vals = torch.randn(pages, 64, 1, 576, device="cuda", generator=g).to(torch.bfloat16)
         dk = torch.full((1,), 1 / 64, device="cuda") if a.kv == "fp8_e4m3" else None
         cache = kvformat.quantize(vals, a.kv, dk)
         q = torch.randn(b, s_q, h_q, 576, device="cuda", generator=g).to(torch.bfloat16)
