@@ -136,22 +136,23 @@ def test_sparse_64_row_schedules_get_no_dense_cluster_merge_case(monkeypatch):
 
 
 def test_crossover_mutants_reach_their_path():
-    """The h_q 128 crossover runs where a call's query rows fill two 64-row tiles (a cluster
-    of 2, fp8_ds_mla and fp8_ue8m0_paged); each crossover mutant's example schedule must
-    have the heads for it, and verify must draw head counts of one tile and of two (a full
-    and a partial second tile), or the mutant's faults could never be reached."""
+    """The crossover runs where a call's query rows fill two 64-row tiles (a cluster of 2, the
+    8-bit formats; sparse: a token's two tiles at h_q 128, dense: row tiles in pairs); each
+    crossover mutant's example schedule must have the heads for it, and verify must draw head
+    counts of one tile and of two (a full and a partial second tile), or the mutant's faults
+    could never be reached."""
     from mlagen.backends import backend
     from mlagen.backends.hopper.mutants import MUTANTS
 
     be = backend("hopper")
-    cross = [m for m in MUTANTS if "cross_peer" in m.name]
-    assert len(cross) == 2
+    cross = [m for m in MUTANTS if "cross_peer" in m.name or "cross_rope" in m.name]
+    assert len(cross) == 4
     for m in cross:
         for name in m.schedules:
             s = load(SCHEDULES_DIR / f"{name}.toml")
             rows = s.mapping.rows_per_tile
-            assert rows == 64 and s.problem.attention == "sparse"
-            assert s.problem.kv_format in ("fp8_ds_mla", "fp8_ue8m0_paged")
+            assert rows == 64
+            assert s.problem.kv_format in ("fp8_ds_mla", "fp8_ue8m0_paged", "fp8_e4m3")
             heads = be.runtime_shapes(s)["heads"]
             assert s.heads_per_device == 2 * rows and max(heads) == 2 * rows
             assert any(h <= rows for h in heads) and any(rows < h < 2 * rows for h in heads)
