@@ -152,10 +152,11 @@ def _metadata_plan(cache_seqlens: torch.Tensor, rows_total: int,
         return b * n, n, key, cost
     slots = ops.sm_count(cache_seqlens.device) * ops.get(key).ctas_per_sm()
     parts = scheduler.num_parts(slots, rows_total, rows)
-    pairs = -(-rows_total // 64) // 2
-    if kv and rows == 64 and 2 * pairs * 64 >= rows_total:
-        # an 8-bit cache's row tiles in pairs, each a cluster (the crossover): as many parts
-        # as the clusters that fit at once hold (a part more would run in a second wave)
+    tiles = scheduler.row_tiles(rows_total, rows)
+    if kv and rows == 64 and tiles % 2 == 0:
+        # an 8-bit cache's row tiles in pairs, each pair a cluster (the crossover): as many
+        # parts as the clusters that fit at once hold (a part more would run a second wave)
+        pairs = tiles // 2
         parts = max(1, ops.get(key).cluster_parts(parts * pairs) // pairs)
     return parts, n, key, cost
 

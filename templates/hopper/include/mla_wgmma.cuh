@@ -59,8 +59,9 @@
 // slice_at order, which S then reads (ds_load / ds_put, paged_load / paged_put).
 //
 // Dense rows on 8-bit caches (SP = 0, KV = kKvDsMla or kKvE4m3): the fp8_ds_mla producer
-// above without the crossover, each key's offset from its page's block-table entry (read a
-// block ahead) instead of an index entry; keys past the piece's end and on a page outside
+// above, the crossover wherever a part's row tiles pair up (an even count), each key's
+// offset from its page's block-table entry (read a block ahead) instead of an index entry
+// (key_entry / key_offset); keys past the piece's end and on a page outside
 // [0, num_blocks) gather as zeros (the consumer masks the first and makes the piece NaN for
 // the second, as the TMA path does).  fp8_e4m3 (576 e4m3 a token, one descale) converts the
 // RoPE too: its 64 raw bytes a key land in the upper half of the key's row of slice 8 and
