@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from mlagen.errors import InputError
 from mlagen.schedule.records import Schedule
 
-from test_hopper_fp8_gpu import EDGES, FORMATS, _spread_tiles, api, check, inputs, run
+from test_hopper_fp8_gpu import (EDGES, FORMATS, _spread_tiles, api, check,
+                                 graph_replays_with_new_descale, inputs, run)
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -147,20 +148,5 @@ def test_planted_faults_are_caught(kv, fault):
 
 
 def test_graph_capture_replays_with_new_descale():
-    a = api()
-    inp = inputs("fp8_e4m3", 4, [100, 4097, 64, 1], 1, 128, page=16, per_seq=True)
-    md, ns = a.get_mla_metadata(inp.cache_seqlens, 128, 1, is_fp8_kvcache=True)
-    desc = inp.k_descale.clone()
-    args = (inp.q, inp.k_cache, inp.block_table, inp.cache_seqlens, 512, md, ns)
-    first, _ = a.flash_mla_with_kvcache(*args, descale_k=desc)     # warm (plan, build)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        o, _ = a.flash_mla_with_kvcache(*args, descale_k=desc)
-    desc.mul_(2.0)
-    g.replay()
-    torch.cuda.synchronize()
-    inp.k_descale = desc
-    ref, _ = check(inp)
-    assert torch.equal(o, ref)
-    assert not torch.equal(o, first)
+    graph_replays_with_new_descale(inputs("fp8_e4m3", 4, [100, 4097, 64, 1], 1, 128, page=16,
+                                          per_seq=True))
