@@ -399,3 +399,26 @@ def test_fp8_defaults_convert_in_registers_at_large_batches():
                             (32, 128, "fp8_e4m3"), (16, 128, "fp8_ds_mla")):
         m = defaults.default_schedule(rows, batch=batch, kv=kv).mapping
         assert (m.fp8_converters, m.warps) == (1, 4), (rows, batch, kv)
+
+
+def test_metadata_caps_parts_where_8_bit_row_tiles_pair_up(monkeypatch):
+    """Row tiles in pairs run as clusters of 2 (the crossover): the metadata's parts are
+    capped so that every part's clusters fit at once (a part more is a second wave); an odd
+    tile count, or a bf16 cache, takes one CTA an SM's parts."""
+    from mlagen.backends.hopper import api
+
+    monkeypatch.setattr(api, "_resolve", lambda *a: ("key", 64, 0, 5))
+    monkeypatch.setattr(api.ops, "sm_count", lambda device: 132)
+
+    class Lib:
+        def ctas_per_sm(self):
+            return 1
+
+        def cluster_parts(self, parts):   # 60 clusters of 2 fit at once
+            return min(parts, 60)
+    monkeypatch.setattr(api.ops, "get", lambda key: Lib())
+    lens = torch.zeros(4, dtype=torch.int32)
+    for kv, rows, parts in (("fp8_e4m3", 128, 60), ("fp8_ds_mla", 256, 30),
+                            ("fp8_e4m3", 192, 44), ("fp8_e4m3", 64, 132), ("bf16", 128, 66)):
+        s = Schedule.build(**dict(ROWS, warps=8), rows_per_tile=64, kv_format=kv)
+        assert api._metadata_plan(lens, rows, s)[0] == parts, (kv, rows)
