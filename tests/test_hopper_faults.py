@@ -146,7 +146,7 @@ def test_crossover_mutants_reach_their_path():
 
     be = backend("hopper")
     cross = [m for m in MUTANTS if "cross_peer" in m.name or "cross_rope" in m.name]
-    assert len(cross) == 3
+    assert len(cross) == 4
     for m in cross:
         for name in m.schedules:
             s = load(SCHEDULES_DIR / f"{name}.toml")

@@ -188,10 +188,15 @@ MUTANTS = (
            "fp8_e4m3 (64-row kernel): the RoPE bytes read 16 bytes early (the latent's last "
            "16 as its first 16 values)", E4M3_64),
     Mutant("wgmma_e4m3_cross_rope_offset", "hopper", "mla_wgmma.cuh",
-           "? __ldg(reinterpret_cast<const uint2*>(kc + o[i] + 512 + 8 * c))",
-           "? __ldg(reinterpret_cast<const uint2*>(kc + o[i] + 504 + 8 * c))",
+           "g.rope[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 512 + 8 * c))",
+           "g.rope[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 504 + 8 * c))",
            "fp8_e4m3 crossover (row tiles in pairs): the RoPE bytes loaded 8 bytes early",
            E4M3_64),
+    Mutant("wgmma_e4m3_cross_rope_peer_row", "hopper", "mla_wgmma.cuh",
+           "sm90::st_async_v4(rtile + at, w[0], w[1], w[2], w[3], rfull + 8 * 8);",
+           "sm90::st_async_v4(rtile + (at ^ 128), w[0], w[1], w[2], w[3], rfull + 8 * 8);",
+           "fp8_e4m3 crossover: the RoPE rows a CTA widens land in the other CTA's slice one "
+           "row off (rows swapped in pairs)", E4M3_64),
     Mutant("wgmma_e4m3_descale_not_in_scores", "hopper", "mla_wgmma.cuh",
            "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * (dk * dq);",
            "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * dq;",

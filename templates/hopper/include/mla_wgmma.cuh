@@ -65,8 +65,9 @@
 // [0, num_blocks) gather as zeros (the consumer masks the first and makes the piece NaN for
 // the second, as the TMA path does).  fp8_e4m3 (576 e4m3 a token, one descale) converts the
 // RoPE too: its 64 raw bytes a key land in the upper half of the key's row of slice 8 and
-// are widened in place ahead of the latent tiles; the descale goes into the scores' scale
-// and O (the converted keys are the e4m3 values), as in mla_wgmma_rows.cuh.
+// are widened in place ahead of the latent tiles (the crossover widens each CTA's keys'
+// RoPE straight into both CTAs' slice 8, as their latent); the descale goes into the
+// scores' scale and O (the converted keys are the e4m3 values), as in mla_wgmma_rows.cuh.
 //
 // Shared memory: Q 72 KiB (the epilogue's staging once a piece's S is done) | 2 K stages x
 // 72 KiB | P 8 KiB | alpha, l (64 floats each) | mbarriers; 1024-byte aligned tiles (the
@@ -566,6 +567,7 @@ struct WgmmaKernel {
   struct DsRegs {
     uint4 v[kLaneKeys][4];
     float4 sc[kLaneKeys];
+    uint2 rope[kLaneKeys];   // fp8_e4m3: the same keys' RoPE bytes [512 + 8 c, 520 + 8 c)
   };
   static __device__ __forceinline__ void ds_load(const unsigned char* kc,
                                                  const int64_t (&ol)[kLaneKeys], int lane,
@@ -581,6 +583,9 @@ struct WgmmaKernel {
                        : make_uint4(0u, 0u, 0u, 0u);
       g.sc[i] = ok && !kE4m3 ? __ldg(reinterpret_cast<const float4*>(src + 512))
                              : make_float4(0.f, 0.f, 0.f, 0.f);
+      if constexpr (kE4m3)
+        g.rope[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 512 + 8 * c))
+                       : make_uint2(0u, 0u);
     }
   }
   static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
@@ -590,15 +595,18 @@ struct WgmmaKernel {
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
     const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
-    if constexpr (kE4m3) {   // the RoPE's raw bytes loaded while the slice may be held
-      uint2 v[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        v[i] = sparse_has_key(o[i])
-                   ? __ldg(reinterpret_cast<const uint2*>(kc + o[i] + 512 + 8 * c))
-                   : make_uint2(0u, 0u);
+    if constexpr (kE4m3) {   // this CTA's keys' RoPE, as their latent: into both CTAs' slice 8
       sm90::mbar_wait(&empty[8], par);
-      rope_out(tile, v, full, warp, lane);
+#pragma unroll
+      for (int i = 0; i < kLaneKeys; ++i) {
+        const int r = key_row(rank, warp, i, lane);
+        const uint32_t at = 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4);
+        uint32_t w[4];
+        fp8::convert8<T>(g.rope[i].x, g.rope[i].y, w);
+        fp8::st_shared_v4(tile + at, w[0], w[1], w[2], w[3]);
+        sm90::st_async_v4(rtile + at, w[0], w[1], w[2], w[3], rfull + 8 * 8);
+      }
+      tile_done(full, 4, false, warp, lane);   // full[8]
     } else {
       ds_rope(kc, o, tile, full, empty, par, warp, lane);
     }
@@ -897,8 +905,10 @@ struct WgmmaKernel {
             ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
           DsRegs g;
           ds_load(kc, ol, lane, g);
-          const int64_t xr = key_offset(p, row, t0 + pr, er);   // the RoPE's keys
-          sparse_lane_keys(xr, lane, o);
+          if constexpr (!kE4m3) {   // (fp8_e4m3's RoPE comes with the latent's keys)
+            const int64_t xr = key_offset(p, row, t0 + pr, er);   // the RoPE's keys
+            sparse_lane_keys(xr, lane, o);
+          }
           ds_put(sm, kc, o, g, it, warp, lane, rank);
           el = nl;
           er = nr;
