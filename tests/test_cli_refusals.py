@@ -340,7 +340,7 @@ def test_malformed_environment_variables_are_named_up_front(var, value, needle, 
     afile.write_text("x")
     monkeypatch.setenv(var, value.format(file=afile, dir=tmp_path))
     line = refused(capsys, argv, f"mlagen: {var}: ", needle)
-    assert len(line) < 200
+    assert len(line.replace(str(tmp_path), "TMP")) < 200   # the line, less pytest's own folder
     assert afile.read_text() == "x" and clean() == []
 
 
@@ -464,8 +464,10 @@ def test_generate_refuses_two_schedules_writing_into_one_folder(tmp_path, clean,
         d.mkdir()
         (d / "attn.toml").write_text((ROOT / "schedules" / "sc11_attn.toml").read_text()
                                      .replace("heads = 128", f"heads = {heads}"))
-    line = refused(capsys, ["generate", str(a / "attn.toml"), str(b / "attn.toml"), "-o", "out"],
-                   str(a / "attn.toml"), str(b / "attn.toml"), "out/attn", "separate folders")
+    # relative names: an absolute one under pytest's folder can be long enough to be cut
+    ra, rb = "../a/attn.toml", "../b/attn.toml"
+    line = refused(capsys, ["generate", ra, rb, "-o", "out"], ra, rb, "out/attn",
+                   "separate folders")
     assert clean() == []
     # the same file twice (by two names) is written once
     assert main(["generate", str(a / "attn.toml"), str(a / ".." / "a" / "attn.toml"),
