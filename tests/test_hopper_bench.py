@@ -465,3 +465,33 @@ def test_a_record_has_a_date_where_git_cannot_tell(monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "DATA_ROOT", tmp_path)   # no repository there
     d = datetime.fromisoformat(bench._commit_date("0123abc"))
     assert d.tzinfo is not None and d.year >= 2026
+
+
+def test_record_rows_in_each_format_count_bf16_against_the_anchors():
+    """--kv-format without --shape: each of the record's rows once a format, the 8-bit row
+    after the bf16 one of its shape; the anchor geomean counts the bf16 rows alone (the
+    anchors are bf16 figures), and each format's speed against bf16 is a geomean of its
+    own, kind by kind."""
+    rows = bench.plan_rows(kv_formats=("", "fp8_e4m3"))
+    assert len(rows) == 2 * 59
+    assert [r.kv for r in rows[:4]] == ["", "fp8_e4m3", "", "fp8_e4m3"]
+    assert rows[0].label() + " fp8_e4m3" == rows[1].label() and rows[1].anchor_ms
+    assert len(bench.plan_rows(quick=True, kv_formats=("", "fp8_ds_mla"))) == 18
+    two = [r for r in rows if r.kind == "anchor"][:4] + [r for r in rows if r.kind == "graph"][:2]
+    for r, ms in zip(two, (0.2, 0.1, 0.3, 0.12, 0.05, 0.04)):
+        r.check, r.eager_ms, r.graph_ms, r.kernel_ms = "ok", ms, ms, ms
+        r.ratio = r.anchor_ms / ms if r.anchor_ms else None
+    rep = bench.Report(device="H200", torch="x", commit="abc", mlagen="0", command="c",
+                       rows=two)
+    bench.summarize(rep)
+    assert rep.counted == 2
+    assert rep.geomean == pytest.approx(math.sqrt(two[0].ratio * two[2].ratio))
+    got = rep.kv_geomeans["fp8_e4m3"]
+    assert got["anchor rows (2)"]["eager"] == pytest.approx(math.sqrt(2.0 * 2.5), rel=1e-3)
+    assert got["graph rows (1)"]["graph"] == pytest.approx(1.25, rel=1e-3)
+    two[3].graph_ms = None      # a mode not timed on every row has no geomean
+    bench.summarize(rep)
+    assert "graph" not in rep.kv_geomeans["fp8_e4m3"]["anchor rows (2)"]
+    md = bench.markdown(rep)
+    assert "**fp8_e4m3, geomean of bf16 time / its time**" in md
+    assert "| no | fp8_e4m3 | ok |" in md and "- anchor b=" in md and "- graph b=" in md

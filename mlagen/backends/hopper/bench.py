@@ -184,6 +184,7 @@ class Report:
     flashmla_lib: str = ""
     vllm_fp8_lib: str = ""
     geomean_vllm: Optional[float] = None     # vLLM's FP8 time / ours over the fp8_e4m3 rows
+    kv_geomeans: dict = field(default_factory=dict)   # each 8-bit format's speed against bf16
     elapsed_s: float = 0.0
     commit_date: str = ""     # the commit's date (git), what orders the records of runs
 
@@ -608,23 +609,32 @@ def measure_row(row: Row, schedule=None, modes=("eager", "graph", "kernels", "st
 def plan_rows(quick: bool = False, shapes=(), kv_formats=("",)) -> list[Row]:
     """The benchmark of record's rows (the 51 anchor rows, then the 8 graph rows), or the
     caller's shapes (shapes.Shape records: `mlagen bench --shape`), timed the same way, each
-    shape once for each cache format of kv_formats ("": bf16; `--kv-format`)."""
+    shape once for each cache format of kv_formats ("": bf16; `--kv-format`); the record's
+    rows likewise, each format's row after the bf16 one of its shape."""
     if shapes:
         return [Row(s.b, s.s_q, s.sk, s.h_q, s.varlen, "shape", kv=kv)
                 for s in shapes for kv in kv_formats]
     rows = [Row(r["b"], r["s_q"], r["sk"], r["h_q"], bool(r["varlen"]), "anchor",
-                anchor_ms=r["best_ms"], anchor_by=r["best"], flashmla_ms=r["flashmla_ms"])
-            for r in anchor_rows()]
+                anchor_ms=r["best_ms"], anchor_by=r["best"], flashmla_ms=r["flashmla_ms"],
+                kv=kv)
+            for r in anchor_rows() for kv in kv_formats]
     for g in graph_rows():
-        rows.append(Row(g["b"], g["s_q"], g["sk"], g["h_q"], bool(g["varlen"]), "graph",
-                        flashmla_graph_us=g["flashmla_graph_us"]))
+        rows += [Row(g["b"], g["s_q"], g["sk"], g["h_q"], bool(g["varlen"]), "graph",
+                     flashmla_graph_us=g["flashmla_graph_us"], kv=kv) for kv in kv_formats]
     if quick:
-        rows = rows[:6] + [r for r in rows if r.kind == "graph"][:3]
+        n = len(kv_formats)
+        rows = rows[:6 * n] + [r for r in rows if r.kind == "graph"][:3 * n]
     return rows
 
 
+def _geomean(xs) -> Optional[float]:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
 def summarize(rep: Report) -> None:
-    anchored = [r for r in rep.rows if r.kind == "anchor"]
+    # the anchors are bf16 figures: the record's geomeans count the bf16 rows (an 8-bit
+    # row's speed is against bf16 on its shape: kv_geomeans)
+    anchored = [r for r in rep.rows if r.kind == "anchor" and not r.kv]
     rep.counted = len(anchored)
     ratios = [r.ratio for r in anchored if r.ratio]
     if ratios and len(ratios) == len(anchored):
@@ -643,6 +653,32 @@ def summarize(rep: Report) -> None:
     vl = [r.ratio_vllm for r in fp8 if r.ratio_vllm]
     rep.geomean_vllm = (math.exp(sum(math.log(x) for x in vl) / len(vl))
                         if vl and len(vl) == len(fp8) else None)
+    rep.kv_geomeans = kv_geomeans(rep)
+
+
+def kv_geomeans(rep: Report) -> dict:
+    """{format: {mode: geomean of bf16 time / its time}} over the rows of each kind (the
+    anchor rows, the graph rows, or the shapes) where both were timed; a mode only where
+    every 8-bit row of the kind has it."""
+    base = {(r.kind, r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page): r
+            for r in rep.rows if not r.kv}
+    out: dict = {}
+    for kv in sorted({r.kv for r in rep.rows if r.kv}):
+        for kind in ("anchor", "graph", "shape"):
+            pairs = [(base.get((r.kind, r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page)), r)
+                     for r in rep.rows if r.kv == kv and r.kind == kind]
+            if not pairs:
+                continue
+            cell = {}
+            for mode, attr in (("eager", "eager_ms"), ("graph", "graph_ms"),
+                               ("kernels", "kernel_ms")):
+                xs = [getattr(b, attr) / getattr(r, attr) for b, r in pairs
+                      if b is not None and getattr(b, attr) and getattr(r, attr)]
+                if len(xs) == len(pairs):
+                    cell[mode] = round(_geomean(xs), 4)
+            if cell:
+                out.setdefault(kv, {})[f"{kind} rows ({len(pairs)})"] = cell
+    return out
 
 
 def _f(x, fmt):
@@ -698,14 +734,18 @@ def markdown(rep: Report) -> str:
         lines.append(f"**FlashMLA timed in this run** (`{rep.flashmla_lib}`, same tensors, right "
                      f"after ours): geomean of its time / ours {_f(rep.geomean_now, '.3f')}; "
                      f"rows won {rep.won_now}/{rep.counted}.")
+    lines += kv_geomean_lines(rep)
+    kvs = any(r.kv for r in rep.rows)   # --kv-format: a kv column; ratios against bf16 anchors
     extra = " FlashMLA now ms | vs FlashMLA now |" if now else ""
-    lines += ["", "| b | s_q | sk | h_q | varlen | check | eager ms | graph ms | kernels ms | "
+    lines += ["", "| b | s_q | sk | h_q | varlen |" + (" kv |" if kvs else "") + " check | "
+              "eager ms | graph ms | kernels ms | "
               "TFLOPS | GB/s | anchor ms | ratio | vs FlashMLA |" + extra,
-              "|" + "---|" * (16 if now else 14)]
+              "|" + "---|" * ((16 if now else 14) + kvs)]
     for r in rep.rows:
         if r.kind != "anchor":
             continue
         lines.append(f"| {r.b} | {r.s_q} | {r.sk} | {r.h_q} | {'yes' if r.varlen else 'no'} | "
+                     + (f"{r.kv or 'bf16'} | " if kvs else "") +
                      f"{r.check or r.error} | {_f(r.eager_ms, '.4f')} | {_f(r.graph_ms, '.4f')} | "
                      f"{_f(r.kernel_ms, '.4f')} | {_f(r.tflops, '.1f')} | {_f(r.gbps, '.0f')} | "
                      f"{r.anchor_ms:.4f} ({r.anchor_by}) | {_f(r.ratio, '.3f')} | "
@@ -714,22 +754,35 @@ def markdown(rep: Report) -> str:
              if now else "")
     lines += ["", f"CUDA-graph rows ({GRAPH_CALLS} calls per graph, us per call) against "
               "FlashMLA's graph figure; " + _STEP, "",
-              "| b | s_q | sk | h_q | varlen | check | graph us | FlashMLA us | "
-              "ratio | eager us | kernels us | step us |" + extra,
-              "|" + "---|" * (16 if now else 12)]
+              "| b | s_q | sk | h_q | varlen |" + (" kv |" if kvs else "") + " check | "
+              "graph us | FlashMLA us | ratio | eager us | kernels us | step us |" + extra,
+              "|" + "---|" * ((16 if now else 12) + kvs)]
     for r in rep.rows:
         if r.kind != "graph":
             continue
         lines.append(f"| {r.b} | {r.s_q} | {r.sk} | {r.h_q} | {'yes' if r.varlen else 'no'} | "
+                     + (f"{r.kv or 'bf16'} | " if kvs else "") +
                      f"{r.check or r.error} | {_f(r.graph_ms and r.graph_ms * 1e3, '.1f')} | "
                      f"{r.flashmla_graph_us} | {_f(r.ratio_graph, '.2f')} | "
                      f"{_f(r.eager_ms and r.eager_ms * 1e3, '.1f')} | "
                      f"{_f(r.kernel_ms and r.kernel_ms * 1e3, '.1f')} | {_f(r.step_us, '.1f')} |"
                      + (_now_cells(r, "us") + f" {_f(r.flashmla_now_step_us, '.1f')} | "
                         f"{_f(r.ratio_now_step, '.2f')} |" if now else ""))
+    lines += kv_speedups(rep) + vllm_lines(rep)
     variants = sorted({r.variant for r in rep.rows if r.variant})
     lines += ["", "Variants the defaults picked: " + ", ".join(f"`{v}`" for v in variants), ""]
     return "\n".join(lines)
+
+
+def kv_geomean_lines(rep: Report) -> list[str]:
+    """Markdown lines: kv_geomeans, one line a format."""
+    out = []
+    for kv, kinds in rep.kv_geomeans.items():
+        cells = "; ".join(f"{k}: " + ", ".join(f"{m} {x:.3f}x" for m, x in c.items())
+                          for k, c in kinds.items())
+        out.append(f"**{kv}, geomean of bf16 time / its time** (same run, same tensors "
+                   f"quantized): {cells}.")
+    return [""] + out if out else []
 
 
 def _shapes_markdown(rep: Report) -> str:
@@ -768,7 +821,7 @@ def _shapes_markdown(rep: Report) -> str:
     notes = [f"{r.label()}: {r.step_note}" for r in rep.rows if r.step_note]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
-    lines += kv_speedups(rep) + vllm_lines(rep)
+    lines += kv_geomean_lines(rep) + kv_speedups(rep) + vllm_lines(rep)
     if rep.host:
         lines += ["", f"Host time per eager decode call (b=1, s_k=1024, h_q=16): "
                   f"{rep.host.get('decode_us')} us ({rep.host.get('decode_rounds_us')} us in "
@@ -776,13 +829,19 @@ def _shapes_markdown(rep: Report) -> str:
     return "\n".join(lines + [""])
 
 
+def _row_name(r: Row) -> str:
+    """A row's label, with its kind where the record's anchor and graph rows share shapes."""
+    return r.label() if r.kind == "shape" else f"{r.kind} {r.label()}"
+
+
 def kv_speedups(rep: Report) -> list[str]:
     """Markdown lines: each 8-bit row's speed against the bf16 row of its shape (bf16 time /
     its time) in eager, kernels and step time; none without both."""
-    base = {(r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page): r for r in rep.rows if not r.kv}
+    base = {(r.kind, r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page): r
+            for r in rep.rows if not r.kv}
     out = []
     for r in rep.rows:
-        b = base.get((r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page))
+        b = base.get((r.kind, r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page))
         if not r.kv or b is None:
             continue
         cells = []
@@ -790,7 +849,7 @@ def kv_speedups(rep: Report) -> list[str]:
                                                                 r.kernel_ms),
                            ("graph", b.graph_ms, r.graph_ms), ("step", b.step_us, r.step_us)):
             cells.append(f"{name} {_f(x / y if x and y else None, '.2f')}x")
-        out.append(f"- {r.label()}: " + ", ".join(cells) + " of bf16")
+        out.append(f"- {_row_name(r)}: " + ", ".join(cells) + " of bf16")
     return ["", "Speed of each 8-bit cache against bf16 on its shape (bf16 time / its time):"
             ] + out if out else []
 
@@ -807,7 +866,7 @@ def vllm_lines(rep: Report) -> list[str]:
     for r in rep.rows:
         if r.kv != "fp8_e4m3":
             continue
-        out.append(f"| {r.label()} | {r.vllm_check[:60]} | {_f(r.vllm_cos_out, '.1e')} | "
+        out.append(f"| {_row_name(r)} | {r.vllm_check[:60]} | {_f(r.vllm_cos_out, '.1e')} | "
                    f"{_f(r.vllm_ms, '.4f')} | {_f(r.ratio_vllm, '.3f')} | "
                    f"{_f(r.vllm_graph_us, '.1f')} | {_f(r.ratio_vllm_graph, '.2f')} |")
     return out
@@ -839,6 +898,9 @@ def mma_refusal(shapes, kv_formats) -> str:
 
     if "fp8_e4m3" not in kv_formats:
         return "--fp8-mma mma times the fp8_e4m3 rows: give --kv-format fp8_e4m3 too"
+    if not shapes:
+        return ("--fp8-mma mma: the record's rows are not all on the register path that "
+                "e4m3 MMAs are built on: give --shape")
     for s in shapes:
         if s.s_q * s.h_q > 16 or s.b < FP8_REGS_BATCH:
             return (f"--fp8-mma mma: shape {s.label()} is not on the register path that "
@@ -930,9 +992,6 @@ def bench_main(args) -> int:
     # cache quantized)
     kv_formats = tuple(x.strip() for x in (getattr(args, "kv_format", None) or "").split(",")
                        if x.strip())
-    if kv_formats and not shapes:
-        raise MlagenError("--kv-format times the shapes given by --shape in each format: "
-                          "give --shape too")
     from ... import kvformat
     from .api import _FP8_FORMATS
 
@@ -958,7 +1017,7 @@ def bench_main(args) -> int:
     if vllm_fp8:
         if "fp8_e4m3" not in kv_formats:
             raise MlagenError("--vllm-fp8 times vLLM's kernel on the fp8_e4m3 rows: give "
-                              "--shape ... --kv-format fp8_e4m3 too")
+                              "--kv-format fp8_e4m3 too")
         from .vllm_fp8_live import load as load_vllm
 
         load_vllm(vllm_fp8)
@@ -971,9 +1030,11 @@ def bench_main(args) -> int:
         from ...schedule import load
 
         schedule = load(args.schedule)
-    # a record: <what>_<device>_<commit>.json (benchmarks/report.py reads hopper_bench_*)
+    # a record: <what>_<device>_<commit>.json (benchmarks/report.py reads hopper_bench_*:
+    # the bf16 record's rows alone)
+    what = "shapes" if shapes else ("formats" if kv_formats != ("",) else "bench")
     prefix = (Path(args.output) if args.output else
-              RESULTS / f"hopper_{'shapes' if shapes else 'bench'}_"
+              RESULTS / f"hopper_{what}_"
                         f"{device_tag(torch.cuda.get_device_name())}_{_commit() or 'nocommit'}")
     if prefix.suffix in (".json", ".md"):
         prefix = prefix.with_suffix("")
@@ -1000,6 +1061,11 @@ def bench_main(args) -> int:
         con.print(f"FlashMLA timed in this run: geomean of its time / ours "
                   f"{_f(rep.geomean_now, '.3f')}, rows won {rep.won_now}/"
                   f"{rep.counted or len(rep.rows)}")
+    for line in kv_geomean_lines(rep)[1:]:
+        con.print(line.replace("**", ""))
+    if vllm_fp8:
+        con.print(f"vLLM's dense FP8 kernel timed in this run: geomean of its time / ours "
+                  f"{_f(rep.geomean_vllm, '.3f')} over the fp8_e4m3 rows")
     con.print(f"written: {prefix.with_suffix('.json')}, {prefix.with_suffix('.md')}")
     bad = [r for r in rep.rows if r.check != "ok"]
     return 1 if bad else 0
