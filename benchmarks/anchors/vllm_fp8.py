@@ -6,6 +6,8 @@
     # on the GPU machine (torch with CUDA, nvcc; the GPU image needs the cccl include path):
     CPLUS_INCLUDE_PATH=/usr/local/cuda/include/cccl \\
         python benchmarks/anchors/vllm_fp8.py build --src DIR [--jobs N]
+    # or the two kernel files ahead, on any machine with the same nvcc (no torch, no GPU):
+    python benchmarks/anchors/vllm_fp8.py compile --src DIR
 
 `stage` takes github.com/vllm-project/FlashMLA at 46d64a8 (`csrc/extension/sm90/dense_fp8/`
 and the `csrc/params.h` it includes) and CUTLASS at e94e888 (the fork's submodule pin:
@@ -14,6 +16,8 @@ commits (about 26 MB: small enough to travel with a device call).  `build` compi
 `pybind.cpp`, `flash_fwd_mla_fp8_sm90.cu` and `flash_fwd_mla_metadata.cu` with the fork's
 own flags and -DNO_PYBIND11=1 (which defines its Python module) for sm_90a through
 torch.utils.cpp_extension, and prints the library's path: the LIB of `--vllm-fp8`.
+`compile` builds the two CUDA files (neither includes torch) into DIR/objects with the same
+flags, so a device visit compiles only `pybind.cpp` and links them (seconds, not minutes).
 Nothing of either project is copied into this repository.
 """
 
@@ -57,20 +61,46 @@ def stage(flashmla: Path, cutlass: Path, dest: Path) -> None:
           f"in {dest}")
 
 
-def build(src: Path, jobs: int, out: Path) -> Path:
-    from torch.utils.cpp_extension import load
-
+def _staged(src: Path) -> tuple[Path, list[Path]]:
     kernel = src / "flashmla" / KERNEL_DIR
     missing = [s for s in SOURCES if not (kernel / s).is_file()]
     if missing:
         fail(f"{src}: not a staged folder (no {', '.join(missing)}; run `stage` first)")
+    return kernel, [src / "flashmla" / "csrc", kernel, src / "cutlass" / "include",
+                    src / "cutlass" / "tools" / "util" / "include"]
+
+
+def _objects(src: Path) -> list[Path]:
+    return [src / "objects" / (Path(s).stem + ".o") for s in SOURCES if s.endswith(".cu")]
+
+
+def compile_objects(src: Path, jobs: int) -> list[Path]:
+    import subprocess
+
+    kernel, includes = _staged(src)
+    objs = _objects(src)
+    objs[0].parent.mkdir(parents=True, exist_ok=True)
+    for s, o in zip([s for s in SOURCES if s.endswith(".cu")], objs):
+        cmd = (["nvcc", "-c", str(kernel / s), "-o", str(o), "-Xcompiler", "-fPIC",
+                "--threads", str(jobs)] + NVCC + [f"-I{p}" for p in includes])
+        if subprocess.run(cmd).returncode != 0:
+            fail(f"nvcc failed on {s}")
+    return objs
+
+
+def build(src: Path, jobs: int, out: Path) -> Path:
+    from torch.utils.cpp_extension import load
+
+    kernel, includes = _staged(src)
     out.mkdir(parents=True, exist_ok=True)
-    includes = [src / "flashmla" / "csrc", kernel, src / "cutlass" / "include",
-                src / "cutlass" / "tools" / "util" / "include"]
-    mod = load(name=NAME, sources=[str(kernel / s) for s in SOURCES],
+    objs = _objects(src)
+    ready = all(o.is_file() for o in objs)   # `compile` ran: link its objects
+    sources = [s for s in SOURCES if not (ready and s.endswith(".cu"))]
+    mod = load(name=NAME, sources=[str(kernel / s) for s in sources],
                extra_cflags=CXX, extra_cuda_cflags=NVCC + ["--threads", str(jobs)],
+               extra_ldflags=[str(o.resolve()) for o in objs] if ready else [],
                extra_include_paths=[str(p) for p in includes], build_directory=str(out),
-               verbose=False)
+               with_cuda=True, verbose=False)
     return Path(mod.__file__)
 
 
@@ -85,9 +115,14 @@ def main() -> int:
     b.add_argument("--src", type=Path, required=True, help="a staged folder")
     b.add_argument("--jobs", type=int, default=8, help="nvcc --threads (8)")
     b.add_argument("--out", type=Path, default=None, help="build folder (default SRC/build)")
+    c = sub.add_parser("compile", help="the two CUDA files into SRC/objects, ahead of build")
+    c.add_argument("--src", type=Path, required=True, help="a staged folder")
+    c.add_argument("--jobs", type=int, default=2, help="nvcc --threads (2)")
     a = ap.parse_args()
     if a.cmd == "stage":
         stage(a.flashmla, a.cutlass, a.dest)
+    elif a.cmd == "compile":
+        print(" ".join(str(o) for o in compile_objects(a.src, a.jobs)))
     else:
         print(build(a.src, a.jobs, a.out or a.src / "build"))
     return 0
