@@ -295,8 +295,10 @@ struct WgmmaKernel {
                                           sm90::cluster_ctarank() ^ 1));
   }
 
+  // the block-table entry of the page holding key t0 (>= 0: unsigned division, fewer
+  // registers than signed), -1 past the table
   static __device__ __forceinline__ int page_entry(const MlaParams& p, int req, int t0) {
-    const int pi = t0 / p.page_size;
+    const int pi = static_cast<int>(static_cast<unsigned>(t0) / p.page_size);
     return pi < p.max_blocks ? p.block_table[static_cast<int64_t>(req) * p.bt_stride + pi] : -1;
   }
 
@@ -858,10 +860,8 @@ struct WgmmaKernel {
                                                   int pos, int end) {
     if constexpr (kSparse) {
       return sparse_entry(row, pos, end);
-    } else {   // (pos >= 0: unsigned division, fewer registers than signed)
-      const int pi = static_cast<int>(static_cast<unsigned>(pos) / p.page_size);
-      return pos < end && pi < p.max_blocks
-                 ? p.block_table[static_cast<int64_t>(req) * p.bt_stride + pi] : -1;
+    } else {
+      return pos < end ? page_entry(p, req, pos) : -1;
     }
   }
   static __device__ __forceinline__ int64_t key_offset(const MlaParams& p,
