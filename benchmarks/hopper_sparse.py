@@ -40,7 +40,6 @@ sys.path.insert(0, str(ROOT))
 
 from mlagen import kvformat, reference           # noqa: E402
 from mlagen.backends.hopper import api          # noqa: E402
-from mlagen.schedule.records import Schedule     # noqa: E402
 
 PAGE = 64
 # (h_q, s_q, topk, s_k, b, kv)
@@ -122,26 +121,16 @@ def make(h_q, s_q, topk, s_k, b, kv, g):
     return q, cache, idx
 
 
-def wide_schedule(kv: str) -> Schedule:
-    """--wide-rows 64: beyond 32 heads, the 64-row kernel's sparse mode by a schedule."""
-    return Schedule.build(target="hopper", dtype="bf16", kv_format="" if kv == "bf16" else kv,
-                          attention="sparse", topk=2048, causal=False, rows_per_tile=64,
-                          block_kv=64, buffers=2, warps=8, mainloop="wgmma")
-
-
-def bench_row(row, fm, reps, flush, ceiling, wide=0):
+def bench_row(row, fm, reps, flush, ceiling):
     h_q, s_q, topk, s_k, b, kv = row
     g = torch.Generator(device="cuda").manual_seed(0)
     q, cache, idx = make(h_q, s_q, topk, s_k, b, kv, g)
     fp8 = kv == "fp8_ds_mla"
     sched, _ = api.get_mla_metadata()
-    schedule = wide_schedule(kv) if wide == 64 and h_q > 32 else None
     ours = lambda: api.flash_mla_with_kvcache(q, cache, None, None, 512, sched,   # noqa: E731
-                                              is_fp8_kvcache=fp8, indices=idx,
-                                              schedule=schedule)
+                                              is_fp8_kvcache=fp8, indices=idx)
     o, lse = ours()
     rec = dict(h_q=h_q, s_q=s_q, topk=topk, s_k=s_k, b=b, kv=kv, page=PAGE,
-               rows_per_tile=64 if schedule is not None else None,
                ours_us=timed(ours, reps, flush))
     token = 656 if fp8 else 1152
     gathered = b * s_q * topk * token
@@ -289,9 +278,6 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--commit", default="", help="the tree's commit (a copy without .git)")
     ap.add_argument("--out", default="")
-    ap.add_argument("--wide-rows", type=int, default=0, choices=(0, 64),
-                    help="64: rows beyond 32 heads on the 64-row kernel (a schedule) "
-                         "instead of the API's default tiles")
     ap.add_argument("--batch", default="",
                     help="comma-separated batch sizes: only the rows of these")
     a = ap.parse_args(argv)
@@ -313,7 +299,7 @@ def main(argv=None) -> int:
     for row in table:
         try:
             rows.append(bench_model1(row, fm, a.reps, flush) if a.model1 else
-                        bench_row(row, fm, a.reps, flush, ceiling, a.wide_rows))
+                        bench_row(row, fm, a.reps, flush, ceiling))
         except Exception as e:        # a row that fails is recorded, the rest still run
             rows.append(dict(zip(("config", "h_q", "b") if a.model1 else
                                  ("h_q", "s_q", "topk", "s_k", "b", "kv"), row),
@@ -326,7 +312,6 @@ def main(argv=None) -> int:
                commit_date=_git("show", "-s", "--format=%cs", "HEAD") or time.strftime("%Y-%m-%d"),
                command="python benchmarks/hopper_sparse.py" + (" --quick" if a.quick else "")
                + (" --model1" if a.model1 else "")
-               + (f" --wide-rows {a.wide_rows}" if a.wide_rows else "")
                + (f" --batch {a.batch}" if a.batch else ""),
                flashmla=getattr(fm, "__version__", "installed") if fm else "",
                read_ceiling_gbps=ceiling, rows=rows,

@@ -65,7 +65,7 @@ def test_records_are_named_by_what_device_and_commit():
         if mut:
             assert d.get("commit", mut.group(3)) == mut.group(3), name
             continue
-        m = re.fullmatch(r"(hopper_bench|hopper_shapes|hopper_sparse_model1|hopper_sparse|sc11_grid|"
+        m = re.fullmatch(r"(hopper_bench|hopper_formats|hopper_shapes|hopper_sparse_model1|hopper_sparse|sc11_grid|"
                          r"cpu_times|verify_times)_([a-z0-9_]+?)_([0-9a-f]{7,})\.json", name)
         assert m, f"benchmarks/results/{name}: not <what>_<device>_<commit>.json"
         assert d["commit"] == m.group(3), name

@@ -6,8 +6,7 @@
     # on the GPU machine (torch with CUDA, nvcc; the GPU image needs the cccl include path):
     CPLUS_INCLUDE_PATH=/usr/local/cuda/include/cccl \\
         python benchmarks/anchors/vllm_fp8.py build --src DIR [--jobs N]
-    # or the two kernel files ahead, on any machine with the same nvcc (no torch, no GPU):
-    python benchmarks/anchors/vllm_fp8.py compile --src DIR
+    python benchmarks/anchors/vllm_fp8.py compile --src DIR   # before build, anywhere
 
 `stage` takes github.com/vllm-project/FlashMLA at 46d64a8 (`csrc/extension/sm90/dense_fp8/`
 and the `csrc/params.h` it includes) and CUTLASS at e94e888 (the fork's submodule pin:
@@ -15,15 +14,16 @@ and the `csrc/params.h` it includes) and CUTLASS at e94e888 (the fork's submodul
 commits (about 26 MB: small enough to travel with a device call).  `build` compiles
 `pybind.cpp`, `flash_fwd_mla_fp8_sm90.cu` and `flash_fwd_mla_metadata.cu` with the fork's
 own flags and -DNO_PYBIND11=1 (which defines its Python module) for sm_90a through
-torch.utils.cpp_extension, and prints the library's path: the LIB of `--vllm-fp8`.
-`compile` builds the two CUDA files (neither includes torch) into DIR/objects with the same
-flags, so a device visit compiles only `pybind.cpp` and links them (seconds, not minutes).
-Nothing of either project is copied into this repository.
+torch.utils.cpp_extension, and prints the library's path: the LIB of `--vllm-fp8`;
+after `compile` (the two CUDA files, which include no torch, into DIR/objects with the same
+nvcc and flags) it compiles `pybind.cpp` alone and links them: seconds on the device, not
+minutes.  Nothing of either project is copied into this repository.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -49,14 +49,12 @@ def fail(msg: str):
     staging.fail("vllm_fp8", msg)
 
 
-def _archive(repo: Path, commit: str, paths: list[str], dest: Path) -> int:
-    return staging.archive("vllm_fp8", repo, commit, paths, dest)
-
-
 def stage(flashmla: Path, cutlass: Path, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    n = _archive(flashmla, FLASHMLA_COMMIT, [KERNEL_DIR, "csrc/params.h"], dest / "flashmla")
-    n += _archive(cutlass, CUTLASS_COMMIT, ["include", "tools/util/include"], dest / "cutlass")
+    n = staging.archive("vllm_fp8", flashmla, FLASHMLA_COMMIT, [KERNEL_DIR, "csrc/params.h"],
+                        dest / "flashmla")
+    n += staging.archive("vllm_fp8", cutlass, CUTLASS_COMMIT, ["include", "tools/util/include"],
+                         dest / "cutlass")
     print(f"staged {n} files of FlashMLA {FLASHMLA_COMMIT} and CUTLASS {CUTLASS_COMMIT} "
           f"in {dest}")
 
@@ -70,22 +68,19 @@ def _staged(src: Path) -> tuple[Path, list[Path]]:
                     src / "cutlass" / "tools" / "util" / "include"]
 
 
-def _objects(src: Path) -> list[Path]:
-    return [src / "objects" / (Path(s).stem + ".o") for s in SOURCES if s.endswith(".cu")]
+def _objects(src: Path) -> dict:
+    return {s: src / "objects" / (Path(s).stem + ".o") for s in SOURCES if s.endswith(".cu")}
 
 
 def compile_objects(src: Path, jobs: int) -> list[Path]:
-    import subprocess
-
     kernel, includes = _staged(src)
-    objs = _objects(src)
-    objs[0].parent.mkdir(parents=True, exist_ok=True)
-    for s, o in zip([s for s in SOURCES if s.endswith(".cu")], objs):
-        cmd = (["nvcc", "-c", str(kernel / s), "-o", str(o), "-Xcompiler", "-fPIC",
-                "--threads", str(jobs)] + NVCC + [f"-I{p}" for p in includes])
-        if subprocess.run(cmd).returncode != 0:
+    for s, o in _objects(src).items():
+        o.parent.mkdir(parents=True, exist_ok=True)
+        cmd = ["nvcc", "-c", str(kernel / s), "-o", str(o), "-Xcompiler", "-fPIC", "--threads",
+               str(jobs), *NVCC, *(f"-I{p}" for p in includes)]
+        if subprocess.run(cmd).returncode:
             fail(f"nvcc failed on {s}")
-    return objs
+    return list(_objects(src).values())
 
 
 def build(src: Path, jobs: int, out: Path) -> Path:
@@ -93,12 +88,12 @@ def build(src: Path, jobs: int, out: Path) -> Path:
 
     kernel, includes = _staged(src)
     out.mkdir(parents=True, exist_ok=True)
-    objs = _objects(src)
-    ready = all(o.is_file() for o in objs)   # `compile` ran: link its objects
-    sources = [s for s in SOURCES if not (ready and s.endswith(".cu"))]
-    mod = load(name=NAME, sources=[str(kernel / s) for s in sources],
+    objs = list(_objects(src).values()) if all(o.is_file() for o in _objects(src).values()) \
+        else []   # `compile` ran: link its objects
+    mod = load(name=NAME, sources=[str(kernel / s) for s in SOURCES
+                                   if not (objs and s.endswith(".cu"))],
                extra_cflags=CXX, extra_cuda_cflags=NVCC + ["--threads", str(jobs)],
-               extra_ldflags=[str(o.resolve()) for o in objs] if ready else [],
+               extra_ldflags=[str(o.resolve()) for o in objs],
                extra_include_paths=[str(p) for p in includes], build_directory=str(out),
                with_cuda=True, verbose=False)
     return Path(mod.__file__)
