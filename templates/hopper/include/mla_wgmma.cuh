@@ -68,6 +68,8 @@
 // are widened in place ahead of the latent tiles (the crossover widens each CTA's keys'
 // RoPE straight into both CTAs' slice 8, as their latent); the descale goes into the
 // scores' scale and O (the converted keys are the e4m3 values), as in mla_wgmma_rows.cuh.
+// With bf16 q, fp8_e4m3 runs fp16 MMAs (kF16): the keys converted to fp16 (one instruction
+// for two values), Q rows scaled into fp16's range, P rounded to bf16 and then fp16.
 //
 // Shared memory: Q 72 KiB (the epilogue's staging once a piece's S is done) | 2 K stages x
 // 72 KiB | P 8 KiB | alpha, l (64 floats each) | mbarriers; 1024-byte aligned tiles (the
@@ -243,6 +245,12 @@ struct WgmmaKernel {
                 "fp8_ds_mla or fp8_e4m3");
   static_assert(!kFp8 || kE4m3 || std::is_same<T, __nv_bfloat16>::value,
                 "bf16 RoPE values: q in bf16");
+  // fp8_e4m3 with bf16 q: fp16 MMAs, as mla_fp8_regs.cuh (e4m3 -> fp16 is one instruction
+  // for two values, the bf16 placement five and a NaN pass, in a producer that sets the
+  // pace): Q rows scaled by a power of two into fp16's range (load_q_f16, undone in the
+  // scores' scale), P rounded to bf16, then to fp16 (exact for P >= 2^-14)
+  static constexpr bool kF16 = kE4m3 && std::is_same<T, __nv_bfloat16>::value;
+  using TM = typename std::conditional<kF16, __half, T>::type;
   // a producer warpgroup gathers (cp.async, st.shared) instead of one TMA thread: the
   // consumers fence the async proxy after each wait; no tail zeroing (unnamed keys are zeros)
   static constexpr bool kGather = kSparse || kFp8;
@@ -424,7 +432,7 @@ struct WgmmaKernel {
     for (int i = 0; i < 4; ++i) {
       const int r = 16 * warp + 4 * i + (lane >> 3);
       uint32_t w[4];
-      fp8::convert8<T>(v[i].x, v[i].y, w);
+      fp8::convert8<TM>(v[i].x, v[i].y, w);
       fp8::st_shared_v4(tile + 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4), w[0], w[1],
                         w[2], w[3]);
     }
@@ -528,7 +536,7 @@ struct WgmmaKernel {
                                                      const float4& sc, int q, int r, int c) {
     uint32_t w[8];
     if constexpr (kE4m3) {   // the e4m3 values themselves (the descale: scores' scale, O)
-      fp8::convert16<T, false, false>(v, 0u, w, fp8::odd16(c));
+      fp8::convert16<TM, false, false>(v, 0u, w, fp8::odd16(c));
     } else {
       const float f[4] = {sc.x, sc.y, sc.z, sc.w};
       const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
@@ -604,7 +612,7 @@ struct WgmmaKernel {
         const int r = key_row(rank, warp, i, lane);
         const uint32_t at = 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4);
         uint32_t w[4];
-        fp8::convert8<T>(g.rope[i].x, g.rope[i].y, w);
+        fp8::convert8<TM>(g.rope[i].x, g.rope[i].y, w);
         fp8::st_shared_v4(tile + at, w[0], w[1], w[2], w[3]);
         sm90::st_async_v4(rtile + at, w[0], w[1], w[2], w[3], rfull + 8 * 8);
       }
@@ -982,6 +990,56 @@ struct WgmmaKernel {
     cp_async_commit();
   }
 
+  // kF16: Q rows [row0, row0 + 64) as load_q places them, in fp16, each row times 2^e (e =
+  // 14 - the exponent of its largest finite |value|, in [-126, 126]: the row's values
+  // under 2^15, its small ones exact down to 2^-24 of its largest); returns e of row t / 2.
+  // Two passes over the row's chunks (the second from L1), no cp.async.
+  static __device__ __forceinline__ int load_q_f16(const MlaParams& p, const Smem& sm, int req,
+                                                   int row0, int rows_total, int t) {
+    const int r = t >> 1, odd = t & 1;
+    const int gr = row0 + r;
+    const bool ok = gr < rows_total;
+    const T* src = static_cast<const T*>(p.q);
+    if (ok) src += req * p.q_stride_b + (gr / p.h_q) * p.q_stride_s + (gr % p.h_q) * p.q_stride_h;
+    const uint4* s4 = reinterpret_cast<const uint4*>(src + odd * 8);   // chunk 2 k + odd: 2 k
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    float mx = 0.f;
+#pragma unroll 4
+    for (int k = 0; k < kChunks / 2; ++k) {
+      const uint4 v = ok ? s4[2 * k] : zero;
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float a = fabsf(__uint_as_float(w[i] << 16));
+        const float b = fabsf(__uint_as_float(w[i] & 0xffff0000u));
+        mx = a < INFINITY ? fmaxf(mx, a) : mx;   // (inf and NaN pass through unscaled)
+        mx = b < INFINITY ? fmaxf(mx, b) : mx;
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));   // the row's other half
+    int e = 0;
+    if (mx > 0.f)
+      e = min(max(14 - (max(static_cast<int>(__float_as_uint(mx) >> 23), 1) - 127), -126), 126);
+    const float sc = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);
+    const uint32_t dst = sm90::smem_addr(sm.q) + r * 128;
+    const int x = odd ^ (r & 7);
+#pragma unroll 4
+    for (int k = 0; k < kChunks / 2; ++k) {
+      const uint4 v = ok ? s4[2 * k] : zero;
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      uint32_t h[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const __half2 hv = __floats2half2_rn(__uint_as_float(w[i] << 16) * sc,
+                                             __uint_as_float(w[i] & 0xffff0000u) * sc);
+        h[i] = *reinterpret_cast<const uint32_t*>(&hv);
+      }
+      fp8::st_shared_v4(dst + (k >> 2) * C::kSliceBytes + ((((2 * k) & 7) ^ x) << 4), h[0], h[1],
+                        h[2], h[3]);
+    }
+    return e;
+  }
+
   // Zero keys [rem, 64) of a stage's V columns (the last block of a piece past its end).
   static __device__ __forceinline__ void zero_tail(unsigned char* tile, int rem, int t) {
     const int chunks = (64 - rem) * 64;   // rows x (8 V slices x 8 chunks)
@@ -1012,9 +1070,9 @@ struct WgmmaKernel {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         if (q == 0 && k == 0)
-          sm90::wgmma_m64n64k16_ss_first<T>(s, kmajor_desc(dq, 4 * j), kmajor_desc(dk, 4 * j));
+          sm90::wgmma_m64n64k16_ss_first<TM>(s, kmajor_desc(dq, 4 * j), kmajor_desc(dk, 4 * j));
         else
-          sm90::wgmma_m64n64k16_ss<T>(s, kmajor_desc(dq, 4 * j + k), kmajor_desc(dk, 4 * j + k));
+          sm90::wgmma_m64n64k16_ss<TM>(s, kmajor_desc(dq, 4 * j + k), kmajor_desc(dk, 4 * j + k));
       }
     }
     sm90::wgmma_commit();
@@ -1032,11 +1090,11 @@ struct WgmmaKernel {
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      sm90::wgmma_m64n128k16_ss<T, 0>(o, kmajor_desc(dp, kk), v_desc(dv, half, kk));
+      sm90::wgmma_m64n128k16_ss<TM, 0>(o, kmajor_desc(dp, kk), v_desc(dv, half, kk));
     sm90::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      sm90::wgmma_m64n128k16_ss<T, 64>(o, kmajor_desc(dp, kk), v_desc(dv, half, kk, 2));
+      sm90::wgmma_m64n128k16_ss<TM, 64>(o, kmajor_desc(dp, kk), v_desc(dv, half, kk, 2));
     sm90::wgmma_commit();
   }
   // O's first 64 registers (columns 0-127 of the half), after the first group's wait
@@ -1109,7 +1167,18 @@ struct WgmmaKernel {
       const bool bad_descale = !(dk > 0.f && dk < INFINITY && dq > 0.f && dq < INFINITY);
       const float scale =
           (FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * (dk * dq);
-      load_q(p, sm, pc.req, row0, rows_total, t);
+      // kF16: each row's scores times 2^-e (load_q_f16; row r0 was loaded by lane
+      // 2 (lane / 4) of this warp, r0 + 8 by that lane + 16)
+      float sc2[2] = {scale, scale};
+      if constexpr (kF16) {
+        const int e = load_q_f16(p, sm, pc.req, row0, rows_total, t);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          sc2[h] = scale * __uint_as_float(static_cast<uint32_t>(
+                               127 - __shfl_sync(0xffffffffu, e, 2 * (lane >> 2) + 16 * h)) << 23);
+      } else {
+        load_q(p, sm, pc.req, row0, rows_total, t);
+      }
       // beside Q's load (sparse: the slots are checked block by block, sparse_block_mask)
       const bool bad_mine = !kSparse && piece_has_bad_page(p, pc, t, 128);
       const auto row = sparse_row<kExtraPool>(p, pc.req);
@@ -1189,7 +1258,7 @@ struct WgmmaKernel {
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
           // the conditional rescale (kRescaleSlack): O's (both warpgroups: 256 FMULs a
           // thread pair) is then skipped for nearly every block
-          const float mc = mx[h] * scale;
+          const float mc = mx[h] * sc2[h];
           const bool move = mc > m[h] + kRescaleSlack;   // m = -inf: any finite mc moves
           const float mn = move ? mc : m[h];
           alpha[h] = move ? exp2f(m[h] - mn) : 1.f;
@@ -1200,7 +1269,7 @@ struct WgmmaKernel {
 #pragma unroll
         for (int e = 0; e < 32; ++e) {
           const int h = (e >> 1) & 1;
-          const float pe = exp2f(fmaf(xs[e], scale, -ms[h]));
+          const float pe = exp2f(fmaf(xs[e], sc2[h], -ms[h]));
           xs[e] = pe;
           sum[h] += pe;
         }
@@ -1220,12 +1289,16 @@ struct WgmmaKernel {
         }
         // P as the A fragments of 4 k steps (16 keys each)
         uint32_t pn[4][4];
+        if constexpr (kF16) {   // P at the reference's bf16 rounding point, then fp16
+#pragma unroll
+          for (int e = 0; e < 32; ++e) xs[e] = __bfloat162float(__float2bfloat16_rn(xs[e]));
+        }
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          pn[kk][0] = sm90::pack2<T>(xs[8 * kk + 0], xs[8 * kk + 1]);
-          pn[kk][1] = sm90::pack2<T>(xs[8 * kk + 2], xs[8 * kk + 3]);
-          pn[kk][2] = sm90::pack2<T>(xs[8 * kk + 4], xs[8 * kk + 5]);
-          pn[kk][3] = sm90::pack2<T>(xs[8 * kk + 6], xs[8 * kk + 7]);
+          pn[kk][0] = sm90::pack2<TM>(xs[8 * kk + 0], xs[8 * kk + 1]);
+          pn[kk][1] = sm90::pack2<TM>(xs[8 * kk + 2], xs[8 * kk + 3]);
+          pn[kk][2] = sm90::pack2<TM>(xs[8 * kk + 4], xs[8 * kk + 5]);
+          pn[kk][3] = sm90::pack2<TM>(xs[8 * kk + 6], xs[8 * kk + 7]);
         }
         lsum[0] = lsum[0] * alpha[0] + sum[0];
         lsum[1] = lsum[1] * alpha[1] + sum[1];
