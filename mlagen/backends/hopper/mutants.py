@@ -197,6 +197,17 @@ MUTANTS = (
            "sm90::st_async_v4(rtile + (at ^ 128), w[0], w[1], w[2], w[3], rfull + 8 * 8);",
            "fp8_e4m3 crossover: the RoPE rows a CTA widens land in the other CTA's slice one "
            "row off (rows swapped in pairs)", E4M3_64),
+    Mutant("wgmma_f16_q_scale_row", "hopper", "mla_wgmma.cuh",
+           "127 - __shfl_sync(0xffffffffu, e, 2 * (lane >> 2) + 16 * h)) << 23);",
+           "127 - __shfl_sync(0xffffffffu, e, 2 * (lane >> 2))) << 23);",
+           "fp8_e4m3 with bf16 q (64-row kernel, fp16 MMAs): a thread's second row (r0 + 8) "
+           "unscaled by its first row's power of two (the q_spread path case spreads them)",
+           E4M3_64),
+    Mutant("wgmma_f16_q_scale_not_undone", "hopper", "mla_wgmma.cuh",
+           "sc2[h] = scale * __uint_as_float(static_cast<uint32_t>(",
+           "sc2[h] = scale * __uint_as_float(254u - static_cast<uint32_t>(",
+           "fp8_e4m3 with bf16 q (64-row kernel): the scores' scale times 2^e instead of 2^-e "
+           "(q's row scale applied twice)", E4M3_64),
     Mutant("wgmma_e4m3_descale_not_in_scores", "hopper", "mla_wgmma.cuh",
            "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * (dk * dq);",
            "(FAULT == kFaultWrongScale ? p.scale_log2 * 1.01f : p.scale_log2) * dq;",

@@ -1258,7 +1258,7 @@ struct WgmmaKernel {
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
           // the conditional rescale (kRescaleSlack): O's (both warpgroups: 256 FMULs a
           // thread pair) is then skipped for nearly every block
-          const float mc = mx[h] * sc2[h];
+          const float mc = mx[h] * (kF16 ? sc2[h] : scale);
           const bool move = mc > m[h] + kRescaleSlack;   // m = -inf: any finite mc moves
           const float mn = move ? mc : m[h];
           alpha[h] = move ? exp2f(m[h] - mn) : 1.f;
@@ -1269,7 +1269,7 @@ struct WgmmaKernel {
 #pragma unroll
         for (int e = 0; e < 32; ++e) {
           const int h = (e >> 1) & 1;
-          const float pe = exp2f(fmaf(xs[e], sc2[h], -ms[h]));
+          const float pe = exp2f(fmaf(xs[e], kF16 ? sc2[h] : scale, -ms[h]));
           xs[e] = pe;
           sum[h] += pe;
         }
