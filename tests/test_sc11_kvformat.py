@@ -229,11 +229,14 @@ def test_bench_compares_the_formats_at_one_point():
 
 
 def test_bench_kv_format_option(capsys):
-    """`mlagen bench --kv-format`: a bad name is one line and exit 2; hopper's bench times
-    the formats on --shape rows only and says so before anything else (no GPU needed)."""
+    """`mlagen bench --kv-format`: a bad name is one line and exit 2, on either target, before
+    anything else (no GPU needed); a good one on hopper then meets the device check."""
     from mlagen.cli import main
 
     assert main(["bench", "--target", "sc11", "--kv-format", "fp4", "--quick"]) == 2
     assert "fp4" in capsys.readouterr().err
-    assert main(["bench", "--target", "hopper", "--kv-format", "fp8_e4m3"]) == 2
-    assert "give --shape too" in capsys.readouterr().err
+    assert main(["bench", "--target", "hopper", "--kv-format", "bf16,fp4"]) == 2
+    assert "--kv-format 'fp4': the hopper kernels read bf16" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["bench", "--target", "hopper", "--kv-format", "fp8_e4m3"]) == 2
+        assert "needs an NVIDIA sm_90 GPU" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """vLLM's dense FP8 MLA decode timed beside mlagen in the same process
-(`mlagen bench --shape ... --kv-format fp8_e4m3 --vllm-fp8 LIB`).
+(`mlagen bench [--shape ...] --kv-format fp8_e4m3 --vllm-fp8 LIB`).
 
 LIB is the torch extension of vLLM's FlashMLA fork (github.com/vllm-project/FlashMLA,
 `csrc/extension/sm90/dense_fp8/`: pybind.cpp, flash_fwd_mla_fp8_sm90.cu,
