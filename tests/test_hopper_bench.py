@@ -489,6 +489,11 @@ def test_record_rows_in_each_format_count_bf16_against_the_anchors():
     got = rep.kv_geomeans["fp8_e4m3"]
     assert got["anchor rows (2)"]["eager"] == pytest.approx(math.sqrt(2.0 * 2.5), rel=1e-3)
     assert got["graph rows (1)"]["graph"] == pytest.approx(1.25, rel=1e-3)
+    # vLLM's geomean: the anchor rows (the graph rows repeat some of their shapes)
+    for r, x in zip((two[1], two[3], two[5]), (0.5, 0.8, 2.0)):
+        r.ratio_vllm = x
+    bench.summarize(rep)
+    assert rep.geomean_vllm == pytest.approx(math.sqrt(0.5 * 0.8))
     two[3].graph_ms = None      # a mode not timed on every row has no geomean
     bench.summarize(rep)
     assert "graph" not in rep.kv_geomeans["fp8_e4m3"]["anchor rows (2)"]

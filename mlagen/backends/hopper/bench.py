@@ -637,35 +637,40 @@ def summarize(rep: Report) -> None:
     anchored = [r for r in rep.rows if r.kind == "anchor" and not r.kv]
     rep.counted = len(anchored)
     ratios = [r.ratio for r in anchored if r.ratio]
-    if ratios and len(ratios) == len(anchored):
-        rep.geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-    fl = [r.ratio_flashmla for r in anchored if r.ratio_flashmla]
-    if fl and len(fl) == len(anchored):
-        rep.geomean_flashmla = math.exp(sum(math.log(x) for x in fl) / len(fl))
+    rep.geomean = _all_geomean(ratios, anchored)
+    rep.geomean_flashmla = _all_geomean([r.ratio_flashmla for r in anchored if r.ratio_flashmla],
+                                        anchored)
     rep.won = sum(1 for x in ratios if x >= 1.0)
     # FlashMLA now / ours over the anchor rows, or over the caller's shapes (--shape)
     counted = anchored or [r for r in rep.rows if r.kind == "shape"]
     now = [r.ratio_now for r in counted if r.ratio_now]
-    rep.geomean_now = (math.exp(sum(math.log(x) for x in now) / len(now))
-                       if now and len(now) == len(counted) else None)
+    rep.geomean_now = _all_geomean(now, counted)
     rep.won_now = sum(1 for x in now if x >= 1.0)
-    fp8 = [r for r in rep.rows if r.kv == "fp8_e4m3"]
-    vl = [r.ratio_vllm for r in fp8 if r.ratio_vllm]
-    rep.geomean_vllm = (math.exp(sum(math.log(x) for x in vl) / len(vl))
-                        if vl and len(vl) == len(fp8) else None)
+    # vLLM's over the fp8_e4m3 anchor rows, or shapes (the graph rows repeat some of them)
+    fp8 = [r for r in rep.rows if r.kv == "fp8_e4m3" and r.kind != "graph"]
+    rep.geomean_vllm = _all_geomean([r.ratio_vllm for r in fp8 if r.ratio_vllm], fp8)
     rep.kv_geomeans = kv_geomeans(rep)
+
+
+def _all_geomean(xs, rows) -> Optional[float]:
+    """The geomean of xs where every one of rows gave one, else None."""
+    return _geomean(xs) if xs and len(xs) == len(rows) else None
+
+
+def _shape_key(r: Row) -> tuple:
+    """A row's kind and shape: an 8-bit row's bf16 row has the same."""
+    return (r.kind, r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page)
 
 
 def kv_geomeans(rep: Report) -> dict:
     """{format: {mode: geomean of bf16 time / its time}} over the rows of each kind (the
     anchor rows, the graph rows, or the shapes) where both were timed; a mode only where
     every 8-bit row of the kind has it."""
-    base = {(r.kind, r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page): r
-            for r in rep.rows if not r.kv}
+    base = {_shape_key(r): r for r in rep.rows if not r.kv}
     out: dict = {}
     for kv in sorted({r.kv for r in rep.rows if r.kv}):
         for kind in ("anchor", "graph", "shape"):
-            pairs = [(base.get((r.kind, r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page)), r)
+            pairs = [(base.get(_shape_key(r)), r)
                      for r in rep.rows if r.kv == kv and r.kind == kind]
             if not pairs:
                 continue
@@ -837,11 +842,10 @@ def _row_name(r: Row) -> str:
 def kv_speedups(rep: Report) -> list[str]:
     """Markdown lines: each 8-bit row's speed against the bf16 row of its shape (bf16 time /
     its time) in eager, kernels and step time; none without both."""
-    base = {(r.kind, r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page): r
-            for r in rep.rows if not r.kv}
+    base = {_shape_key(r): r for r in rep.rows if not r.kv}
     out = []
     for r in rep.rows:
-        b = base.get((r.kind, r.b, r.s_q, r.sk, r.h_q, r.varlen, r.page))
+        b = base.get(_shape_key(r))
         if not r.kv or b is None:
             continue
         cells = []
@@ -860,7 +864,7 @@ def vllm_lines(rep: Report) -> list[str]:
         return []
     out = ["", f"**vLLM's dense FP8 kernel timed in this run** (`{rep.vllm_fp8_lib}`, the same "
            f"fp8_e4m3 cache, its q quantized with one scale): geomean of its time / ours "
-           f"{_f(rep.geomean_vllm, '.3f')}.", "",
+           f"{_f(rep.geomean_vllm, '.3f')} (the anchor rows, or the shapes).", "",
            "| row | its check | its cos-diff | its eager ms | ours / its speed | its graph us | "
            "graph: ours / its speed |", "|---|---|---|---|---|---|---|"]
     for r in rep.rows:
@@ -1065,7 +1069,7 @@ def bench_main(args) -> int:
         con.print(line.replace("**", ""))
     if vllm_fp8:
         con.print(f"vLLM's dense FP8 kernel timed in this run: geomean of its time / ours "
-                  f"{_f(rep.geomean_vllm, '.3f')} over the fp8_e4m3 rows")
+                  f"{_f(rep.geomean_vllm, '.3f')} over the fp8_e4m3 anchor rows (or shapes)")
     con.print(f"written: {prefix.with_suffix('.json')}, {prefix.with_suffix('.md')}")
     bad = [r for r in rep.rows if r.check != "ok"]
     return 1 if bad else 0
