@@ -970,9 +970,6 @@ struct WgmmaKernel {
   }
 
   // ---------------------------------------------------------------- WG1
-  // Q rows [row0, row0 + 64) of a request into the swizzled Q tile (rows past s_q*h_q zero).
-  // Threads 2r and 2r + 1 copy row r's even and odd 16-byte chunks: one row address per
-  // thread (not a division per chunk), the chunks at immediate offsets from it.
   // thread t's first chunk of Q row row0 + t / 2 (its half: t odd, +8 values); ok: a row
   static __device__ __forceinline__ const T* q_row_chunk(const MlaParams& p, int req, int row0,
                                                          int rows_total, int t, bool& ok) {
@@ -982,6 +979,9 @@ struct WgmmaKernel {
     if (ok) src += req * p.q_stride_b + (gr / p.h_q) * p.q_stride_s + (gr % p.h_q) * p.q_stride_h;
     return src + (t & 1) * 8;
   }
+  // Q rows [row0, row0 + 64) of a request into the swizzled Q tile (rows past s_q*h_q zero).
+  // Threads 2r and 2r + 1 copy row r's even and odd 16-byte chunks: one row address per
+  // thread (not a division per chunk), the chunks at immediate offsets from it.
   static __device__ __forceinline__ void load_q(const MlaParams& p, const Smem& sm, int req,
                                                 int row0, int rows_total, int t) {
     const int r = t >> 1, odd = t & 1;
@@ -1004,8 +1004,8 @@ struct WgmmaKernel {
                                                    int row0, int rows_total, int t) {
     const int r = t >> 1, odd = t & 1;
     bool ok;
-    // chunk 2 k + odd at s4[2 k]
-    const uint4* s4 = reinterpret_cast<const uint4*>(q_row_chunk(p, req, row0, rows_total, t, ok));
+    const T* src = q_row_chunk(p, req, row0, rows_total, t, ok);
+    const uint4* s4 = reinterpret_cast<const uint4*>(src);   // chunk 2 k + odd: s4[2 k]
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     float mx = 0.f;
 #pragma unroll 4
