@@ -88,8 +88,9 @@ def build(src: Path, jobs: int, out: Path) -> Path:
 
     kernel, includes = _staged(src)
     out.mkdir(parents=True, exist_ok=True)
-    objs = list(_objects(src).values()) if all(o.is_file() for o in _objects(src).values()) \
-        else []   # `compile` ran: link its objects
+    objs = list(_objects(src).values())
+    if not all(o.is_file() for o in objs):   # `compile` has not run: build the .cu files here
+        objs = []
     mod = load(name=NAME, sources=[str(kernel / s) for s in SOURCES
                                    if not (objs and s.endswith(".cu"))],
                extra_cflags=CXX, extra_cuda_cflags=NVCC + ["--threads", str(jobs)],
