@@ -161,10 +161,6 @@ __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
 
 // Generic-proxy writes to shared memory (st.shared, cp.async) made visible to the async
 // proxy (wgmma, TMA) of this CTA.
-// An L2 prefetch of bytes [a, a + n) (a and n multiples of 16; a hint, no data returned).
-__device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a), "r"(n) : "memory");
-}
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }

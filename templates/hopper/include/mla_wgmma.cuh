@@ -436,7 +436,8 @@ struct WgmmaKernel {
       fp8::st_shared_v4(tile + 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4), w[0], w[1],
                         w[2], w[3]);
     }
-    __syncwarp();   // (the consumers fence the async proxy after their wait: tile_done)
+    sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
+    __syncwarp();
     if (lane == 0) sm90::mbar_arrive(&full[8]);
   }
 
@@ -550,12 +551,9 @@ struct WgmmaKernel {
                                 rfull + sl * 8);
   }
   // a warp's rows of tile q are stored: slices 2 q and (two) 2 q + 1 complete
-  // (No proxy fence here: the consumers fence the async proxy after each wait, which the
-  // memory model allows anywhere on the path from the store to wgmma's read.  Here it was
-  // a MEMBAR.ALL.CTA that waited for the st.async round trips and loads in flight: ~30 %
-  // of the crossover producer's stall samples at h_q 128.)
   static __device__ __forceinline__ void tile_done(uint64_t* full, int q, bool two, int warp,
                                                    int lane) {
+    sm90::fence_proxy_async();   // the generic stores, for wgmma's reads
     __syncwarp();
     if (lane == 0) {
       // kCross: warp 0's arrival also expects the other CTA's half of the pair's rows
@@ -600,10 +598,9 @@ struct WgmmaKernel {
                        : make_uint2(0u, 0u);
     }
   }
-  template <typename Half>   // half(): called once the first two tiles are out
   static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
                                                 const int64_t (&o)[4], const DsRegs& g, int it,
-                                                int warp, int lane, int rank, Half half) {
+                                                int warp, int lane, int rank) {
     const auto [s, par, tile, full, empty] = stage_at(sm, it);
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
@@ -632,7 +629,6 @@ struct WgmmaKernel {
       for (int i = 0; i < kLaneKeys; ++i)
         ds_tile_out(tile, rtile, rfull, g.v[i][q], g.sc[i], q, key_row(rank, warp, i, lane), c);
       tile_done(full, q, true, warp, lane);
-      if (u == 1) half();
     }
   }
   // -------------------- sparse fp8_ue8m0_paged producer (d_qk 512; a warpgroup): the same
@@ -888,14 +884,6 @@ struct WgmmaKernel {
     }
   }
 
-  // The next block's key at offset o (kNoKey: none) into L2 by one lane of its group (first:
-  // that lane), so that its gather a block later waits for L2, not DRAM.  (Keys are 16-byte
-  // aligned: the gather's loads are 16 bytes.)
-  static __device__ __forceinline__ void prefetch_key(const unsigned char* kc, int64_t o,
-                                                      bool first) {
-    if (first && sparse_has_key(o)) sm90::prefetch_l2(kc + o, kE4m3 ? 576 : 656);
-  }
-
   static __device__ void convert_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
     const MlaParams& p = wp.p;
     const int warp = pt / 32, lane = pt % 32;
@@ -929,10 +917,7 @@ struct WgmmaKernel {
             const int64_t xr = key_offset(p, row, t0 + pr, er);   // the RoPE's keys
             sparse_lane_keys(xr, lane, o);
           }
-          // the next block's keys into L2 once half of this one's registers are free
-          ds_put(sm, kc, o, g, it, warp, lane, rank, [&] {
-            prefetch_key(kc, key_offset(p, row, t0 + C::kBlock + pl, nl), lane < 8);
-          });
+          ds_put(sm, kc, o, g, it, warp, lane, rank);
           el = nl;
           er = nr;
         }
