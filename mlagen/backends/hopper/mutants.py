@@ -153,10 +153,11 @@ MUTANTS = (
            "fp8_ds_mla (64-row producer): latent tiles 1 and 3 take the scale of tiles 0 "
            "and 2", DS64 + DENSE64[:1], FP8_SCALE),
     Mutant("wgmma_ds_cross_peer_row", "hopper", "mla_wgmma.cuh",
-           "fp8::st_async_converted16(rtile + sl * C::kSliceBytes + r * 128, w, c, r,",
-           "fp8::st_async_converted16(rtile + sl * C::kSliceBytes + (r ^ 1) * 128, w, c, r ^ 1,",
-           "fp8_ds_mla crossover (h_q 128): the keys a CTA converts land in the other CTA's "
-           "stage one row off (rows swapped in pairs)", DS64 + DENSE64),
+           "peer_copy(tile, rtile, 2 * q * C::kSliceBytes + rows, rfull + 2 * q * 8, lane);",
+           "peer_copy(tile, rtile, (2 * q + 1) * C::kSliceBytes + rows, rfull + 2 * q * 8, lane);",
+           "fp8_ds_mla crossover (h_q 128): the copy of a CTA's converted rows into the other "
+           "CTA's even slice reads the odd one (the even slice keeps a stale block's rows)",
+           DS64 + DENSE64),
     Mutant("wgmma_paged_cross_peer_row", "hopper", "mla_wgmma.cuh",
            "st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,",
            "st_async_converted16(rstage + sl * C::kSliceBytes + (r ^ 1) * 128, w, c, r ^ 1,",
@@ -193,10 +194,10 @@ MUTANTS = (
            "fp8_e4m3 crossover (row tiles in pairs): the RoPE bytes loaded 8 bytes early",
            E4M3_64),
     Mutant("wgmma_e4m3_cross_rope_peer_row", "hopper", "mla_wgmma.cuh",
-           "sm90::st_async_v4(rtile + at, w[0], w[1], w[2], w[3], rfull + 8 * 8);",
-           "sm90::st_async_v4(rtile + (at ^ 128), w[0], w[1], w[2], w[3], rfull + 8 * 8);",
-           "fp8_e4m3 crossover: the RoPE rows a CTA widens land in the other CTA's slice one "
-           "row off (rows swapped in pairs)", E4M3_64),
+           "peer_copy(tile, rtile, 8 * C::kSliceBytes + rows, rfull + 8 * 8, lane);",
+           "peer_copy(tile, rtile, 7 * C::kSliceBytes + rows, rfull + 8 * 8, lane);",
+           "fp8_e4m3 crossover: the RoPE rows a CTA widens reach the other CTA from the slice "
+           "before (its slice 8 keeps a stale block's rows)", E4M3_64),
     Mutant("wgmma_f16_q_scale_row", "hopper", "mla_wgmma.cuh",
            "127 - __shfl_sync(0xffffffffu, e, 2 * (lane >> 2) + 16 * h)) << 23);",
            "127 - __shfl_sync(0xffffffffu, e, 2 * (lane >> 2))) << 23);",

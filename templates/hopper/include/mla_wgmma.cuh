@@ -524,15 +524,14 @@ struct WgmmaKernel {
       __syncwarp();
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i)
-        ds_tile_out(tile, 0, 0, v[i], sc[i], q, key_row(0, warp, i, lane), c);
+        ds_tile_out(tile, v[i], sc[i], q, key_row(0, warp, i, lane), c);
       tile_done(full, q, true, warp, lane);
     }
   }
   // chunk c of key row r's latent tile q (v: its 16 e4m3 bytes; sc: the key's 4 tile scales)
-  // as 16 bf16 values into slices 2 q + c / 4 of this CTA's stage at tile and (kCross) the
-  // other CTA's at rtile, whose full barriers are at rfull
-  static __device__ __forceinline__ void ds_tile_out(uint32_t tile, uint32_t rtile,
-                                                     uint32_t rfull, const uint4& v,
+  // as 16 bf16 values into slices 2 q + c / 4 of this CTA's stage at tile (kCross: the
+  // other CTA's rows follow by peer_copy)
+  static __device__ __forceinline__ void ds_tile_out(uint32_t tile, const uint4& v,
                                                      const float4& sc, int q, int r, int c) {
     uint32_t w[8];
     if constexpr (kE4m3) {   // the e4m3 values themselves (the descale: scores' scale, O)
@@ -546,9 +545,6 @@ struct WgmmaKernel {
     }
     const int sl = 2 * q + (c >> 2);
     fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
-    if constexpr (kCross)   // the same row of the other CTA's slice, on its full[sl]
-      fp8::st_async_converted16(rtile + sl * C::kSliceBytes + r * 128, w, c, r,
-                                rfull + sl * 8);
   }
   // a warp's rows of tile q are stored: slices 2 q and (two) 2 q + 1 complete
   static __device__ __forceinline__ void tile_done(uint64_t* full, int q, bool two, int warp,
@@ -557,7 +553,7 @@ struct WgmmaKernel {
     __syncwarp();
     if (lane == 0) {
       // kCross: warp 0's arrival also expects the other CTA's half of the pair's rows
-      // (32 keys x 128 bytes a slice; its st.async may land before or after)
+      // (32 keys x 128 bytes a slice; its copies may land before or after)
       if (kCross && warp == 0) {
         sm90::mbar_arrive_expect_tx(&full[2 * q], 32 * 128);
         if (two) sm90::mbar_arrive_expect_tx(&full[2 * q + 1], 32 * 128);
@@ -598,6 +594,14 @@ struct WgmmaKernel {
                        : make_uint2(0u, 0u);
     }
   }
+  // A warp's 8 key rows of a slice (1 KiB at offset at; stored and fenced: tile_done) into
+  // the same rows of the other CTA's, one bulk copy completing on its full barrier: the
+  // copy engine moves them, where 16-byte st.async from every lane held the producer's
+  // issue (and its fences waited for their round trips).
+  static __device__ __forceinline__ void peer_copy(uint32_t tile, uint32_t rtile, uint32_t at,
+                                                   uint32_t rbar, int lane) {
+    if (lane == 0) sm90::bulk_copy_cluster(rtile + at, tile + at, 8 * 128, rbar);
+  }
   static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
                                                 const int64_t (&o)[4], const DsRegs& g, int it,
                                                 int warp, int lane, int rank) {
@@ -605,6 +609,7 @@ struct WgmmaKernel {
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
     const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
+    const uint32_t rows = (32 * rank + 8 * warp) * 128;   // this warp's keys' rows of a slice
     if constexpr (kE4m3) {   // this CTA's keys' RoPE, as their latent: into both CTAs' slice 8
       sm90::mbar_wait(&empty[8], par);
 #pragma unroll
@@ -614,9 +619,9 @@ struct WgmmaKernel {
         uint32_t w[4];
         fp8::convert8<TM>(g.rope[i].x, g.rope[i].y, w);
         fp8::st_shared_v4(tile + at, w[0], w[1], w[2], w[3]);
-        sm90::st_async_v4(rtile + at, w[0], w[1], w[2], w[3], rfull + 8 * 8);
       }
       tile_done(full, 4, false, warp, lane);   // full[8]
+      peer_copy(tile, rtile, 8 * C::kSliceBytes + rows, rfull + 8 * 8, lane);
     } else {
       ds_rope(kc, o, tile, full, empty, par, warp, lane);
     }
@@ -627,8 +632,10 @@ struct WgmmaKernel {
       sm90::mbar_wait(&empty[2 * q + 1], par);
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i)
-        ds_tile_out(tile, rtile, rfull, g.v[i][q], g.sc[i], q, key_row(rank, warp, i, lane), c);
+        ds_tile_out(tile, g.v[i][q], g.sc[i], q, key_row(rank, warp, i, lane), c);
       tile_done(full, q, true, warp, lane);
+      peer_copy(tile, rtile, 2 * q * C::kSliceBytes + rows, rfull + 2 * q * 8, lane);
+      peer_copy(tile, rtile, (2 * q + 1) * C::kSliceBytes + rows, rfull + (2 * q + 1) * 8, lane);
     }
   }
   // -------------------- sparse fp8_ue8m0_paged producer (d_qk 512; a warpgroup): the same
