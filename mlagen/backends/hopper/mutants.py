@@ -139,10 +139,10 @@ MUTANTS = (
            "the consumer's key mask: the entries of the block's first 32 keys read two blocks "
            "ahead instead of one (each later block masked by the next one's slots)", SPARSE64),
     Mutant("ds64_latent_entries_ahead", "hopper", "mla_wgmma.cuh",
-           "const int64_t x = key_offset(p, row, t0 + pl, el);",
-           "const int64_t x = key_offset(p, row, t0 + pl, nl);",
-           "8-bit crossover (ds_load): a block's latent loaded from the next block's entries "
-           "(the entries read ahead used a block early)", DS64 + E4M3_64),
+           "const int64_t x = key_offset(p, row, t0 + C::kBlock + pl, el);",
+           "const int64_t x = key_offset(p, row, t0 + C::kBlock + pl, nl);",
+           "8-bit crossover (ds_load): the next block's latent loaded from the entries of the "
+           "block after it (the entries read ahead used a block early)", DS64 + E4M3_64),
     Mutant("paged64_latent_entries_ahead", "hopper", "mla_wgmma.cuh",
            "p, row, t0 + pl, el, 1, &xs);", "p, row, t0 + pl, nl, 1, &xs);",
            "fp8_ue8m0_paged crossover: a block's data and scale rows loaded from the next "
@@ -159,10 +159,11 @@ MUTANTS = (
            "CTA's even slice reads the odd one (the even slice keeps a stale block's rows)",
            DS64 + DENSE64),
     Mutant("wgmma_paged_cross_peer_row", "hopper", "mla_wgmma.cuh",
-           "st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,",
-           "st_async_converted16(rstage + sl * C::kSliceBytes + (r ^ 1) * 128, w, c, r ^ 1,",
-           "fp8_ue8m0_paged crossover (h_q 128): the keys a CTA converts land in the other "
-           "CTA's stage one row off", V4W),
+           "(2 * q + h) * C::kSliceBytes + rows, rfull + (2 * q + h) * 8, lane);",
+           "(2 * q + 1) * C::kSliceBytes + rows, rfull + (2 * q + h) * 8, lane);",
+           "fp8_ue8m0_paged crossover (h_q 128): the copies of a CTA's converted rows into "
+           "the other CTA's slices all read the odd slice (its even slices keep a stale "
+           "block's rows)", V4W),
     Mutant("wgmma_ds_rope_offset", "hopper", "mla_wgmma.cuh",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 144 + c * 16, ok);",

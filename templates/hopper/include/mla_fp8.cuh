@@ -262,16 +262,6 @@ __device__ __forceinline__ void st_converted16(uint32_t row, const uint32_t (&o)
   st_shared_v4(row + (c1 << 4), o[0], o[1], o[2], o[3]);
   st_shared_v4(row + (c2 << 4), o[4], o[5], o[6], o[7]);
 }
-// The same into another CTA's slice pair (row: a shared::cluster address), each 16 bytes
-// completing on its mbarrier bar (sm90::st_async_v4).
-__device__ __forceinline__ void st_async_converted16(uint32_t row, const uint32_t (&o)[8], int k8,
-                                                     int r, uint32_t bar) {
-  const int odd = k8 >> 2, c = 2 * (k8 & 3);
-  const int c1 = (c + odd) ^ (r & 7), c2 = (c + 1 - odd) ^ (r & 7);
-  sm90::st_async_v4(row + (c1 << 4), o[0], o[1], o[2], o[3], bar);
-  sm90::st_async_v4(row + (c2 << 4), o[4], o[5], o[6], o[7], bar);
-}
-
 }  // namespace fp8
 }  // namespace hopper
 }  // namespace mlagen

@@ -112,14 +112,6 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote_bar) {
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
 }
-// 16 bytes into another CTA's shared memory (a shared::cluster address), completing there as
-// 16 transaction bytes on its mbarrier `remote_bar` (which releases them at cluster scope).
-__device__ __forceinline__ void st_async_v4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
-                                            uint32_t d, uint32_t remote_bar) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
-      "[%5];\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d), "r"(remote_bar) : "memory");
-}
 // The cluster barrier in two halves, each executed by every thread of every CTA of the
 // cluster, converged (mbarrier inits before the arrive are visible after the wait).
 __device__ __forceinline__ void cluster_arrive_relaxed() {

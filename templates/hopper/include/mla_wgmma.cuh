@@ -260,9 +260,12 @@ struct WgmmaKernel {
   // keys, the slice loop; fp8_ds_mla 88: also a key's raw chunks and 4 keys' scales), from
   // the consumers' 256 / 224 (ptxas -v: no spills at 56 / 240 / 208 and 88 / 240 / 176;
   // WG1 spills at 232, the FP8 producer at 80)
-  static constexpr int kProducerRegs = kFp8 ? 88 : kSparse ? 56 : C::kProducerRegs;
+  // fp8_ds_mla's crossover 96 / 240 / 168: its producer holds a block's scales while it loads
+  // the next block's latent (ds_put; spills at 88)
+  static constexpr bool kDsCross = kCross && KV == kKvDsMla;
+  static constexpr int kProducerRegs = kDsCross ? 96 : kFp8 ? 88 : kSparse ? 56 : C::kProducerRegs;
   static constexpr int kScoreRegs = kGather ? 240 : C::kScoreRegs;
-  static constexpr int kValueRegs = kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
+  static constexpr int kValueRegs = kDsCross ? 168 : kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
   static constexpr uint64_t kAllKeys = ~0ull;
 
@@ -566,8 +569,10 @@ struct WgmmaKernel {
   }
   // kCross, the register path: no raw bytes in shared memory.  A block's latent chunks of
   // this CTA's 32 keys (lane l: chunk l % 8 of its 2 keys' 4 tiles) and their scales are
-  // loaded into registers as the block starts, before its stage is free, so that they are
-  // in flight while the producer waits; then the RoPE gather as ds_gather, and the tiles
+  // loaded into registers a block ahead, half by half as the registers free: the next
+  // block's tiles 2, 3 (and fp8_e4m3's RoPE) once this block's are put, its tiles 0, 1 and
+  // scales once this block's are, so that they are in flight while the producer waits and
+  // converts (H in ds_load: the half).  Then the RoPE gather as ds_gather, and the tiles
   // converted into both CTAs' stages in the order the consumers free and read the slices
   // (slice_at: tiles 2, 3, the right V half, then 0, 1).  Unnamed keys load as zeros with
   // scale 0.
@@ -576,24 +581,33 @@ struct WgmmaKernel {
     float4 sc[kLaneKeys];
     uint2 rope[kLaneKeys];   // fp8_e4m3: the same keys' RoPE bytes [512 + 8 c, 520 + 8 c)
   };
+  template <int H>   // 2: tiles 2, 3 (and fp8_e4m3's RoPE); 0: tiles 0, 1 and the scales
   static __device__ __forceinline__ void ds_load(const unsigned char* kc,
                                                  const int64_t (&ol)[kLaneKeys], int lane,
                                                  DsRegs& g) {
+    static_assert(H == 0 || H == 2, "a half: tiles 0, 1 or 2, 3");
     const int c = lane & 7;
 #pragma unroll
     for (int i = 0; i < kLaneKeys; ++i) {
       const bool ok = sparse_has_key(ol[i]);
       const unsigned char* src = kc + (ok ? ol[i] : 0);
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
+      for (int q = H; q < H + 2; ++q)
         g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
                        : make_uint4(0u, 0u, 0u, 0u);
-      g.sc[i] = ok && !kE4m3 ? __ldg(reinterpret_cast<const float4*>(src + 512))
-                             : make_float4(0.f, 0.f, 0.f, 0.f);
-      if constexpr (kE4m3)
+      if constexpr (H == 0)
+        g.sc[i] = ok && !kE4m3 ? __ldg(reinterpret_cast<const float4*>(src + 512))
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+      if constexpr (kE4m3 && H == 2)
         g.rope[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 512 + 8 * c))
                        : make_uint2(0u, 0u);
     }
+  }
+  // a lane's latent keys' offsets from its key's (lane l's latent key: l % 8 of the warp's)
+  static __device__ __forceinline__ void latent_offsets(int64_t x, int lane,
+                                                        int64_t (&ol)[kLaneKeys]) {
+#pragma unroll
+    for (int k = 0; k < kLaneKeys; ++k) ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
   }
   // A warp's 8 key rows of a slice (1 KiB at offset at; stored and fenced: tile_done) into
   // the same rows of the other CTA's, one bulk copy completing on its full barrier: the
@@ -603,14 +617,18 @@ struct WgmmaKernel {
                                                    uint32_t rbar, int lane) {
     if (lane == 0) sm90::bulk_copy_cluster(rtile + at, tile + at, 8 * 128, rbar);
   }
+  // (nx, more: the next block's latent key of this lane, whose 2 keys' halves load into g as
+  // they free; its offsets made at the first half's load, fewer registers held)
   static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
-                                                const int64_t (&o)[4], const DsRegs& g, int it,
-                                                int warp, int lane, int rank) {
+                                                const int64_t (&o)[4], DsRegs& g, int it,
+                                                int warp, int lane, int rank,
+                                                int64_t nx, bool more) {
     const auto [s, par, tile, full, empty] = stage_at(sm, it);
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
     const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
     const uint32_t rows = (32 * rank + 8 * warp) * 128;   // this warp's keys' rows of a slice
+    int64_t ol[kLaneKeys];
     if constexpr (kE4m3) {   // this CTA's keys' RoPE, as their latent: into both CTAs' slice 8
       sm90::mbar_wait(&empty[8], par);
 #pragma unroll
@@ -637,6 +655,11 @@ struct WgmmaKernel {
       tile_done(full, q, true, warp, lane);
       peer_copy(tile, rtile, 2 * q * C::kSliceBytes + rows, rfull + 2 * q * 8, lane);
       peer_copy(tile, rtile, (2 * q + 1) * C::kSliceBytes + rows, rfull + (2 * q + 1) * 8, lane);
+      if (u == 1 && more) {
+        latent_offsets(nx, lane, ol);
+        ds_load<2>(kc, ol, lane, g);
+      }
+      if (u == 3 && more) ds_load<0>(kc, ol, lane, g);
     }
   }
   // -------------------- sparse fp8_ue8m0_paged producer (d_qk 512; a warpgroup): the same
@@ -677,17 +700,14 @@ struct WgmmaKernel {
     return ts & 7;
   }
   // chunk c of key row r's slice sl (v: 16 e4m3 bytes, e: the slice's UE8M0 byte) as 16
-  // bf16 values into this CTA's stage at tile and (kCross) the other CTA's at rstage
-  static __device__ __forceinline__ void paged_tile_out(uint32_t tile, uint32_t rstage,
-                                                        uint32_t rbar, const uint4& v,
+  // bf16 values into this CTA's stage at tile (kCross: the other CTA's rows follow by
+  // peer_copy)
+  static __device__ __forceinline__ void paged_tile_out(uint32_t tile, const uint4& v,
                                                         uint32_t e, int sl, int r, int c) {
     uint32_t w[8];
     fp8::convert16<T, true, FAULT == kFaultScaleTwice, kCross>(
         v, fp8::ue8m0_bf16x2(e), w, fp8::odd16(c));
     fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
-    if constexpr (kCross)
-      fp8::st_async_converted16(rstage + sl * C::kSliceBytes + r * 128, w, c, r,
-                                rbar + sl * 8);
   }
   static __device__ __forceinline__ void paged_gather(const Smem& sm, const unsigned char* kc,
                                                       const int64_t (&o)[4],
@@ -751,7 +771,7 @@ struct WgmmaKernel {
       if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE, already in place)
 #pragma unroll
         for (int i = 0; i < kLaneKeys; ++i)
-          paged_tile_out(tile, 0, 0, v[i], e[i], sl, key_row(0, warp, i, lane), c);
+          paged_tile_out(tile, v[i], e[i], sl, key_row(0, warp, i, lane), c);
       }
       tile_done(full, q, q < 3, warp, lane);
     }
@@ -788,8 +808,9 @@ struct WgmmaKernel {
                                                    int warp, int lane, int rank) {
     const auto [s, par, tile, full, empty] = stage_at(sm, it);
     const int c = lane & 7;
-    const uint32_t rstage = sm90::mapa(tile, rank ^ 1);
-    const uint32_t rbar = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
+    const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
+    const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
+    const uint32_t rows = (32 * rank + 8 * warp) * 128;   // this warp's keys' rows of a slice
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int q = (u + 2) & 3;
@@ -801,10 +822,13 @@ struct WgmmaKernel {
 #pragma unroll
         for (int i = 0; i < kLaneKeys; ++i) {
           const uint32_t e = ((ts < 4 ? g.e[i].x : g.e[i].y) >> (8 * (ts & 3))) & 0xffu;
-          paged_tile_out(tile, rstage, rbar, g.v[i][q], e, sl, key_row(rank, warp, i, lane), c);
+          paged_tile_out(tile, g.v[i][q], e, sl, key_row(rank, warp, i, lane), c);
         }
       }
       tile_done(full, q, q < 3, warp, lane);
+#pragma unroll
+      for (int h = 0; h < (q < 3 ? 2 : 1); ++h)   // slices 2 q, 2 q + 1 (tile 3: slice 6)
+        peer_copy(tile, rtile, (2 * q + h) * C::kSliceBytes + rows, rfull + (2 * q + h) * 8, lane);
       if (q == 3) {
         int64_t o[4];
         sparse_lane_keys(off, lane, o);
@@ -905,27 +929,29 @@ struct WgmmaKernel {
       while (next_piece(p, req, pc)) {
         const auto row = sparse_row<kExtraPool>(p, pc.req);
         const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
-        // index entries a block ahead: the next block's load in flight over this one
-        int el = key_entry(p, row, pc.req, pc.start + pl, pc.end);
+        // the first block's latent; index entries a block ahead of their offsets' use (the
+        // latent's: the next block's, whose loads ds_put issues)
+        DsRegs g;
+        int64_t ol[kLaneKeys];
+        latent_offsets(key_offset(p, row, pc.start + pl,
+                                  key_entry(p, row, pc.req, pc.start + pl, pc.end)),
+                       lane, ol);
+        ds_load<2>(kc, ol, lane, g);
+        ds_load<0>(kc, ol, lane, g);
+        int el = key_entry(p, row, pc.req, pc.start + C::kBlock + pl, pc.end);
         int er = key_entry(p, row, pc.req, pc.start + pr, pc.end);
 #pragma unroll 1
         for (int i = 0; i < n; ++i, ++it) {
           const int t0 = pc.start + i * C::kBlock;
-          const int nl = key_entry(p, row, pc.req, t0 + C::kBlock + pl, pc.end);
+          const int nl = key_entry(p, row, pc.req, t0 + 2 * C::kBlock + pl, pc.end);
           const int nr = key_entry(p, row, pc.req, t0 + C::kBlock + pr, pc.end);
-          // the latent loaded before the RoPE's offsets are made
-          int64_t o[4], ol[kLaneKeys];
-          const int64_t x = key_offset(p, row, t0 + pl, el);
-#pragma unroll
-          for (int k = 0; k < kLaneKeys; ++k)
-            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
-          DsRegs g;
-          ds_load(kc, ol, lane, g);
+          int64_t o[4];
           if constexpr (!kE4m3) {   // (fp8_e4m3's RoPE comes with the latent's keys)
             const int64_t xr = key_offset(p, row, t0 + pr, er);   // the RoPE's keys
             sparse_lane_keys(xr, lane, o);
           }
-          ds_put(sm, kc, o, g, it, warp, lane, rank);
+          const int64_t x = key_offset(p, row, t0 + C::kBlock + pl, el);   // the next block's
+          ds_put(sm, kc, o, g, it, warp, lane, rank, x, i + 1 < n);
           el = nl;
           er = nr;
         }
