@@ -260,12 +260,13 @@ struct WgmmaKernel {
   // keys, the slice loop; fp8_ds_mla 88: also a key's raw chunks and 4 keys' scales), from
   // the consumers' 256 / 224 (ptxas -v: no spills at 56 / 240 / 208 and 88 / 240 / 176;
   // WG1 spills at 232, the FP8 producer at 80)
-  // fp8_ds_mla's crossover 96 / 240 / 168: its producer holds a block's scales while it loads
-  // the next block's latent (ds_put; spills at 88)
-  static constexpr bool kDsCross = kCross && KV == kKvDsMla;
-  static constexpr int kProducerRegs = kDsCross ? 96 : kFp8 ? 88 : kSparse ? 56 : C::kProducerRegs;
+  // the scaled formats' crossover 104 / 240 / 160: its producer holds a block's scales
+  // while it loads the next block's latent (ds_put, paged_put; fp8_ue8m0_paged's spills at
+  // 96, fp8_ds_mla's at 88)
+  static constexpr bool kDsCross = kCross && (KV == kKvDsMla || KV == kKvUe8m0);
+  static constexpr int kProducerRegs = kDsCross ? 104 : kFp8 ? 88 : kSparse ? 56 : C::kProducerRegs;
   static constexpr int kScoreRegs = kGather ? 240 : C::kScoreRegs;
-  static constexpr int kValueRegs = kDsCross ? 168 : kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
+  static constexpr int kValueRegs = kDsCross ? 160 : kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
   static constexpr uint64_t kAllKeys = ~0ull;
 
@@ -777,35 +778,45 @@ struct WgmmaKernel {
     }
   }
   // kCross, the register path (as ds_load / ds_put): tiles 0..2 and (lanes c < 4) the
-  // tail chunk, and the scale row, loaded as the block starts; then into both CTAs' stages
-  // in slice_at order: tile 2 (slices 4, 5), tile 3 (slice 6), the RoPE (slice 7), tiles 0, 1
+  // tail chunk, and the scale row, loaded a block ahead half by half as the registers free
+  // (H: tiles 2, 3 or tiles 0, 1 and the scale row); then into both CTAs' stages in
+  // slice_at order: tile 2 (slices 4, 5), tile 3 (slice 6), the RoPE (slice 7), tiles 0, 1
   struct PagedRegs {
     uint4 v[kLaneKeys][4];
     uint2 e[kLaneKeys];
   };
+  template <int H>
   static __device__ __forceinline__ void paged_load(const unsigned char* kc,
                                                     const int64_t (&ol)[kLaneKeys],
                                                     const int64_t (&sol)[kLaneKeys], int lane,
                                                     PagedRegs& g) {
+    static_assert(H == 0 || H == 2, "a half: tiles 0, 1 or 2, 3");
     const int c = lane & 7;
 #pragma unroll
     for (int i = 0; i < kLaneKeys; ++i) {
       const bool ok = sparse_has_key(ol[i]);
       const unsigned char* src = kc + (ok ? ol[i] : 0);
 #pragma unroll
-      for (int q = 0; q < 3; ++q)
-        g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
-                       : make_uint4(0u, 0u, 0u, 0u);
-      g.v[i][3] = ok && c < 4 ? __ldg(reinterpret_cast<const uint4*>(paged_tail(kc, ol[i], c)))
-                              : make_uint4(0u, 0u, 0u, 0u);
-      g.e[i] = ok ? __ldg(reinterpret_cast<const uint2*>(kc + sol[i])) : make_uint2(0u, 0u);
+      for (int q = H; q < H + 2; ++q)
+        if (q < 3)
+          g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
+                         : make_uint4(0u, 0u, 0u, 0u);
+      if constexpr (H == 2)
+        g.v[i][3] = ok && c < 4 ? __ldg(reinterpret_cast<const uint4*>(paged_tail(kc, ol[i], c)))
+                                : make_uint4(0u, 0u, 0u, 0u);
+      if constexpr (H == 0)
+        g.e[i] = ok ? __ldg(reinterpret_cast<const uint2*>(kc + sol[i])) : make_uint2(0u, 0u);
     }
   }
   // (off: this lane's announced RoPE key, sparse_key_offset; spread to the 4 keys it copies
-  // only for the RoPE, which keeps 6 registers free while the tiles convert)
+  // only for the RoPE, which keeps 6 registers free while the tiles convert.  next(xs), more:
+  // the next block's data row of this lane's latent key (and scale row, xs), made where its
+  // halves load into g as they free: 4 registers fewer held across the put)
+  template <typename Next>
   static __device__ __forceinline__ void paged_put(const Smem& sm, const unsigned char* kc,
-                                                   int64_t off, const PagedRegs& g, int it,
-                                                   int warp, int lane, int rank) {
+                                                   int64_t off, PagedRegs& g, int it, int warp,
+                                                   int lane, int rank, const Next& next,
+                                                   bool more) {
     const auto [s, par, tile, full, empty] = stage_at(sm, it);
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
@@ -834,6 +845,16 @@ struct WgmmaKernel {
         sparse_lane_keys(off, lane, o);
         paged_rope(kc, o, tile, full, empty, par, warp, lane);
       }
+      if ((u == 1 || u == 3) && more) {   // (the scale rows' offsets only for theirs)
+        int64_t xs, ol[kLaneKeys], sol[kLaneKeys];
+        latent_offsets(next(xs), lane, ol);
+        if (u == 1) {
+          paged_load<2>(kc, ol, sol, lane, g);
+        } else {
+          latent_offsets(xs, lane, sol);
+          paged_load<0>(kc, ol, sol, lane, g);
+        }
+      }
     }
   }
   static __device__ void sparse_paged_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
@@ -851,29 +872,32 @@ struct WgmmaKernel {
       const auto row = sparse_row<kExtraPool>(p, pc.req);
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
       int el = 0;
-      if constexpr (kCross) el = sparse_entry(row, pc.start + pl, pc.end);
+      PagedRegs g;
+      if constexpr (kCross) {   // the first block's data and scale rows (then a block ahead)
+        int64_t xs, ol[kLaneKeys], sol[kLaneKeys];
+        const int64_t x = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
+            p, row, pc.start + pl, sparse_entry(row, pc.start + pl, pc.end), 1, &xs);
+        latent_offsets(x, lane, ol);
+        latent_offsets(xs, lane, sol);
+        paged_load<2>(kc, ol, sol, lane, g);
+        paged_load<0>(kc, ol, sol, lane, g);
+        el = sparse_entry(row, pc.start + C::kBlock + pl, pc.end);
+      }
       int er = sparse_entry(row, pc.start + pr, pc.end);
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
         const int t0 = pc.start + i * C::kBlock;
         int64_t sc;
         if constexpr (kCross) {
-          const int nl = sparse_entry(row, t0 + C::kBlock + pl, pc.end);
+          const int nl = sparse_entry(row, t0 + 2 * C::kBlock + pl, pc.end);
           const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
-          // the data and scale rows loaded before the RoPE's offsets are made
-          int64_t xs, ol[kLaneKeys], sol[kLaneKeys];
-          const int64_t x = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
-              p, row, t0 + pl, el, 1, &xs);
-#pragma unroll
-          for (int k = 0; k < kLaneKeys; ++k) {
-            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
-            sol[k] = __shfl_sync(0xffffffffu, xs, 4 * k + (lane >> 3));
-          }
-          PagedRegs g;
-          paged_load(kc, ol, sol, lane, g);
+          const auto next = [&](int64_t& xs) {   // the next block's data and scale rows
+            return sparse_key_offset_of<kExtraPool, L::kRowBytes>(
+                p, row, t0 + C::kBlock + pl, el, 1, &xs);
+          };
           const int64_t off = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
               p, row, t0 + pr, er, 1, &sc);
-          paged_put(sm, kc, off, g, it, warp, lane, rank);
+          paged_put(sm, kc, off, g, it, warp, lane, rank, next, i + 1 < n);
           el = nl;
           er = nr;
         } else {
