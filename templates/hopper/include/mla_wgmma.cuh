@@ -133,6 +133,7 @@ struct WgmmaConfig {
   // setmaxnreg: the producer warpgroup gives its registers to the consumers, most to WG1
   // (O half, scores, softmax copy, P fragments); ptxas honours it because
   // __launch_bounds__ fixes the entry count at 65536 / 384 = 168
+  static constexpr int kEntryRegs = 65536 / 384 / 8 * 8;
   static constexpr int kProducerRegs = 24;
   static constexpr int kScoreRegs = 256;
   static constexpr int kValueRegs = 224;
@@ -268,6 +269,7 @@ struct WgmmaKernel {
   static constexpr int kScoreRegs = kGather ? 240 : C::kScoreRegs;
   static constexpr int kValueRegs = kDsCross ? 160 : kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
+  static_assert(kScoreRegs >= C::kEntryRegs && kProducerRegs <= C::kEntryRegs, "setmaxnreg");
   static constexpr uint64_t kAllKeys = ~0ull;
 
   struct Smem {
@@ -1786,7 +1788,11 @@ struct WgmmaKernel {
       sm90::setmaxnreg_inc<kScoreRegs>();
       scores_wg(wp.p, sm);
     } else if (wg == 1) {
-      sm90::setmaxnreg_inc<kValueRegs>();
+      // (.inc may not lower the entry count, nor .dec raise it: an illegal instruction)
+      if constexpr (kValueRegs >= C::kEntryRegs)
+        sm90::setmaxnreg_inc<kValueRegs>();
+      else
+        sm90::setmaxnreg_dec<kValueRegs>();
       values_wg(wp.p, sm);
     } else {
       sm90::setmaxnreg_dec<kProducerRegs>();
