@@ -298,9 +298,8 @@ def test_d512_smem_model_and_registers(kv, rows, pools, tmp_path):
 def test_64_row_sparse_examples_compile_without_spills(name, tmp_path):
     """The 64-row sparse kernels (in place and crossover) of the example schedules: no
     spill, setmaxnreg honoured, no wgmma serialized.  Their producer warpgroup runs at 88
-    registers (the scaled formats' crossovers at 104), where one more live value spills (a
-    conversion rewrite did, in the two-pool d_qk 512 crossover; loading the next block's
-    latent did at 88 and 96)."""
+    registers, where one more live value spills (a conversion rewrite did, in the two-pool
+    d_qk 512 crossover)."""
     import re
 
     from test_hopper_compile import _ptxas_split

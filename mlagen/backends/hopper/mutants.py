@@ -139,15 +139,14 @@ MUTANTS = (
            "the consumer's key mask: the entries of the block's first 32 keys read two blocks "
            "ahead instead of one (each later block masked by the next one's slots)", SPARSE64),
     Mutant("ds64_latent_entries_ahead", "hopper", "mla_wgmma.cuh",
-           "const int64_t x = key_offset(p, row, t0 + C::kBlock + pl, el);",
-           "const int64_t x = key_offset(p, row, t0 + C::kBlock + pl, nl);",
-           "8-bit crossover (ds_load): the next block's latent loaded from the entries of the "
-           "block after it (the entries read ahead used a block early)", DS64 + E4M3_64),
+           "const int64_t x = key_offset(p, row, t0 + pl, el);",
+           "const int64_t x = key_offset(p, row, t0 + pl, nl);",
+           "8-bit crossover (ds_load): a block's latent loaded from the next block's entries "
+           "(the entries read ahead used a block early)", DS64 + E4M3_64),
     Mutant("paged64_latent_entries_ahead", "hopper", "mla_wgmma.cuh",
-           "p, row, t0 + C::kBlock + pl, el, 1, &xs);",
-           "p, row, t0 + C::kBlock + pl, nl, 1, &xs);",
-           "fp8_ue8m0_paged crossover: the next block's data and scale rows loaded from the "
-           "entries of the block after it", V4W),
+           "p, row, t0 + pl, el, 1, &xs);", "p, row, t0 + pl, nl, 1, &xs);",
+           "fp8_ue8m0_paged crossover: a block's data and scale rows loaded from the next "
+           "block's entries", V4W),
     Mutant("wgmma_ds_scale_first_tile", "hopper", "mla_wgmma.cuh",
            "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];",
            "const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q & 2];",

@@ -261,13 +261,9 @@ struct WgmmaKernel {
   // keys, the slice loop; fp8_ds_mla 88: also a key's raw chunks and 4 keys' scales), from
   // the consumers' 256 / 224 (ptxas -v: no spills at 56 / 240 / 208 and 88 / 240 / 176;
   // WG1 spills at 232, the FP8 producer at 80)
-  // the scaled formats' crossover 104 / 240 / 160: its producer holds a block's scales
-  // while it loads the next block's latent (ds_put, paged_put; fp8_ue8m0_paged's spills at
-  // 96, fp8_ds_mla's at 88)
-  static constexpr bool kDsCross = kCross && (KV == kKvDsMla || KV == kKvUe8m0);
-  static constexpr int kProducerRegs = kDsCross ? 104 : kFp8 ? 88 : kSparse ? 56 : C::kProducerRegs;
+  static constexpr int kProducerRegs = kFp8 ? 88 : kSparse ? 56 : C::kProducerRegs;
   static constexpr int kScoreRegs = kGather ? 240 : C::kScoreRegs;
-  static constexpr int kValueRegs = kDsCross ? 160 : kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
+  static constexpr int kValueRegs = kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
   static_assert(kScoreRegs >= C::kEntryRegs && kProducerRegs <= C::kEntryRegs, "setmaxnreg");
   static constexpr uint64_t kAllKeys = ~0ull;
@@ -572,10 +568,8 @@ struct WgmmaKernel {
   }
   // kCross, the register path: no raw bytes in shared memory.  A block's latent chunks of
   // this CTA's 32 keys (lane l: chunk l % 8 of its 2 keys' 4 tiles) and their scales are
-  // loaded into registers a block ahead, half by half as the registers free: the next
-  // block's tiles 2, 3 (and fp8_e4m3's RoPE) once this block's are put, its tiles 0, 1 and
-  // scales once this block's are, so that they are in flight while the producer waits and
-  // converts (H in ds_load: the half).  Then the RoPE gather as ds_gather, and the tiles
+  // loaded into registers as the block starts, before its stage is free, so that they are
+  // in flight while the producer waits; then the RoPE gather as ds_gather, and the tiles
   // converted into both CTAs' stages in the order the consumers free and read the slices
   // (slice_at: tiles 2, 3, the right V half, then 0, 1).  Unnamed keys load as zeros with
   // scale 0.
@@ -584,33 +578,24 @@ struct WgmmaKernel {
     float4 sc[kLaneKeys];
     uint2 rope[kLaneKeys];   // fp8_e4m3: the same keys' RoPE bytes [512 + 8 c, 520 + 8 c)
   };
-  template <int H>   // 2: tiles 2, 3 (and fp8_e4m3's RoPE); 0: tiles 0, 1 and the scales
   static __device__ __forceinline__ void ds_load(const unsigned char* kc,
                                                  const int64_t (&ol)[kLaneKeys], int lane,
                                                  DsRegs& g) {
-    static_assert(H == 0 || H == 2, "a half: tiles 0, 1 or 2, 3");
     const int c = lane & 7;
 #pragma unroll
     for (int i = 0; i < kLaneKeys; ++i) {
       const bool ok = sparse_has_key(ol[i]);
       const unsigned char* src = kc + (ok ? ol[i] : 0);
 #pragma unroll
-      for (int q = H; q < H + 2; ++q)
+      for (int q = 0; q < 4; ++q)
         g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
                        : make_uint4(0u, 0u, 0u, 0u);
-      if constexpr (H == 0)
-        g.sc[i] = ok && !kE4m3 ? __ldg(reinterpret_cast<const float4*>(src + 512))
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
-      if constexpr (kE4m3 && H == 2)
+      g.sc[i] = ok && !kE4m3 ? __ldg(reinterpret_cast<const float4*>(src + 512))
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+      if constexpr (kE4m3)
         g.rope[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 512 + 8 * c))
                        : make_uint2(0u, 0u);
     }
-  }
-  // a lane's latent keys' offsets from its key's (lane l's latent key: l % 8 of the warp's)
-  static __device__ __forceinline__ void latent_offsets(int64_t x, int lane,
-                                                        int64_t (&ol)[kLaneKeys]) {
-#pragma unroll
-    for (int k = 0; k < kLaneKeys; ++k) ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
   }
   // A warp's 8 key rows of a slice (1 KiB at offset at; stored and fenced: tile_done) into
   // the same rows of the other CTA's, one bulk copy completing on its full barrier: the
@@ -620,18 +605,14 @@ struct WgmmaKernel {
                                                    uint32_t rbar, int lane) {
     if (lane == 0) sm90::bulk_copy_cluster(rtile + at, tile + at, 8 * 128, rbar);
   }
-  // (nx, more: the next block's latent key of this lane, whose 2 keys' halves load into g as
-  // they free; its offsets made at the first half's load, fewer registers held)
   static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
-                                                const int64_t (&o)[4], DsRegs& g, int it,
-                                                int warp, int lane, int rank,
-                                                int64_t nx, bool more) {
+                                                const int64_t (&o)[4], const DsRegs& g, int it,
+                                                int warp, int lane, int rank) {
     const auto [s, par, tile, full, empty] = stage_at(sm, it);
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
     const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
     const uint32_t rows = (32 * rank + 8 * warp) * 128;   // this warp's keys' rows of a slice
-    int64_t ol[kLaneKeys];
     if constexpr (kE4m3) {   // this CTA's keys' RoPE, as their latent: into both CTAs' slice 8
       sm90::mbar_wait(&empty[8], par);
 #pragma unroll
@@ -658,11 +639,6 @@ struct WgmmaKernel {
       tile_done(full, q, true, warp, lane);
       peer_copy(tile, rtile, 2 * q * C::kSliceBytes + rows, rfull + 2 * q * 8, lane);
       peer_copy(tile, rtile, (2 * q + 1) * C::kSliceBytes + rows, rfull + (2 * q + 1) * 8, lane);
-      if (u == 1 && more) {
-        latent_offsets(nx, lane, ol);
-        ds_load<2>(kc, ol, lane, g);
-      }
-      if (u == 3 && more) ds_load<0>(kc, ol, lane, g);
     }
   }
   // -------------------- sparse fp8_ue8m0_paged producer (d_qk 512; a warpgroup): the same
@@ -780,45 +756,35 @@ struct WgmmaKernel {
     }
   }
   // kCross, the register path (as ds_load / ds_put): tiles 0..2 and (lanes c < 4) the
-  // tail chunk, and the scale row, loaded a block ahead half by half as the registers free
-  // (H: tiles 2, 3 or tiles 0, 1 and the scale row); then into both CTAs' stages in
-  // slice_at order: tile 2 (slices 4, 5), tile 3 (slice 6), the RoPE (slice 7), tiles 0, 1
+  // tail chunk, and the scale row, loaded as the block starts; then into both CTAs' stages
+  // in slice_at order: tile 2 (slices 4, 5), tile 3 (slice 6), the RoPE (slice 7), tiles 0, 1
   struct PagedRegs {
     uint4 v[kLaneKeys][4];
     uint2 e[kLaneKeys];
   };
-  template <int H>
   static __device__ __forceinline__ void paged_load(const unsigned char* kc,
                                                     const int64_t (&ol)[kLaneKeys],
                                                     const int64_t (&sol)[kLaneKeys], int lane,
                                                     PagedRegs& g) {
-    static_assert(H == 0 || H == 2, "a half: tiles 0, 1 or 2, 3");
     const int c = lane & 7;
 #pragma unroll
     for (int i = 0; i < kLaneKeys; ++i) {
       const bool ok = sparse_has_key(ol[i]);
       const unsigned char* src = kc + (ok ? ol[i] : 0);
 #pragma unroll
-      for (int q = H; q < H + 2; ++q)
-        if (q < 3)
-          g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
-                         : make_uint4(0u, 0u, 0u, 0u);
-      if constexpr (H == 2)
-        g.v[i][3] = ok && c < 4 ? __ldg(reinterpret_cast<const uint4*>(paged_tail(kc, ol[i], c)))
-                                : make_uint4(0u, 0u, 0u, 0u);
-      if constexpr (H == 0)
-        g.e[i] = ok ? __ldg(reinterpret_cast<const uint2*>(kc + sol[i])) : make_uint2(0u, 0u);
+      for (int q = 0; q < 3; ++q)
+        g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
+                       : make_uint4(0u, 0u, 0u, 0u);
+      g.v[i][3] = ok && c < 4 ? __ldg(reinterpret_cast<const uint4*>(paged_tail(kc, ol[i], c)))
+                              : make_uint4(0u, 0u, 0u, 0u);
+      g.e[i] = ok ? __ldg(reinterpret_cast<const uint2*>(kc + sol[i])) : make_uint2(0u, 0u);
     }
   }
   // (off: this lane's announced RoPE key, sparse_key_offset; spread to the 4 keys it copies
-  // only for the RoPE, which keeps 6 registers free while the tiles convert.  next(xs), more:
-  // the next block's data row of this lane's latent key (and scale row, xs), made where its
-  // halves load into g as they free: 4 registers fewer held across the put)
-  template <typename Next>
+  // only for the RoPE, which keeps 6 registers free while the tiles convert)
   static __device__ __forceinline__ void paged_put(const Smem& sm, const unsigned char* kc,
-                                                   int64_t off, PagedRegs& g, int it, int warp,
-                                                   int lane, int rank, const Next& next,
-                                                   bool more) {
+                                                   int64_t off, const PagedRegs& g, int it,
+                                                   int warp, int lane, int rank) {
     const auto [s, par, tile, full, empty] = stage_at(sm, it);
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
@@ -847,16 +813,6 @@ struct WgmmaKernel {
         sparse_lane_keys(off, lane, o);
         paged_rope(kc, o, tile, full, empty, par, warp, lane);
       }
-      if ((u == 1 || u == 3) && more) {   // (the scale rows' offsets only for theirs)
-        int64_t xs, ol[kLaneKeys], sol[kLaneKeys];
-        latent_offsets(next(xs), lane, ol);
-        if (u == 1) {
-          paged_load<2>(kc, ol, sol, lane, g);
-        } else {
-          latent_offsets(xs, lane, sol);
-          paged_load<0>(kc, ol, sol, lane, g);
-        }
-      }
     }
   }
   static __device__ void sparse_paged_producer(const WgmmaParams& wp, const Smem& sm, int pt) {
@@ -874,32 +830,29 @@ struct WgmmaKernel {
       const auto row = sparse_row<kExtraPool>(p, pc.req);
       const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
       int el = 0;
-      PagedRegs g;
-      if constexpr (kCross) {   // the first block's data and scale rows (then a block ahead)
-        int64_t xs, ol[kLaneKeys], sol[kLaneKeys];
-        const int64_t x = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
-            p, row, pc.start + pl, sparse_entry(row, pc.start + pl, pc.end), 1, &xs);
-        latent_offsets(x, lane, ol);
-        latent_offsets(xs, lane, sol);
-        paged_load<2>(kc, ol, sol, lane, g);
-        paged_load<0>(kc, ol, sol, lane, g);
-        el = sparse_entry(row, pc.start + C::kBlock + pl, pc.end);
-      }
+      if constexpr (kCross) el = sparse_entry(row, pc.start + pl, pc.end);
       int er = sparse_entry(row, pc.start + pr, pc.end);
 #pragma unroll 1
       for (int i = 0; i < n; ++i, ++it) {
         const int t0 = pc.start + i * C::kBlock;
         int64_t sc;
         if constexpr (kCross) {
-          const int nl = sparse_entry(row, t0 + 2 * C::kBlock + pl, pc.end);
+          const int nl = sparse_entry(row, t0 + C::kBlock + pl, pc.end);
           const int nr = sparse_entry(row, t0 + C::kBlock + pr, pc.end);
-          const auto next = [&](int64_t& xs) {   // the next block's data and scale rows
-            return sparse_key_offset_of<kExtraPool, L::kRowBytes>(
-                p, row, t0 + C::kBlock + pl, el, 1, &xs);
-          };
+          // the data and scale rows loaded before the RoPE's offsets are made
+          int64_t xs, ol[kLaneKeys], sol[kLaneKeys];
+          const int64_t x = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
+              p, row, t0 + pl, el, 1, &xs);
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k) {
+            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
+            sol[k] = __shfl_sync(0xffffffffu, xs, 4 * k + (lane >> 3));
+          }
+          PagedRegs g;
+          paged_load(kc, ol, sol, lane, g);
           const int64_t off = sparse_key_offset_of<kExtraPool, L::kRowBytes>(
               p, row, t0 + pr, er, 1, &sc);
-          paged_put(sm, kc, off, g, it, warp, lane, rank, next, i + 1 < n);
+          paged_put(sm, kc, off, g, it, warp, lane, rank);
           el = nl;
           er = nr;
         } else {
@@ -955,29 +908,27 @@ struct WgmmaKernel {
       while (next_piece(p, req, pc)) {
         const auto row = sparse_row<kExtraPool>(p, pc.req);
         const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
-        // the first block's latent; index entries a block ahead of their offsets' use (the
-        // latent's: the next block's, whose loads ds_put issues)
-        DsRegs g;
-        int64_t ol[kLaneKeys];
-        latent_offsets(key_offset(p, row, pc.start + pl,
-                                  key_entry(p, row, pc.req, pc.start + pl, pc.end)),
-                       lane, ol);
-        ds_load<2>(kc, ol, lane, g);
-        ds_load<0>(kc, ol, lane, g);
-        int el = key_entry(p, row, pc.req, pc.start + C::kBlock + pl, pc.end);
+        // index entries a block ahead: the next block's load in flight over this one
+        int el = key_entry(p, row, pc.req, pc.start + pl, pc.end);
         int er = key_entry(p, row, pc.req, pc.start + pr, pc.end);
 #pragma unroll 1
         for (int i = 0; i < n; ++i, ++it) {
           const int t0 = pc.start + i * C::kBlock;
-          const int nl = key_entry(p, row, pc.req, t0 + 2 * C::kBlock + pl, pc.end);
+          const int nl = key_entry(p, row, pc.req, t0 + C::kBlock + pl, pc.end);
           const int nr = key_entry(p, row, pc.req, t0 + C::kBlock + pr, pc.end);
-          int64_t o[4];
+          // the latent loaded before the RoPE's offsets are made
+          int64_t o[4], ol[kLaneKeys];
+          const int64_t x = key_offset(p, row, t0 + pl, el);
+#pragma unroll
+          for (int k = 0; k < kLaneKeys; ++k)
+            ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
+          DsRegs g;
+          ds_load(kc, ol, lane, g);
           if constexpr (!kE4m3) {   // (fp8_e4m3's RoPE comes with the latent's keys)
             const int64_t xr = key_offset(p, row, t0 + pr, er);   // the RoPE's keys
             sparse_lane_keys(xr, lane, o);
           }
-          const int64_t x = key_offset(p, row, t0 + C::kBlock + pl, el);   // the next block's
-          ds_put(sm, kc, o, g, it, warp, lane, rank, x, i + 1 < n);
+          ds_put(sm, kc, o, g, it, warp, lane, rank);
           el = nl;
           er = nr;
         }
