@@ -265,7 +265,10 @@ struct WgmmaKernel {
   static constexpr int kScoreRegs = kGather ? 240 : C::kScoreRegs;
   static constexpr int kValueRegs = kFp8 ? 176 : kSparse ? 208 : C::kValueRegs;
   static_assert(kProducerRegs * 128 + (kScoreRegs + kValueRegs) * 128 <= 64512, "register file");
-  static_assert(kScoreRegs >= C::kEntryRegs && kProducerRegs <= C::kEntryRegs, "setmaxnreg");
+  // (setmaxnreg.inc below the entry count, or .dec above it, is an illegal instruction)
+  static_assert(kScoreRegs >= C::kEntryRegs && kValueRegs >= C::kEntryRegs &&
+                    kProducerRegs <= C::kEntryRegs,
+                "setmaxnreg: .inc for the consumers, .dec for the producer");
   static constexpr uint64_t kAllKeys = ~0ull;
 
   struct Smem {
@@ -1739,11 +1742,7 @@ struct WgmmaKernel {
       sm90::setmaxnreg_inc<kScoreRegs>();
       scores_wg(wp.p, sm);
     } else if (wg == 1) {
-      // (.inc may not lower the entry count, nor .dec raise it: an illegal instruction)
-      if constexpr (kValueRegs >= C::kEntryRegs)
-        sm90::setmaxnreg_inc<kValueRegs>();
-      else
-        sm90::setmaxnreg_dec<kValueRegs>();
+      sm90::setmaxnreg_inc<kValueRegs>();
       values_wg(wp.p, sm);
     } else {
       sm90::setmaxnreg_dec<kProducerRegs>();
