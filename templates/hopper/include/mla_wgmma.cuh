@@ -50,7 +50,7 @@
 // grid) fp8_ds_mla and fp8_ue8m0_paged launch in clusters of 2 along the row tiles (kCross,
 // FlashMLA's sparse decode does the same): both CTAs of a cluster walk the same pieces, and
 // each converts half of every block's keys (CTA k: keys [32 k, 32 k + 32)) into its own
-// stage and, by a bulk copy a warp and slice (fp8_ue8m0_paged: st.async), the other's, whose
+// stage and, by a bulk copy a warp and slice, the other's, whose
 // full barriers take those bytes as transactions; each CTA still gathers the whole RoPE
 // slice itself (fp8_e4m3: its keys' RoPE as their latent), and every empty
 // barrier takes both CTAs' consumers' arrivals (the other CTA writes into this one's
