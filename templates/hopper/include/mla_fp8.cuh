@@ -262,6 +262,13 @@ __device__ __forceinline__ void st_converted16(uint32_t row, const uint32_t (&o)
   st_shared_v4(row + (c1 << 4), o[0], o[1], o[2], o[3]);
   st_shared_v4(row + (c2 << 4), o[4], o[5], o[6], o[7]);
 }
+// convert16's 16 values (no swap) as chunk c' of two slices `stride` bytes apart, at
+// `at` (already swizzled): the 64-row crossover's split chunks (ds_load), whose 8 lanes of
+// a key row store 8 distinct chunk columns in each store without swapping halves
+__device__ __forceinline__ void st_split16(uint32_t at, const uint32_t (&o)[8], int stride) {
+  st_shared_v4(at, o[0], o[1], o[2], o[3]);
+  st_shared_v4(at + stride, o[4], o[5], o[6], o[7]);
+}
 }  // namespace fp8
 }  // namespace hopper
 }  // namespace mlagen

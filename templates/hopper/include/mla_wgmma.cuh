@@ -537,20 +537,26 @@ struct WgmmaKernel {
   // chunk c of key row r's latent tile q (v: its 16 e4m3 bytes; sc: the key's 4 tile scales)
   // as 16 bf16 values into slices 2 q + c / 4 of this CTA's stage at tile (kCross: the
   // other CTA's rows follow by peer_copy)
+  // kCross: v is ds_load's split chunk (bytes [8 c, 8 c + 8) and [64 + 8 c, 72 + 8 c) of the
+  // tile): chunk c of slices 2 q and 2 q + 1, in that order, so no lane swaps its halves
   static __device__ __forceinline__ void ds_tile_out(uint32_t tile, const uint4& v,
                                                      const float4& sc, int q, int r, int c) {
     uint32_t w[8];
+    const bool swap = !kCross && fp8::odd16(c);
     if constexpr (kE4m3) {   // the e4m3 values themselves (the descale: scores' scale, O)
-      fp8::convert16<TM, false, false>(v, 0u, w, fp8::odd16(c));
+      fp8::convert16<TM, false, false>(v, 0u, w, swap);
     } else {
       const float f[4] = {sc.x, sc.y, sc.z, sc.w};
       const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
-      // (the dense crossover's producer, the predicated form: the branch form spilled)
-      fp8::convert16<T, true, FAULT == kFaultScaleTwice, kCross && !kSparse>(
-          v, fp8::scale_bf16x2(scale), w, fp8::odd16(c));
+      fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::scale_bf16x2(scale), w, swap);
     }
-    const int sl = 2 * q + (c >> 2);
-    fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
+    if constexpr (kCross) {
+      fp8::st_split16(tile + 2 * q * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4), w,
+                      C::kSliceBytes);
+    } else {
+      const int sl = 2 * q + (c >> 2);
+      fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
+    }
   }
   // a warp's rows of tile q are stored: slices 2 q and (two) 2 q + 1 complete
   static __device__ __forceinline__ void tile_done(uint64_t* full, int q, bool two, int warp,
@@ -570,7 +576,8 @@ struct WgmmaKernel {
     }
   }
   // kCross, the register path: no raw bytes in shared memory.  A block's latent chunks of
-  // this CTA's 32 keys (lane l: chunk l % 8 of its 2 keys' 4 tiles) and their scales are
+  // this CTA's 32 keys (lane l, c = l % 8: bytes [8 c, 8 c + 8) and [64 + 8 c, 72 + 8 c) of
+  // its 2 keys' 4 tiles, which widen to chunk c of the tile's two slices) and their scales are
   // loaded into registers as the block starts, before its stage is free, so that they are
   // in flight while the producer waits; then the RoPE gather as ds_gather, and the tiles
   // converted into both CTAs' stages in the order the consumers free and read the slices
@@ -590,9 +597,13 @@ struct WgmmaKernel {
       const bool ok = sparse_has_key(ol[i]);
       const unsigned char* src = kc + (ok ? ol[i] : 0);
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
-                       : make_uint4(0u, 0u, 0u, 0u);
+      for (int q = 0; q < 4; ++q) {
+        const uint2 a = ok ? __ldg(reinterpret_cast<const uint2*>(src + q * 128 + c * 8))
+                           : make_uint2(0u, 0u);
+        const uint2 b = ok ? __ldg(reinterpret_cast<const uint2*>(src + q * 128 + 64 + c * 8))
+                           : make_uint2(0u, 0u);
+        g.v[i][q] = make_uint4(a.x, a.y, b.x, b.y);
+      }
       g.sc[i] = ok && !kE4m3 ? __ldg(reinterpret_cast<const float4*>(src + 512))
                              : make_float4(0.f, 0.f, 0.f, 0.f);
       if constexpr (kE4m3)
