@@ -588,6 +588,13 @@ struct WgmmaKernel {
     float4 sc[kLaneKeys];
     uint2 rope[kLaneKeys];   // fp8_e4m3: the same keys' RoPE bytes [512 + 8 c, 520 + 8 c)
   };
+  // a split chunk (zeros where !ok): the 8 bytes at at and those 64 bytes on (at: byte 8 c
+  // of a 128-byte tile), which widen to chunk c of the tile's two slices
+  static __device__ __forceinline__ uint4 ld_split(const unsigned char* at, bool ok) {
+    const uint2 a = ok ? __ldg(reinterpret_cast<const uint2*>(at)) : make_uint2(0u, 0u);
+    const uint2 b = ok ? __ldg(reinterpret_cast<const uint2*>(at + 64)) : make_uint2(0u, 0u);
+    return make_uint4(a.x, a.y, b.x, b.y);
+  }
   static __device__ __forceinline__ void ds_load(const unsigned char* kc,
                                                  const int64_t (&ol)[kLaneKeys], int lane,
                                                  DsRegs& g) {
@@ -597,13 +604,7 @@ struct WgmmaKernel {
       const bool ok = sparse_has_key(ol[i]);
       const unsigned char* src = kc + (ok ? ol[i] : 0);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const uint2 a = ok ? __ldg(reinterpret_cast<const uint2*>(src + q * 128 + c * 8))
-                           : make_uint2(0u, 0u);
-        const uint2 b = ok ? __ldg(reinterpret_cast<const uint2*>(src + q * 128 + 64 + c * 8))
-                           : make_uint2(0u, 0u);
-        g.v[i][q] = make_uint4(a.x, a.y, b.x, b.y);
-      }
+      for (int q = 0; q < 4; ++q) g.v[i][q] = ld_split(src + c * 8 + q * 128, ok);
       g.sc[i] = ok && !kE4m3 ? __ldg(reinterpret_cast<const float4*>(src + 512))
                              : make_float4(0.f, 0.f, 0.f, 0.f);
       if constexpr (kE4m3)
@@ -693,13 +694,12 @@ struct WgmmaKernel {
     return ts & 7;
   }
   // chunk c of key row r's slice sl (v: 16 e4m3 bytes, e: the slice's UE8M0 byte) as 16
-  // bf16 values into this CTA's stage at tile (kCross: the other CTA's rows follow by
-  // peer_copy)
+  // bf16 values into this CTA's stage at tile (without the crossover)
   static __device__ __forceinline__ void paged_tile_out(uint32_t tile, const uint4& v,
                                                         uint32_t e, int sl, int r, int c) {
     uint32_t w[8];
-    fp8::convert16<T, true, FAULT == kFaultScaleTwice, kCross>(
-        v, fp8::ue8m0_bf16x2(e), w, fp8::odd16(c));
+    fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::ue8m0_bf16x2(e), w,
+                                                       fp8::odd16(c));
     fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
   }
   static __device__ __forceinline__ void paged_gather(const Smem& sm, const unsigned char* kc,
@@ -769,13 +769,21 @@ struct WgmmaKernel {
       tile_done(full, q, q < 3, warp, lane);
     }
   }
-  // kCross, the register path (as ds_load / ds_put): tiles 0..2 and (lanes c < 4) the
-  // tail chunk, and the scale row, loaded as the block starts; then into both CTAs' stages
-  // in slice_at order: tile 2 (slices 4, 5), tile 3 (slice 6), the RoPE (slice 7), tiles 0, 1
+  // kCross, the register path (as ds_load / ds_put, in split chunks): tiles 0..2 (lane c:
+  // bytes [8 c, 8 c + 8) and [64 + 8 c, 72 + 8 c), chunk c of slices 2 q and 2 q + 1, each
+  // by its own scale), the tail's (bytes [384 + 8 c, 392 + 8 c), chunk c of slice 6) and the
+  // scale row, loaded as the block starts; then into both CTAs' stages in slice_at order:
+  // tile 2 (slices 4, 5), tile 3 (slice 6), the RoPE (slice 7), tiles 0, 1
   struct PagedRegs {
-    uint4 v[kLaneKeys][4];
+    uint4 v[kLaneKeys][3];
+    uint2 t[kLaneKeys];
     uint2 e[kLaneKeys];
   };
+  // the scale of slice sl (0..6) from a key's scale row
+  static __device__ __forceinline__ uint32_t paged_scale(const uint2& e, int sl) {
+    const int ts = paged_slot(sl / 2, sl);
+    return fp8::ue8m0_bf16x2(((ts < 4 ? e.x : e.y) >> (8 * (ts & 3))) & 0xffu);
+  }
   static __device__ __forceinline__ void paged_load(const unsigned char* kc,
                                                     const int64_t (&ol)[kLaneKeys],
                                                     const int64_t (&sol)[kLaneKeys], int lane,
@@ -786,11 +794,9 @@ struct WgmmaKernel {
       const bool ok = sparse_has_key(ol[i]);
       const unsigned char* src = kc + (ok ? ol[i] : 0);
 #pragma unroll
-      for (int q = 0; q < 3; ++q)
-        g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
-                       : make_uint4(0u, 0u, 0u, 0u);
-      g.v[i][3] = ok && c < 4 ? __ldg(reinterpret_cast<const uint4*>(paged_tail(kc, ol[i], c)))
-                              : make_uint4(0u, 0u, 0u, 0u);
+      for (int q = 0; q < 3; ++q) g.v[i][q] = ld_split(src + c * 8 + q * 128, ok);
+      g.t[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 384 + c * 8))
+                  : make_uint2(0u, 0u);
       g.e[i] = ok ? __ldg(reinterpret_cast<const uint2*>(kc + sol[i])) : make_uint2(0u, 0u);
     }
   }
@@ -809,13 +815,22 @@ struct WgmmaKernel {
       const int q = (u + 2) & 3;
       sm90::mbar_wait(&empty[2 * q], par);
       if (q < 3) sm90::mbar_wait(&empty[2 * q + 1], par);
-      const int sl = 2 * q + (c >> 2);
-      const int ts = paged_slot(q, sl);
-      if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE's)
 #pragma unroll
-        for (int i = 0; i < kLaneKeys; ++i) {
-          const uint32_t e = ((ts < 4 ? g.e[i].x : g.e[i].y) >> (8 * (ts & 3))) & 0xffu;
-          paged_tile_out(tile, g.v[i][q], e, sl, key_row(rank, warp, i, lane), c);
+      for (int i = 0; i < kLaneKeys; ++i) {
+        const int r = key_row(rank, warp, i, lane);
+        const uint32_t at = tile + 2 * q * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4);
+        if (q < 3) {
+          const uint32_t w[4] = {g.v[i][q].x, g.v[i][q].y, g.v[i][q].z, g.v[i][q].w};
+          uint32_t o[8];
+          fp8::convert_words<T, true, FAULT == kFaultScaleTwice, 4>(
+              w, paged_scale(g.e[i], 2 * q), paged_scale(g.e[i], 2 * q + 1), o, false);
+          fp8::st_split16(at, o, C::kSliceBytes);
+        } else {   // tile 3: slice 6 only (slice 7 is the RoPE's)
+          const uint32_t w[2] = {g.t[i].x, g.t[i].y};
+          uint32_t o[4];
+          const uint32_t s6 = paged_scale(g.e[i], 6);
+          fp8::convert_words<T, true, FAULT == kFaultScaleTwice, 2>(w, s6, s6, o, false);
+          fp8::st_shared_v4(at, o[0], o[1], o[2], o[3]);
         }
       }
       tile_done(full, q, q < 3, warp, lane);
