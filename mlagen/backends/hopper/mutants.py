@@ -183,6 +183,11 @@ MUTANTS = (
            "g.t[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 320 + c * 8))",
            "fp8_ue8m0_paged crossover: the latent's last 64 bytes (slice 6) loaded from "
            "64 bytes early", V4W),
+    Mutant("ds64_cross_rope_offset", "hopper", "mla_wgmma.cuh",
+           "g.rope[i] = ok ? __ldg(reinterpret_cast<const uint4*>(src + 528 + 16 * c))",
+           "g.rope[i] = ok ? __ldg(reinterpret_cast<const uint4*>(src + 512 + 16 * c))",
+           "fp8_ds_mla crossover: the RoPE loaded 16 bytes early (the tile scales as its "
+           "first 8 values)", DS64 + DENSE64[:1]),
     Mutant("wgmma_ds_rope_offset", "hopper", "mla_wgmma.cuh",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 144 + c * 16, ok);",

@@ -586,7 +586,9 @@ struct WgmmaKernel {
   struct DsRegs {
     uint4 v[kLaneKeys][4];
     float4 sc[kLaneKeys];
-    uint2 rope[kLaneKeys];   // fp8_e4m3: the same keys' RoPE bytes [512 + 8 c, 520 + 8 c)
+    // the same keys' RoPE: fp8_e4m3's e4m3 bytes [512 + 8 c, 520 + 8 c), fp8_ds_mla's
+    // bf16 chunk c
+    std::conditional_t<kE4m3, uint2, uint4> rope[kLaneKeys];
   };
   // a split chunk (zeros where !ok): the 8 bytes at at and those 64 bytes on (at: byte 8 c
   // of a 128-byte tile), which widen to chunk c of the tile's two slices
@@ -610,6 +612,9 @@ struct WgmmaKernel {
       if constexpr (kE4m3)
         g.rope[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 512 + 8 * c))
                        : make_uint2(0u, 0u);
+      else
+        g.rope[i] = ok ? __ldg(reinterpret_cast<const uint4*>(src + 528 + 16 * c))
+                       : make_uint4(0u, 0u, 0u, 0u);
     }
   }
   // A warp's 8 key rows of a slice (1 KiB at offset at; stored and fenced: tile_done) into
@@ -620,28 +625,30 @@ struct WgmmaKernel {
                                                    uint32_t rbar, int lane) {
     if (lane == 0) sm90::bulk_copy_cluster(rtile + at, tile + at, 8 * 128, rbar);
   }
-  static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
-                                                const int64_t (&o)[4], const DsRegs& g, int it,
+  static __device__ __forceinline__ void ds_put(const Smem& sm, const DsRegs& g, int it,
                                                 int warp, int lane, int rank) {
     const auto [s, par, tile, full, empty] = stage_at(sm, it);
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
     const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
     const uint32_t rows = (32 * rank + 8 * warp) * 128;   // this warp's keys' rows of a slice
-    if constexpr (kE4m3) {   // this CTA's keys' RoPE, as their latent: into both CTAs' slice 8
+    {   // this CTA's keys' RoPE, as their latent (fp8_e4m3 widened, fp8_ds_mla's bf16 as
+        // stored): into both CTAs' slice 8
       sm90::mbar_wait(&empty[8], par);
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i) {
         const int r = key_row(rank, warp, i, lane);
         const uint32_t at = 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4);
         uint32_t w[4];
-        fp8::convert8<TM>(g.rope[i].x, g.rope[i].y, w);
+        if constexpr (kE4m3) {
+          fp8::convert8<TM>(g.rope[i].x, g.rope[i].y, w);
+        } else {
+          w[0] = g.rope[i].x, w[1] = g.rope[i].y, w[2] = g.rope[i].z, w[3] = g.rope[i].w;
+        }
         fp8::st_shared_v4(tile + at, w[0], w[1], w[2], w[3]);
       }
       tile_done(full, 4, false, warp, lane);   // full[8]
       peer_copy(tile, rtile, 8 * C::kSliceBytes + rows, rfull + 8 * 8, lane);
-    } else {
-      ds_rope(kc, o, tile, full, empty, par, warp, lane);
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -932,34 +939,26 @@ struct WgmmaKernel {
     Piece pc;
     if constexpr (kCross) {
       const int rank = static_cast<int>(sm90::cluster_ctarank());
-      // lane k's latent key: 32 rank + 8 warp + k % 8; its RoPE key: 16 warp + k % 16
-      const int pl = 32 * rank + 8 * warp + (lane & 7), pr = 16 * warp + (lane & 15);
+      // lane k's key: 32 rank + 8 warp + k % 8 (its latent and RoPE)
+      const int pl = 32 * rank + 8 * warp + (lane & 7);
       while (next_piece(p, req, pc)) {
         const auto row = sparse_row<kExtraPool>(p, pc.req);
         const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
         // index entries a block ahead: the next block's load in flight over this one
         int el = key_entry(p, row, pc.req, pc.start + pl, pc.end);
-        int er = key_entry(p, row, pc.req, pc.start + pr, pc.end);
 #pragma unroll 1
         for (int i = 0; i < n; ++i, ++it) {
           const int t0 = pc.start + i * C::kBlock;
           const int nl = key_entry(p, row, pc.req, t0 + C::kBlock + pl, pc.end);
-          const int nr = key_entry(p, row, pc.req, t0 + C::kBlock + pr, pc.end);
-          // the latent loaded before the RoPE's offsets are made
-          int64_t o[4], ol[kLaneKeys];
+          int64_t ol[kLaneKeys];
           const int64_t x = key_offset(p, row, t0 + pl, el);
 #pragma unroll
           for (int k = 0; k < kLaneKeys; ++k)
             ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
           DsRegs g;
           ds_load(kc, ol, lane, g);
-          if constexpr (!kE4m3) {   // (fp8_e4m3's RoPE comes with the latent's keys)
-            const int64_t xr = key_offset(p, row, t0 + pr, er);   // the RoPE's keys
-            sparse_lane_keys(xr, lane, o);
-          }
-          ds_put(sm, kc, o, g, it, warp, lane, rank);
+          ds_put(sm, g, it, warp, lane, rank);
           el = nl;
-          er = nr;
         }
       }
     } else {
@@ -1748,7 +1747,8 @@ struct WgmmaKernel {
         // the TMA thread's expect_tx, or sparse: the producer warpgroup's 128 cp.async
         // arrivals (fp8_ds_mla: those for the RoPE slice, a converter warp's for the others)
         const bool rope = s % C::kSlices == C::kSlices - 1;
-        sm90::mbar_init(&sm.full[s], kFp8 && (!rope || kE4m3) ? 4 : kGather ? 128 : 1);
+        sm90::mbar_init(&sm.full[s], kFp8 && (!rope || kE4m3 || (kCross && KV == kKvDsMla))
+                                         ? 4 : kGather ? 128 : 1);
         sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices) * (kCross ? 2 : 1));
       }
       if (MERGE) {   // the cluster merge's barriers (merge_out)
