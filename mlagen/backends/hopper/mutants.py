@@ -164,30 +164,6 @@ MUTANTS = (
            "fp8_ue8m0_paged crossover (h_q 128): the copies of a CTA's converted rows into "
            "the other CTA's slices all read the odd slice (its even slices keep a stale "
            "block's rows)", V4W),
-    Mutant("cross_split_halves_swapped", "hopper", "mla_wgmma.cuh",
-           "return make_uint4(a.x, a.y, b.x, b.y);", "return make_uint4(b.x, b.y, a.x, a.y);",
-           "8-bit crossover (ds_load, paged_load): a split chunk's two halves exchanged (each "
-           "tile's two slices hold each other's columns)", DS64 + DENSE64 + V4W),
-    Mutant("cross_split_unswizzled", "hopper", "mla_wgmma.cuh",
-           "fp8::st_split16(tile + 2 * q * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4), w,",
-           "fp8::st_split16(tile + 2 * q * C::kSliceBytes + r * 128 + (c << 4), w,",
-           "fp8_ds_mla / fp8_e4m3 crossover: the widened split chunks stored without the "
-           "128-byte swizzle the wgmma descriptors read", DS64 + DENSE64),
-    Mutant("paged64_split_one_scale", "hopper", "mla_wgmma.cuh",
-           "w, paged_scale(g.e[i], 2 * q), paged_scale(g.e[i], 2 * q + 1), o, false);",
-           "w, paged_scale(g.e[i], 2 * q), paged_scale(g.e[i], 2 * q), o, false);",
-           "fp8_ue8m0_paged crossover: a tile's two slices both by the even slice's scale",
-           V4W, FP8_SCALE),
-    Mutant("paged64_cross_tail_early", "hopper", "mla_wgmma.cuh",
-           "g.t[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 384 + c * 8))",
-           "g.t[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 320 + c * 8))",
-           "fp8_ue8m0_paged crossover: the latent's last 64 bytes (slice 6) loaded from "
-           "64 bytes early", V4W),
-    Mutant("ds64_cross_rope_offset", "hopper", "mla_wgmma.cuh",
-           "g.rope[i] = ok ? __ldg(reinterpret_cast<const uint4*>(src + 528 + 16 * c))",
-           "g.rope[i] = ok ? __ldg(reinterpret_cast<const uint4*>(src + 512 + 16 * c))",
-           "fp8_ds_mla crossover: the RoPE loaded 16 bytes early (the tile scales as its "
-           "first 8 values)", DS64 + DENSE64[:1]),
     Mutant("wgmma_ds_rope_offset", "hopper", "mla_wgmma.cuh",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 128 + c * 16, ok);",
            "kc + (ok ? o[i] : 0) + L::kTokenBytes - 144 + c * 16, ok);",

@@ -125,13 +125,11 @@ __device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& h
   }
 }
 
-// N e4m3 words (4 bytes each, little-endian; N = 4 or 2) -> 4 N values of T (2 N words),
-// words o[0..3] times `lo2` and o[4..7] times `hi2` (bf16x2 powers of two: ds_mla's tile
-// scale for both halves, fp8_ue8m0_paged's two slices' scales) unless SCALED is false.
-// TWICE: the planted fault, the scale twice.
-// swap (N = 4): the halves in the other order (o[0..3] from bytes 8..15, o[4..7] from
-// 0..7), as st_converted16 stores them in the odd slice's lanes; bf16 folds it into the
-// placement's prmt (no select of the words).
+// 16 e4m3 bytes -> 16 values of T (8 words), each times `scale2` (a bf16x2 power of two;
+// ds_mla's tile scale) unless SCALED is false.  TWICE: the planted fault, the scale twice.
+// swap: the halves in the other order (o[0..3] from bytes 8..15, o[4..7] from 0..7), as
+// st_converted16 stores them in the odd slice's lanes; bf16 folds it into the placement's
+// prmt (no select of the words).
 // bf16: the placed values times 2^120 * scale in one multiply, exact (a power of two), where
 // that factor is a finite bf16 (scale <= 2^7, the quantizer's scales by far).  The rest is
 // one branch, taken only for hostile input (a NaN byte: the quantizers saturate at 448; a
@@ -139,55 +137,66 @@ __device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& h
 // the scale apart.  One branch, not a select per word: ptxas computed the second multiply
 // on every word and selected (16 extra instructions a call, an eighth of the 64-row
 // crossover producer's).
-template <typename T, bool SCALED, bool TWICE, int N>
-__device__ __forceinline__ void convert_words(const uint32_t (&w)[N], uint32_t lo2, uint32_t hi2,
-                                              uint32_t (&o)[2 * N], bool swap) {
-  static_assert(N == 4 || N == 2, "16 or 8 bytes");
-  constexpr int kX = N == 4 ? 2 : 0;   // swap's partner word
+// PRED: the rare cases predicated instead (a NaN fix-up branch, the large scale's second
+// multiply on every word, selected): fewer registers live across a run of calls, for the
+// two-pool crossover producer, which the branch form spilled at its 88 registers.
+template <typename T, bool SCALED, bool TWICE, bool PRED = false>
+__device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint32_t (&o)[8],
+                                          bool swap) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   if constexpr (std::is_same<T, __nv_bfloat16>::value) {
     bool huge = false;
-    uint32_t flo = kTwo120, fhi = kTwo120;
+    uint32_t f = kTwo120;
     if constexpr (SCALED) {
-      huge = (lo2 & 0x7f80u) > kMaxFusedExp || (hi2 & 0x7f80u) > kMaxFusedExp;
-      flo = mul_bf16x2(lo2, kTwo120);
-      fhi = mul_bf16x2(hi2, kTwo120);
+      huge = (scale2 & 0x7f80u) > kMaxFusedExp;
+      f = PRED && huge ? kTwo120 : mul_bf16x2(scale2, kTwo120);
     }
-    const PlaceSel sel(swap);
+    const PlaceSel sel(PRED ? false : swap);
 #pragma unroll
-    for (int i = 0; i < N; ++i) e4m3x4_placed(w[i], w[i ^ kX], sel, o[2 * i], o[2 * i + 1]);
-    uint32_t any = e4m3_nan_bits(w[0]) | e4m3_nan_bits(w[1]);
-    if constexpr (N == 4) any = any | e4m3_nan_bits(w[2]) | e4m3_nan_bits(w[3]);
-    if ((any & 0x80808080u) || huge) {
+    for (int i = 0; i < 4; ++i) e4m3x4_placed(w[i], w[i ^ 2], sel, o[2 * i], o[2 * i + 1]);
+    const uint32_t any = (e4m3_nan_bits(w[0]) | e4m3_nan_bits(w[1]) | e4m3_nan_bits(w[2])
+                          | e4m3_nan_bits(w[3])) & 0x80808080u;
+    if constexpr (PRED) {   // (and the swap by selects of the words: no live selectors)
+      static_assert(SCALED, "the predicated form is the scaled one");
+      if (any) {
 #pragma unroll
-      for (int i = 0; i < N; ++i)
-        e4m3_nan_halves(swap ? w[i ^ kX] : w[i], o[2 * i], o[2 * i + 1]);
+        for (int i = 0; i < 4; ++i) e4m3_nan_halves(w[i], o[2 * i], o[2 * i + 1]);
+      }
 #pragma unroll
-      for (int i = 0; i < 2 * N; ++i) {
+      for (int i = 0; i < 8; ++i) {
+        o[i] = mul_bf16x2(o[i], f);
+        if (huge) o[i] = mul_bf16x2(o[i], scale2);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t a = swap ? o[4 + e] : o[e], b = swap ? o[e] : o[4 + e];
+        o[e] = a;
+        o[4 + e] = b;
+      }
+    } else if (any || huge) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        e4m3_nan_halves(swap ? w[i ^ 2] : w[i], o[2 * i], o[2 * i + 1]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
         o[i] = mul_bf16x2(o[i], kTwo120);
-        if constexpr (SCALED) o[i] = mul_bf16x2(o[i], i < 4 ? lo2 : hi2);
+        if constexpr (SCALED) o[i] = mul_bf16x2(o[i], scale2);
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < 2 * N; ++i) o[i] = mul_bf16x2(o[i], i < 4 ? flo : fhi);
+      for (int i = 0; i < 8; ++i) o[i] = mul_bf16x2(o[i], f);
     }
     if constexpr (SCALED && TWICE) {
 #pragma unroll
-      for (int i = 0; i < 2 * N; ++i) o[i] = mul_bf16x2(o[i], i < 4 ? lo2 : hi2);
+      for (int i = 0; i < 8; ++i) o[i] = mul_bf16x2(o[i], scale2);
     }
   } else {
     // fp16 (fp8_e4m3 only: e4m3 is exact in fp16; the hardware conversion)
     static_assert(!SCALED, "fp8_ds_mla needs bf16 (its RoPE values are bf16)");
 #pragma unroll
-    for (int i = 0; i < N; ++i)
-      e4m3x4_f16<Pair<0, 1>, Pair<2, 3>>(swap ? w[i ^ kX] : w[i], o[2 * i], o[2 * i + 1]);
+    for (int i = 0; i < 4; ++i)
+      e4m3x4_f16<Pair<0, 1>, Pair<2, 3>>(swap ? w[i ^ 2] : w[i], o[2 * i], o[2 * i + 1]);
   }
-}
-// 16 bytes, one scale
-template <typename T, bool SCALED, bool TWICE>
-__device__ __forceinline__ void convert16(const uint4& v, uint32_t scale2, uint32_t (&o)[8],
-                                          bool swap) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  convert_words<T, SCALED, TWICE, 4>(w, scale2, scale2, o, swap);
 }
 
 // 8 e4m3 bytes (a, b, little-endian) -> 8 values of T (4 words) unscaled, as convert16
@@ -252,13 +261,6 @@ __device__ __forceinline__ void st_converted16(uint32_t row, const uint32_t (&o)
   const int c1 = (c + odd) ^ (r & 7), c2 = (c + 1 - odd) ^ (r & 7);
   st_shared_v4(row + (c1 << 4), o[0], o[1], o[2], o[3]);
   st_shared_v4(row + (c2 << 4), o[4], o[5], o[6], o[7]);
-}
-// convert16's 16 values (no swap) as chunk c' of two slices `stride` bytes apart, at
-// `at` (already swizzled): the 64-row crossover's split chunks (ds_load), whose 8 lanes of
-// a key row store 8 distinct chunk columns in each store without swapping halves
-__device__ __forceinline__ void st_split16(uint32_t at, const uint32_t (&o)[8], int stride) {
-  st_shared_v4(at, o[0], o[1], o[2], o[3]);
-  st_shared_v4(at + stride, o[4], o[5], o[6], o[7]);
 }
 }  // namespace fp8
 }  // namespace hopper

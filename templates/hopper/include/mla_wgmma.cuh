@@ -537,26 +537,20 @@ struct WgmmaKernel {
   // chunk c of key row r's latent tile q (v: its 16 e4m3 bytes; sc: the key's 4 tile scales)
   // as 16 bf16 values into slices 2 q + c / 4 of this CTA's stage at tile (kCross: the
   // other CTA's rows follow by peer_copy)
-  // kCross: v is ds_load's split chunk (bytes [8 c, 8 c + 8) and [64 + 8 c, 72 + 8 c) of the
-  // tile): chunk c of slices 2 q and 2 q + 1, in that order, so no lane swaps its halves
   static __device__ __forceinline__ void ds_tile_out(uint32_t tile, const uint4& v,
                                                      const float4& sc, int q, int r, int c) {
     uint32_t w[8];
-    const bool swap = !kCross && fp8::odd16(c);
     if constexpr (kE4m3) {   // the e4m3 values themselves (the descale: scores' scale, O)
-      fp8::convert16<TM, false, false>(v, 0u, w, swap);
+      fp8::convert16<TM, false, false>(v, 0u, w, fp8::odd16(c));
     } else {
       const float f[4] = {sc.x, sc.y, sc.z, sc.w};
       const float scale = f[FAULT == kFaultScaleWrongTile ? (q + 1) & 3 : q];
-      fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::scale_bf16x2(scale), w, swap);
+      // (the dense crossover's producer, the predicated form: the branch form spilled)
+      fp8::convert16<T, true, FAULT == kFaultScaleTwice, kCross && !kSparse>(
+          v, fp8::scale_bf16x2(scale), w, fp8::odd16(c));
     }
-    if constexpr (kCross) {
-      fp8::st_split16(tile + 2 * q * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4), w,
-                      C::kSliceBytes);
-    } else {
-      const int sl = 2 * q + (c >> 2);
-      fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
-    }
+    const int sl = 2 * q + (c >> 2);
+    fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
   }
   // a warp's rows of tile q are stored: slices 2 q and (two) 2 q + 1 complete
   static __device__ __forceinline__ void tile_done(uint64_t* full, int q, bool two, int warp,
@@ -576,8 +570,7 @@ struct WgmmaKernel {
     }
   }
   // kCross, the register path: no raw bytes in shared memory.  A block's latent chunks of
-  // this CTA's 32 keys (lane l, c = l % 8: bytes [8 c, 8 c + 8) and [64 + 8 c, 72 + 8 c) of
-  // its 2 keys' 4 tiles, which widen to chunk c of the tile's two slices) and their scales are
+  // this CTA's 32 keys (lane l: chunk l % 8 of its 2 keys' 4 tiles) and their scales are
   // loaded into registers as the block starts, before its stage is free, so that they are
   // in flight while the producer waits; then the RoPE gather as ds_gather, and the tiles
   // converted into both CTAs' stages in the order the consumers free and read the slices
@@ -586,17 +579,8 @@ struct WgmmaKernel {
   struct DsRegs {
     uint4 v[kLaneKeys][4];
     float4 sc[kLaneKeys];
-    // the same keys' RoPE: fp8_e4m3's e4m3 bytes [512 + 8 c, 520 + 8 c), fp8_ds_mla's
-    // bf16 chunk c
-    std::conditional_t<kE4m3, uint2, uint4> rope[kLaneKeys];
+    uint2 rope[kLaneKeys];   // fp8_e4m3: the same keys' RoPE bytes [512 + 8 c, 520 + 8 c)
   };
-  // a split chunk (zeros where !ok): the 8 bytes at at and those 64 bytes on (at: byte 8 c
-  // of a 128-byte tile), which widen to chunk c of the tile's two slices
-  static __device__ __forceinline__ uint4 ld_split(const unsigned char* at, bool ok) {
-    const uint2 a = ok ? __ldg(reinterpret_cast<const uint2*>(at)) : make_uint2(0u, 0u);
-    const uint2 b = ok ? __ldg(reinterpret_cast<const uint2*>(at + 64)) : make_uint2(0u, 0u);
-    return make_uint4(a.x, a.y, b.x, b.y);
-  }
   static __device__ __forceinline__ void ds_load(const unsigned char* kc,
                                                  const int64_t (&ol)[kLaneKeys], int lane,
                                                  DsRegs& g) {
@@ -606,15 +590,14 @@ struct WgmmaKernel {
       const bool ok = sparse_has_key(ol[i]);
       const unsigned char* src = kc + (ok ? ol[i] : 0);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) g.v[i][q] = ld_split(src + c * 8 + q * 128, ok);
+      for (int q = 0; q < 4; ++q)
+        g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
+                       : make_uint4(0u, 0u, 0u, 0u);
       g.sc[i] = ok && !kE4m3 ? __ldg(reinterpret_cast<const float4*>(src + 512))
                              : make_float4(0.f, 0.f, 0.f, 0.f);
       if constexpr (kE4m3)
         g.rope[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 512 + 8 * c))
                        : make_uint2(0u, 0u);
-      else
-        g.rope[i] = ok ? __ldg(reinterpret_cast<const uint4*>(src + 528 + 16 * c))
-                       : make_uint4(0u, 0u, 0u, 0u);
     }
   }
   // A warp's 8 key rows of a slice (1 KiB at offset at; stored and fenced: tile_done) into
@@ -625,30 +608,28 @@ struct WgmmaKernel {
                                                    uint32_t rbar, int lane) {
     if (lane == 0) sm90::bulk_copy_cluster(rtile + at, tile + at, 8 * 128, rbar);
   }
-  static __device__ __forceinline__ void ds_put(const Smem& sm, const DsRegs& g, int it,
+  static __device__ __forceinline__ void ds_put(const Smem& sm, const unsigned char* kc,
+                                                const int64_t (&o)[4], const DsRegs& g, int it,
                                                 int warp, int lane, int rank) {
     const auto [s, par, tile, full, empty] = stage_at(sm, it);
     const int c = lane & 7;
     const uint32_t rtile = sm90::mapa(tile, rank ^ 1);
     const uint32_t rfull = sm90::mapa(sm90::smem_addr(full), rank ^ 1);
     const uint32_t rows = (32 * rank + 8 * warp) * 128;   // this warp's keys' rows of a slice
-    {   // this CTA's keys' RoPE, as their latent (fp8_e4m3 widened, fp8_ds_mla's bf16 as
-        // stored): into both CTAs' slice 8
+    if constexpr (kE4m3) {   // this CTA's keys' RoPE, as their latent: into both CTAs' slice 8
       sm90::mbar_wait(&empty[8], par);
 #pragma unroll
       for (int i = 0; i < kLaneKeys; ++i) {
         const int r = key_row(rank, warp, i, lane);
         const uint32_t at = 8 * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4);
         uint32_t w[4];
-        if constexpr (kE4m3) {
-          fp8::convert8<TM>(g.rope[i].x, g.rope[i].y, w);
-        } else {
-          w[0] = g.rope[i].x, w[1] = g.rope[i].y, w[2] = g.rope[i].z, w[3] = g.rope[i].w;
-        }
+        fp8::convert8<TM>(g.rope[i].x, g.rope[i].y, w);
         fp8::st_shared_v4(tile + at, w[0], w[1], w[2], w[3]);
       }
       tile_done(full, 4, false, warp, lane);   // full[8]
       peer_copy(tile, rtile, 8 * C::kSliceBytes + rows, rfull + 8 * 8, lane);
+    } else {
+      ds_rope(kc, o, tile, full, empty, par, warp, lane);
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -701,12 +682,13 @@ struct WgmmaKernel {
     return ts & 7;
   }
   // chunk c of key row r's slice sl (v: 16 e4m3 bytes, e: the slice's UE8M0 byte) as 16
-  // bf16 values into this CTA's stage at tile (without the crossover)
+  // bf16 values into this CTA's stage at tile (kCross: the other CTA's rows follow by
+  // peer_copy)
   static __device__ __forceinline__ void paged_tile_out(uint32_t tile, const uint4& v,
                                                         uint32_t e, int sl, int r, int c) {
     uint32_t w[8];
-    fp8::convert16<T, true, FAULT == kFaultScaleTwice>(v, fp8::ue8m0_bf16x2(e), w,
-                                                       fp8::odd16(c));
+    fp8::convert16<T, true, FAULT == kFaultScaleTwice, kCross>(
+        v, fp8::ue8m0_bf16x2(e), w, fp8::odd16(c));
     fp8::st_converted16(tile + sl * C::kSliceBytes + r * 128, w, c, r);
   }
   static __device__ __forceinline__ void paged_gather(const Smem& sm, const unsigned char* kc,
@@ -776,21 +758,13 @@ struct WgmmaKernel {
       tile_done(full, q, q < 3, warp, lane);
     }
   }
-  // kCross, the register path (as ds_load / ds_put, in split chunks): tiles 0..2 (lane c:
-  // bytes [8 c, 8 c + 8) and [64 + 8 c, 72 + 8 c), chunk c of slices 2 q and 2 q + 1, each
-  // by its own scale), the tail's (bytes [384 + 8 c, 392 + 8 c), chunk c of slice 6) and the
-  // scale row, loaded as the block starts; then into both CTAs' stages in slice_at order:
-  // tile 2 (slices 4, 5), tile 3 (slice 6), the RoPE (slice 7), tiles 0, 1
+  // kCross, the register path (as ds_load / ds_put): tiles 0..2 and (lanes c < 4) the
+  // tail chunk, and the scale row, loaded as the block starts; then into both CTAs' stages
+  // in slice_at order: tile 2 (slices 4, 5), tile 3 (slice 6), the RoPE (slice 7), tiles 0, 1
   struct PagedRegs {
-    uint4 v[kLaneKeys][3];
-    uint2 t[kLaneKeys];
+    uint4 v[kLaneKeys][4];
     uint2 e[kLaneKeys];
   };
-  // the scale of slice sl (0..6) from a key's scale row
-  static __device__ __forceinline__ uint32_t paged_scale(const uint2& e, int sl) {
-    const int ts = paged_slot(sl / 2, sl);
-    return fp8::ue8m0_bf16x2(((ts < 4 ? e.x : e.y) >> (8 * (ts & 3))) & 0xffu);
-  }
   static __device__ __forceinline__ void paged_load(const unsigned char* kc,
                                                     const int64_t (&ol)[kLaneKeys],
                                                     const int64_t (&sol)[kLaneKeys], int lane,
@@ -801,9 +775,11 @@ struct WgmmaKernel {
       const bool ok = sparse_has_key(ol[i]);
       const unsigned char* src = kc + (ok ? ol[i] : 0);
 #pragma unroll
-      for (int q = 0; q < 3; ++q) g.v[i][q] = ld_split(src + c * 8 + q * 128, ok);
-      g.t[i] = ok ? __ldg(reinterpret_cast<const uint2*>(src + 384 + c * 8))
-                  : make_uint2(0u, 0u);
+      for (int q = 0; q < 3; ++q)
+        g.v[i][q] = ok ? __ldg(reinterpret_cast<const uint4*>(src + q * 128 + c * 16))
+                       : make_uint4(0u, 0u, 0u, 0u);
+      g.v[i][3] = ok && c < 4 ? __ldg(reinterpret_cast<const uint4*>(paged_tail(kc, ol[i], c)))
+                              : make_uint4(0u, 0u, 0u, 0u);
       g.e[i] = ok ? __ldg(reinterpret_cast<const uint2*>(kc + sol[i])) : make_uint2(0u, 0u);
     }
   }
@@ -822,22 +798,13 @@ struct WgmmaKernel {
       const int q = (u + 2) & 3;
       sm90::mbar_wait(&empty[2 * q], par);
       if (q < 3) sm90::mbar_wait(&empty[2 * q + 1], par);
+      const int sl = 2 * q + (c >> 2);
+      const int ts = paged_slot(q, sl);
+      if (q < 3 || c < 4) {   // (q = 3, c >= 4: slice 7, the RoPE's)
 #pragma unroll
-      for (int i = 0; i < kLaneKeys; ++i) {
-        const int r = key_row(rank, warp, i, lane);
-        const uint32_t at = tile + 2 * q * C::kSliceBytes + r * 128 + ((c ^ (r & 7)) << 4);
-        if (q < 3) {
-          const uint32_t w[4] = {g.v[i][q].x, g.v[i][q].y, g.v[i][q].z, g.v[i][q].w};
-          uint32_t o[8];
-          fp8::convert_words<T, true, FAULT == kFaultScaleTwice, 4>(
-              w, paged_scale(g.e[i], 2 * q), paged_scale(g.e[i], 2 * q + 1), o, false);
-          fp8::st_split16(at, o, C::kSliceBytes);
-        } else {   // tile 3: slice 6 only (slice 7 is the RoPE's)
-          const uint32_t w[2] = {g.t[i].x, g.t[i].y};
-          uint32_t o[4];
-          const uint32_t s6 = paged_scale(g.e[i], 6);
-          fp8::convert_words<T, true, FAULT == kFaultScaleTwice, 2>(w, s6, s6, o, false);
-          fp8::st_shared_v4(at, o[0], o[1], o[2], o[3]);
+        for (int i = 0; i < kLaneKeys; ++i) {
+          const uint32_t e = ((ts < 4 ? g.e[i].x : g.e[i].y) >> (8 * (ts & 3))) & 0xffu;
+          paged_tile_out(tile, g.v[i][q], e, sl, key_row(rank, warp, i, lane), c);
         }
       }
       tile_done(full, q, q < 3, warp, lane);
@@ -939,26 +906,34 @@ struct WgmmaKernel {
     Piece pc;
     if constexpr (kCross) {
       const int rank = static_cast<int>(sm90::cluster_ctarank());
-      // lane k's key: 32 rank + 8 warp + k % 8 (its latent and RoPE)
-      const int pl = 32 * rank + 8 * warp + (lane & 7);
+      // lane k's latent key: 32 rank + 8 warp + k % 8; its RoPE key: 16 warp + k % 16
+      const int pl = 32 * rank + 8 * warp + (lane & 7), pr = 16 * warp + (lane & 15);
       while (next_piece(p, req, pc)) {
         const auto row = sparse_row<kExtraPool>(p, pc.req);
         const int n = (pc.end - pc.start + C::kBlock - 1) / C::kBlock;
         // index entries a block ahead: the next block's load in flight over this one
         int el = key_entry(p, row, pc.req, pc.start + pl, pc.end);
+        int er = key_entry(p, row, pc.req, pc.start + pr, pc.end);
 #pragma unroll 1
         for (int i = 0; i < n; ++i, ++it) {
           const int t0 = pc.start + i * C::kBlock;
           const int nl = key_entry(p, row, pc.req, t0 + C::kBlock + pl, pc.end);
-          int64_t ol[kLaneKeys];
+          const int nr = key_entry(p, row, pc.req, t0 + C::kBlock + pr, pc.end);
+          // the latent loaded before the RoPE's offsets are made
+          int64_t o[4], ol[kLaneKeys];
           const int64_t x = key_offset(p, row, t0 + pl, el);
 #pragma unroll
           for (int k = 0; k < kLaneKeys; ++k)
             ol[k] = __shfl_sync(0xffffffffu, x, 4 * k + (lane >> 3));
           DsRegs g;
           ds_load(kc, ol, lane, g);
-          ds_put(sm, g, it, warp, lane, rank);
+          if constexpr (!kE4m3) {   // (fp8_e4m3's RoPE comes with the latent's keys)
+            const int64_t xr = key_offset(p, row, t0 + pr, er);   // the RoPE's keys
+            sparse_lane_keys(xr, lane, o);
+          }
+          ds_put(sm, kc, o, g, it, warp, lane, rank);
           el = nl;
+          er = nr;
         }
       }
     } else {
@@ -1747,8 +1722,7 @@ struct WgmmaKernel {
         // the TMA thread's expect_tx, or sparse: the producer warpgroup's 128 cp.async
         // arrivals (fp8_ds_mla: those for the RoPE slice, a converter warp's for the others)
         const bool rope = s % C::kSlices == C::kSlices - 1;
-        sm90::mbar_init(&sm.full[s], kFp8 && (!rope || kE4m3 || (kCross && KV == kKvDsMla))
-                                         ? 4 : kGather ? 128 : 1);
+        sm90::mbar_init(&sm.full[s], kFp8 && (!rope || kE4m3) ? 4 : kGather ? 128 : 1);
         sm90::mbar_init(&sm.empty[s], C::slice_readers(s % C::kSlices) * (kCross ? 2 : 1));
       }
       if (MERGE) {   // the cluster merge's barriers (merge_out)
